@@ -1,0 +1,91 @@
+/*
+ * bus.h - kclaw's three messaging patterns over NNG (DESIGN.md "Processes").
+ *
+ *  - Events: bus_pub (listens) and bus_sub (dials). A message is the topic,
+ *    one NUL byte, then the payload (an encoded kclaw.Event), so NNG's
+ *    prefix subscription filters on topic prefixes ("task.<id>.").
+ *    PUB/SUB drops messages; subscribers recover gaps from the event log.
+ *  - Request/response with one context per waiting peer: bus_server
+ *    (REP, listens) and bus_client (REQ, dials). Used both for work by pull
+ *    (a worker's request is held until there is a job for it) and for the
+ *    API. The server's callback runs on an NNG thread and must not block: it
+ *    only hands the bus_call to its owner, who replies later from any thread.
+ *
+ * Every listening socket has a receive size limit; ipc:// listeners are
+ * created owner-only (0600). All functions return 0 or a negative KC_E*
+ * code with detail in kc_lasterr().
+ */
+#ifndef KC_BUS_H
+#define KC_BUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BUS_DEFAULT_MAX_MSG (64u << 20) /* 64 MiB: tensors travel as blobs */
+
+/* ---- events ---- */
+
+typedef struct bus_pub bus_pub;
+typedef struct bus_sub bus_sub;
+
+int bus_pub_open(bus_pub **out, const char *url);
+/* Copies topic and data; never blocks (a slow subscriber loses messages). */
+int bus_pub_send(bus_pub *p, const char *topic, const void *data, size_t len);
+void bus_pub_close(bus_pub *p);
+
+/* Dials url and keeps redialling in the background; never fails on an
+ * absent publisher. */
+int bus_sub_open(bus_sub **out, const char *url, size_t max_msg);
+/* Subscribes to a topic prefix; "" receives everything. */
+int bus_sub_subscribe(bus_sub *s, const char *prefix);
+/*
+ * Waits up to timeout_ms (-1: forever) for the next message. On success
+ * *topic and *data are malloc'd (caller frees both); *data has *len bytes.
+ * KC_ETIMEDOUT when nothing came.
+ */
+int bus_sub_recv(
+    bus_sub *s, int timeout_ms, char **topic, void **data, size_t *len);
+void bus_sub_close(bus_sub *s);
+
+/* ---- request/response ---- */
+
+typedef struct bus_server bus_server;
+typedef struct bus_call bus_call;
+
+/*
+ * Called on an NNG thread for each request; must not block. The callee owns
+ * call until it passes it to bus_call_reply or bus_call_drop, exactly once.
+ */
+typedef void (*bus_request_fn)(void *arg, bus_call *call);
+
+/*
+ * Listens on url with nctx contexts, i.e. at most nctx requests held at
+ * once (more wait in NNG's queue). Requests larger than max_msg bytes are
+ * refused by NNG (the connection is dropped).
+ */
+int bus_server_open(bus_server **out, const char *url, unsigned nctx,
+    size_t max_msg, bus_request_fn fn, void *arg);
+/* Stops receiving, aborts held calls (their replies become no-ops), frees. */
+void bus_server_close(bus_server *s);
+
+/* The request's bytes, valid until the call is replied to or dropped. */
+const void *bus_call_data(const bus_call *c, size_t *len);
+/* Sends the reply (copied) and frees the call; safe from any thread. */
+int bus_call_reply(bus_call *c, const void *data, size_t len);
+/* Frees the call without replying (the client times out or retries). */
+void bus_call_drop(bus_call *c);
+
+typedef struct bus_client bus_client;
+
+/* Dials url (in the background; the first call waits for the connection). */
+int bus_client_open(bus_client **out, const char *url, size_t max_msg);
+/*
+ * Sends req and waits up to timeout_ms (-1: forever) for the reply. If the
+ * connection breaks, NNG resends the request on the next one. On success
+ * *reply is malloc'd (caller frees). One call at a time per client.
+ */
+int bus_client_call(bus_client *c, const void *req, size_t len, int timeout_ms,
+    void **reply, size_t *rlen);
+void bus_client_close(bus_client *c);
+
+#endif
