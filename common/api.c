@@ -1,0 +1,123 @@
+#include "api.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kc_err.h"
+#include "kc_util.h"
+
+int
+kc_pb_pack(const ProtobufCMessage *m, uint8_t **buf, size_t *len)
+{
+	size_t n = protobuf_c_message_get_packed_size(m);
+	uint8_t *b = malloc(n ? n : 1);
+
+	if (b == NULL)
+		return KC_ENOMEM;
+	protobuf_c_message_pack(m, b);
+	*buf = b;
+	*len = n;
+	return 0;
+}
+
+static int
+kc_api_code_err(Kclaw__ApiCode code)
+{
+	switch (code) {
+	case KCLAW__API_CODE__API_OK: return 0;
+	case KCLAW__API_CODE__API_BAD_REQUEST: return KC_EINVAL;
+	case KCLAW__API_CODE__API_NOT_FOUND: return KC_ENOENT;
+	case KCLAW__API_CODE__API_UNKNOWN_METHOD: return KC_ENOTSUP;
+	case KCLAW__API_CODE__API_UNAUTHORIZED: return KC_EPERM;
+	case KCLAW__API_CODE__API_UNAVAILABLE: return KC_EBUSY;
+	case KCLAW__API_CODE__API_DEADLINE_EXCEEDED: return KC_ETIMEDOUT;
+	case KCLAW__API_CODE__API_CONFLICT: return KC_EEXIST;
+	default: return KC_EINTERNAL;
+	}
+}
+
+int
+kc_api_call(bus_client *c, const char *method, const ProtobufCMessage *req,
+    const char *token, int timeout_ms,
+    const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp)
+{
+	Kclaw__ApiRequest env = KCLAW__API_REQUEST__INIT;
+	Kclaw__ApiResponse *ar = NULL;
+	uint8_t *payload = NULL, *buf = NULL;
+	size_t plen = 0, blen = 0, rlen = 0;
+	void *rbuf = NULL;
+	char id[17];
+	int rv;
+
+	if ((rv = kc_pb_pack(req, &payload, &plen)) != 0)
+		return rv;
+	kc_new_id(id);
+	env.method = (char *)method;
+	env.request_id = kc_fnv1a64(id, 16, 0);
+	env.deadline_unix_ms =
+	    timeout_ms > 0 ? kc_now_ms() + (uint64_t)timeout_ms : 0;
+	env.payload.data = payload;
+	env.payload.len = plen;
+	env.token = (char *)(token ? token : "");
+	rv = kc_pb_pack(&env.base, &buf, &blen);
+	free(payload);
+	if (rv != 0)
+		return rv;
+	rv = bus_client_call(c, buf, blen, timeout_ms, &rbuf, &rlen);
+	free(buf);
+	if (rv == KC_ETIMEDOUT)
+		return kc_seterr(KC_ETIMEDOUT,
+		    "no answer from the orchestrator within %d ms; is it "
+		    "running? (start it with `kclaw up`)",
+		    timeout_ms);
+	if (rv != 0)
+		return rv;
+	ar = kclaw__api_response__unpack(NULL, rlen, rbuf);
+	free(rbuf);
+	if (ar == NULL)
+		return kc_seterr(KC_EPROTO,
+		    "the orchestrator's reply did not decode; are client "
+		    "and server the same version?");
+	if (ar->code != KCLAW__API_CODE__API_OK) {
+		rv = kc_seterr(kc_api_code_err(ar->code), "%s",
+		    ar->error && *ar->error ? ar->error : "request refused");
+		kclaw__api_response__free_unpacked(ar, NULL);
+		return rv;
+	}
+	*resp = protobuf_c_message_unpack(
+	    resp_desc, NULL, ar->payload.len, ar->payload.data);
+	kclaw__api_response__free_unpacked(ar, NULL);
+	if (*resp == NULL)
+		return kc_seterr(
+		    KC_EPROTO, "%s: response did not decode", method);
+	return 0;
+}
+
+int
+kc_api_reply(bus_call *call, uint64_t request_id, Kclaw__ApiCode code,
+    const char *error, const ProtobufCMessage *payload)
+{
+	Kclaw__ApiResponse ar = KCLAW__API_RESPONSE__INIT;
+	uint8_t *p = NULL, *buf = NULL;
+	size_t plen = 0, blen = 0;
+	int rv;
+
+	if (payload != NULL && (rv = kc_pb_pack(payload, &p, &plen)) != 0) {
+		bus_call_drop(call);
+		return rv;
+	}
+	ar.request_id = request_id;
+	ar.code = code;
+	ar.error = (char *)(error ? error : "");
+	ar.payload.data = p;
+	ar.payload.len = plen;
+	rv = kc_pb_pack(&ar.base, &buf, &blen);
+	free(p);
+	if (rv != 0) {
+		bus_call_drop(call);
+		return rv;
+	}
+	rv = bus_call_reply(call, buf, blen);
+	free(buf);
+	return rv;
+}

@@ -1,0 +1,95 @@
+#include "kc_config.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kc_err.h"
+#include "kc_util.h"
+
+static void
+kc_config_str(const cJSON *root, const char *key, char *dst, size_t n)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+
+	if (cJSON_IsString(v) && v->valuestring != NULL)
+		kc_strlcpy(dst, v->valuestring, n);
+}
+
+static void
+kc_config_env(const char *name, char *dst, size_t n)
+{
+	const char *v = getenv(name);
+
+	if (v != NULL && *v != '\0')
+		kc_strlcpy(dst, v, n);
+}
+
+int
+kc_config_load(kc_config *cfg, const char *home)
+{
+	char *text = NULL;
+	size_t len;
+	int rv;
+
+	memset(cfg, 0, sizeof(*cfg));
+	if (home == NULL)
+		home = getenv("KCLAW_HOME");
+	if (home == NULL || *home == '\0')
+		home = ".kclaw";
+	if (!kc_strlcpy(cfg->home, home, sizeof(cfg->home)))
+		return kc_seterr(KC_EINVAL, "KCLAW_HOME is too long");
+	snprintf(cfg->run_dir, sizeof(cfg->run_dir), "%s/run", cfg->home);
+	snprintf(cfg->db_dir, sizeof(cfg->db_dir), "%s/db", cfg->home);
+	snprintf(cfg->config_path, sizeof(cfg->config_path), "%s/kclaw.json",
+	    cfg->home);
+	snprintf(cfg->api_url, sizeof(cfg->api_url), "ipc://%s/api.ipc",
+	    cfg->run_dir);
+	snprintf(cfg->events_url, sizeof(cfg->events_url),
+	    "ipc://%s/events.ipc", cfg->run_dir);
+	snprintf(cfg->work_url, sizeof(cfg->work_url), "ipc://%s/work.ipc",
+	    cfg->run_dir);
+
+	rv = kc_read_file(cfg->config_path, 1 << 20, &text, &len);
+	if (rv == 0) {
+		cJSON *root = cJSON_ParseWithLength(text, len);
+		if (root == NULL || !cJSON_IsObject(root)) {
+			cJSON_Delete(root);
+			free(text);
+			return kc_seterr(KC_EINVAL,
+			    "%s is not a JSON object; fix or remove it",
+			    cfg->config_path);
+		}
+		kc_config_str(
+		    root, "api_url", cfg->api_url, sizeof(cfg->api_url));
+		kc_config_str(root, "events_url", cfg->events_url,
+		    sizeof(cfg->events_url));
+		kc_config_str(
+		    root, "work_url", cfg->work_url, sizeof(cfg->work_url));
+		kc_config_str(root, "token", cfg->token, sizeof(cfg->token));
+		cJSON_Delete(root);
+		free(text);
+	} else if (rv != KC_ENOENT) {
+		return rv;
+	}
+	kc_clearerr();
+	kc_config_env("KCLAW_API_URL", cfg->api_url, sizeof(cfg->api_url));
+	kc_config_env(
+	    "KCLAW_EVENTS_URL", cfg->events_url, sizeof(cfg->events_url));
+	kc_config_env("KCLAW_WORK_URL", cfg->work_url, sizeof(cfg->work_url));
+	kc_config_env("KCLAW_TOKEN", cfg->token, sizeof(cfg->token));
+	return 0;
+}
+
+int
+kc_config_prepare(const kc_config *cfg)
+{
+	int rv;
+
+	if ((rv = kc_mkdirs(cfg->home, 0700)) != 0 ||
+	    (rv = kc_mkdirs(cfg->run_dir, 0700)) != 0 ||
+	    (rv = kc_mkdirs(cfg->db_dir, 0700)) != 0)
+		return rv;
+	return 0;
+}

@@ -1,0 +1,48 @@
+/*
+ * cli.h - the kclaw command line. Each subcommand lives in cli_<name>.c as
+ * `int cli_<name>(int argc, char **argv)` where argv[0] is the subcommand's
+ * name; it returns the process exit code:
+ *
+ *   0  success              3  not found (task, file)
+ *   1  failure (see stderr) 4  the orchestrator is not reachable
+ *   2  usage error          5  not implemented yet
+ *
+ * Output for humans goes to stdout; with --json, one JSON document (or JSON
+ * lines for streams) goes to stdout instead. Errors go to stderr and say
+ * what to do.
+ */
+#ifndef KC_CLI_H
+#define KC_CLI_H
+
+#include <stdbool.h>
+
+#include "kc_config.h"
+
+enum {
+	CLI_OK = 0,
+	CLI_FAIL = 1,
+	CLI_USAGE = 2,
+	CLI_NOT_FOUND = 3,
+	CLI_UNREACHABLE = 4,
+	CLI_NOT_IMPLEMENTED = 5,
+};
+
+/* True if argv holds --help or -h; then the caller prints its help. */
+bool cli_wants_help(int argc, char **argv);
+/* Maps a KC_E* code to an exit code, printing kc_lasterr() with prefix. */
+int cli_fail(const char *prefix, int err);
+/* Loads the configuration (honours --home DIR anywhere in argv). */
+int cli_config(int argc, char **argv, kc_config *cfg);
+
+int cli_up(int argc, char **argv);
+int cli_submit(int argc, char **argv);
+int cli_status(int argc, char **argv);
+int cli_watch(int argc, char **argv);
+int cli_result(int argc, char **argv);
+int cli_cancel(int argc, char **argv);
+int cli_eval(int argc, char **argv);
+int cli_memory(int argc, char **argv);
+int cli_report(int argc, char **argv);
+int cli_main_job(int argc, char **argv);
+
+#endif
