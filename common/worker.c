@@ -1,0 +1,105 @@
+#include "worker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "bus.h"
+#include "kc_err.h"
+#include "kc_util.h"
+
+struct kc_worker {
+	bus_client *client;
+	Kclaw__Role role;
+	int device;
+	char id[128];
+	char host[64];
+	char token[128];
+};
+
+int
+kc_worker_open(kc_worker **out, const char *work_url, Kclaw__Role role,
+    int device, const char *worker_id, const char *token)
+{
+	kc_worker *w;
+	int rv;
+
+	if ((w = calloc(1, sizeof(*w))) == NULL)
+		return KC_ENOMEM;
+	if (gethostname(w->host, sizeof(w->host) - 1) != 0)
+		snprintf(w->host, sizeof(w->host), "localhost");
+	if (worker_id != NULL)
+		snprintf(w->id, sizeof(w->id), "%s", worker_id);
+	else
+		snprintf(w->id, sizeof(w->id), "%s-%d-%d", w->host, (int)role,
+		    (int)getpid());
+	snprintf(w->token, sizeof(w->token), "%s", token ? token : "");
+	w->role = role;
+	w->device = device;
+	if ((rv = bus_client_open(&w->client, work_url, 0)) != 0) {
+		free(w);
+		return rv;
+	}
+	*out = w;
+	return 0;
+}
+
+void
+kc_worker_close(kc_worker *w)
+{
+	if (w == NULL)
+		return;
+	bus_client_close(w->client);
+	free(w);
+}
+
+const char *
+kc_worker_id(const kc_worker *w)
+{
+	return w->id;
+}
+
+int
+kc_worker_next(kc_worker *w, const Kclaw__AgentReply *agent_reply,
+    const Kclaw__EvalResult *eval_result, int wait_ms, Kclaw__WorkReply **job)
+{
+	Kclaw__WorkRequest req = KCLAW__WORK_REQUEST__INIT;
+	Kclaw__WorkReply *rep;
+	uint8_t *buf;
+	size_t len, rlen;
+	void *rbuf;
+	int rv;
+
+	req.worker_id = w->id;
+	req.role = w->role;
+	req.device = w->device;
+	req.host = w->host;
+	req.pid = (uint32_t)getpid();
+	req.token = w->token;
+	req.agent_reply = (Kclaw__AgentReply *)agent_reply;
+	req.eval_result = (Kclaw__EvalResult *)eval_result;
+	if ((rv = kc_pb_pack(&req.base, &buf, &len)) != 0)
+		return rv;
+	rv = bus_client_call(w->client, buf, len, wait_ms, &rbuf, &rlen);
+	free(buf);
+	if (rv != 0)
+		return rv;
+	rep = kclaw__work_reply__unpack(NULL, rlen, rbuf);
+	free(rbuf);
+	if (rep == NULL)
+		return kc_seterr(KC_EPROTO, "work reply did not decode");
+	if (rep->error != NULL && *rep->error != '\0') {
+		rv = kc_seterr(KC_EPERM, "orchestrator refused worker %s: %s",
+		    w->id, rep->error);
+		kclaw__work_reply__free_unpacked(rep, NULL);
+		return rv;
+	}
+	if (rep->shutdown) {
+		kclaw__work_reply__free_unpacked(rep, NULL);
+		return KC_ECANCELED;
+	}
+	*job = rep;
+	return 0;
+}

@@ -1,0 +1,39 @@
+/*
+ * worker.h - the worker side of work by pull (DESIGN.md "Processes").
+ *
+ * A worker (agent or sandbox) dials the orchestrator's work address with a
+ * REQ socket and asks for a job of its role; the orchestrator holds the
+ * request until it has one (long poll) or answers with an empty WorkReply
+ * after its poll interval. The next request carries the previous job's
+ * result. A worker killed mid-job simply never answers: the orchestrator's
+ * deadline re-issues the job to another worker.
+ */
+#ifndef KC_WORKER_H
+#define KC_WORKER_H
+
+#include <stdint.h>
+
+#include "kclaw.pb-c.h"
+
+typedef struct kc_worker kc_worker;
+
+/* worker_id may be NULL (one is made from host, role and pid). */
+int kc_worker_open(kc_worker **out, const char *work_url, Kclaw__Role role,
+    int device, const char *worker_id, const char *token);
+void kc_worker_close(kc_worker *w);
+const char *kc_worker_id(const kc_worker *w);
+
+/*
+ * Sends the previous job's result (agent_reply or eval_result, both may be
+ * NULL) and waits up to wait_ms (-1 forever) for the next job. Returns:
+ *   0            *job is set (free with kclaw__work_reply__free_unpacked);
+ *                a job has a non-empty job_id, an idle reply has none
+ *   KC_ETIMEDOUT no answer at all within wait_ms (orchestrator down?); the
+ *                result, if any, must be sent again with the next call
+ *   KC_ECANCELED the orchestrator told this worker to shut down
+ *   KC_EPERM     the orchestrator refused this worker (bad token)
+ */
+int kc_worker_next(kc_worker *w, const Kclaw__AgentReply *agent_reply,
+    const Kclaw__EvalResult *eval_result, int wait_ms, Kclaw__WorkReply **job);
+
+#endif
