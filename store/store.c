@@ -307,7 +307,7 @@ store_scan(store *s, store_cf cf, const void *prefix, size_t plen,
 		size_t kl, vl;
 		const char *k = rocksdb_iter_key(it, &kl);
 		const char *v = rocksdb_iter_value(it, &vl);
-		if (kl < plen || memcmp(k, prefix, plen) != 0)
+		if (kl < plen || (plen > 0 && memcmp(k, prefix, plen) != 0))
 			break;
 		if ((rv = fn(arg, k, kl, v, vl)) != 0)
 			break;
@@ -360,7 +360,7 @@ store_last_key(store *s, store_cf cf, const void *prefix, size_t plen,
 	if (rocksdb_iter_valid(it)) {
 		size_t kl;
 		const char *k = rocksdb_iter_key(it, &kl);
-		if (kl >= plen && memcmp(k, prefix, plen) == 0) {
+		if (kl >= plen && (plen == 0 || memcmp(k, prefix, plen) == 0)) {
 			if ((*key = malloc(kl + 1)) == NULL) {
 				rv = KC_ENOMEM;
 			} else {
