@@ -1,0 +1,82 @@
+/*
+ * pbjson_test.c - messages become the JSON other programs read.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kc_err.h"
+#include "kc_test.h"
+#include "kclaw.pb-c.h"
+#include "pbjson.h"
+
+static void
+test_eval_result(void)
+{
+	Kclaw__EvalResult r = KCLAW__EVAL_RESULT__INIT;
+	Kclaw__Timing t = KCLAW__TIMING__INIT;
+	Kclaw__Metric m1 = KCLAW__METRIC__INIT, m2 = KCLAW__METRIC__INIT;
+	Kclaw__Metric *ms[] = {&m1, &m2};
+
+	r.status = KCLAW__EVAL_STATUS__WRONG_RESULT;
+	r.message = "y[3]: expected 1, got 2";
+	t.median_ms = 1.5;
+	t.iterations = 50;
+	r.timing = &t;
+	m1.name = "dram_throughput_pct";
+	m1.value = 81.5;
+	m2.name = "sm_throughput_pct";
+	m2.value = 12;
+	r.n_metrics = 2;
+	r.metrics = ms;
+	char *text = kc_pb_to_json_text(&r.base);
+	KT_ASSERT(text != NULL);
+	cJSON *j = cJSON_Parse(text);
+	KT_ASSERT(j != NULL);
+	KT_EQ_STR(
+	    cJSON_GetObjectItem(j, "status")->valuestring, "WRONG_RESULT");
+	KT_EQ_STR(cJSON_GetObjectItem(j, "message")->valuestring,
+	    "y[3]: expected 1, got 2");
+	cJSON *timing = cJSON_GetObjectItem(j, "timing");
+	KT_ASSERT(cJSON_GetObjectItem(timing, "median_ms")->valuedouble == 1.5);
+	KT_EQ_INT(cJSON_GetObjectItem(timing, "iterations")->valueint, 50);
+	cJSON *metrics = cJSON_GetObjectItem(j, "metrics");
+	KT_EQ_INT(cJSON_GetArraySize(metrics), 2);
+	KT_EQ_STR(cJSON_GetObjectItem(cJSON_GetArrayItem(metrics, 1), "name")
+	              ->valuestring,
+	    "sm_throughput_pct");
+	/* Unset sub-messages are left out, not null. */
+	KT_ASSERT(cJSON_GetObjectItem(j, "mismatch") == NULL);
+	cJSON_Delete(j);
+	free(text);
+}
+
+static void
+test_bytes_and_repeated_scalars(void)
+{
+	Kclaw__TensorSpec ts = KCLAW__TENSOR_SPEC__INIT;
+	int64_t shape[] = {4096, 1024};
+	Kclaw__ApiRequest ar = KCLAW__API_REQUEST__INIT;
+
+	ts.name = "x";
+	ts.dtype = KCLAW__DTYPE__BF16;
+	ts.n_shape = 2;
+	ts.shape = shape;
+	char *text = kc_pb_to_json_text(&ts.base);
+	KT_CONTAINS(text, "\"shape\":[4096,1024]");
+	KT_CONTAINS(text, "\"dtype\":\"BF16\"");
+	free(text);
+	ar.method = "Health";
+	ar.payload.data = (uint8_t *)"hello";
+	ar.payload.len = 5;
+	text = kc_pb_to_json_text(&ar.base);
+	KT_CONTAINS(text, "\"payload\":\"aGVsbG8=\"");
+	free(text);
+}
+
+int
+main(void)
+{
+	KT_RUN(test_eval_result);
+	KT_RUN(test_bytes_and_repeated_scalars);
+	return 0;
+}
