@@ -1301,7 +1301,6 @@ bundle_plan_check_step(const Kclaw__TaskSpec *spec, const cJSON *scratch,
     const cJSON *step, int i, const char *where, char *used)
 {
 	const cJSON *kernel = cJSON_GetObjectItemCaseSensitive(step, "kernel");
-	const cJSON *kind = cJSON_GetObjectItemCaseSensitive(step, "kind");
 	const cJSON *args = cJSON_GetObjectItemCaseSensitive(step, "args");
 	const cJSON *a;
 	int k = 0;
@@ -1309,15 +1308,23 @@ bundle_plan_check_step(const Kclaw__TaskSpec *spec, const cJSON *scratch,
 	if (!cJSON_IsObject(step))
 		return kc_seterr(
 		    KC_EINVAL, "%s: steps[%d] must be an object", where, i);
-	if (kernel == NULL && cJSON_IsString(kind)) {
+	if (kernel == NULL) {
 		/*
-		 * A library step: its operands are named in its own fields,
-		 * which the sandbox validates; here they only count as uses.
+		 * A library step (e.g. {"matmul":{...}}): its operands are
+		 * named in its own fields, which the sandbox validates; here
+		 * they only count as uses.
 		 */
 		cJSON_ArrayForEach(a, step)
 		{
-			if (cJSON_IsString(a) && a != kind)
+			const cJSON *f;
+			if (cJSON_IsString(a))
 				bundle_plan_mark(spec, a->valuestring, used);
+			cJSON_ArrayForEach(f, a)
+			{
+				if (cJSON_IsString(f))
+					bundle_plan_mark(
+					    spec, f->valuestring, used);
+			}
 		}
 		return 0;
 	}

@@ -554,6 +554,18 @@ test_reference_plan(void)
 	    "{\"steps\":[{\"kernel\":\"add(\",\"args\":[\"y\"]}]}");
 	KT_CONTAINS(refused(dir), "'kernel' must name");
 
+	/* A library step that does not write the output leaves it unset. */
+	make_cuda_bundle(dir, NULL, NULL);
+	put_text(dir, "reference.plan.json",
+	    "{\"steps\":[{\"matmul\":{\"a\":\"x\",\"b\":\"w\","
+	    "\"d\":\"x\"}}]}");
+	KT_CONTAINS(refused(dir), "output 'y' is never passed");
+
+	make_cuda_bundle(dir, NULL, NULL);
+	put_text(dir, "reference.plan.json",
+	    "{\"steps\":[{\"kernel\":\"add(\",\"args\":[\"y\"]}]}");
+	KT_CONTAINS(refused(dir), "'kernel' must name");
+
 	make_cuda_bundle(dir, NULL, NULL);
 	put_text(dir, "reference.plan.json", "{\"steps\":[{\"kernel\":");
 	KT_CONTAINS(refused(dir), "not valid JSON");
@@ -561,8 +573,8 @@ test_reference_plan(void)
 	/* A library step's operands count as uses of the output. */
 	make_cuda_bundle(dir, NULL, NULL);
 	put_text(dir, "reference.plan.json",
-	    "{\"steps\":[{\"kind\":\"matmul\",\"a\":\"x\",\"b\":\"w\","
-	    "\"d\":\"y\"}]}");
+	    "{\"steps\":[{\"matmul\":{\"a\":\"x\",\"b\":\"w\","
+	    "\"d\":\"y\",\"m\":32,\"n\":32,\"k\":32}}]}");
 	{
 		Kclaw__TaskSpec *s = NULL;
 		KT_OK(kc_bundle_load(dir, &s));
