@@ -1,0 +1,375 @@
+/*
+ * llm.c - the client seam, configuration and the helpers every provider
+ * shares (request hash, recording names). See llm.h.
+ */
+#include "llm.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kc_err.h"
+#include "kc_util.h"
+
+struct llm_client {
+	const llm_provider_ops *ops;
+	void *state;
+};
+
+void
+llm_response_free(llm_response *r)
+{
+	if (r == NULL)
+		return;
+	free(r->content);
+	free(r->exchange_id);
+	free(r->finish_reason);
+	memset(r, 0, sizeof(*r));
+}
+
+/* ------------------------------------------------------- configuration */
+
+void
+llm_config_default(llm_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	kc_strlcpy(
+	    c->base_url, "https://api.openai.com/v1", sizeof(c->base_url));
+	c->temperature = 0.7;
+	c->max_tokens = 8192;
+	c->timeout_ms = 300000;
+	c->max_tries = 5;
+	c->backoff_ms = 1000;
+	c->backoff_max_ms = 30000;
+	c->retry_after_max_ms = 120000;
+}
+
+/* Reads a key file: the first line, surrounding white space removed. */
+static int
+llm_read_key_file(const char *path, char *dst, size_t n)
+{
+	char *text = NULL, *s, *e;
+	size_t len;
+	int rv;
+
+	if ((rv = kc_read_file(path, 64 << 10, &text, &len)) != 0)
+		return kc_seterr(rv,
+		    "cannot read the LLM API key file %s (%s); fix "
+		    "KCLAW_LLM_API_KEY_FILE or \"llm\".\"api_key_file\"",
+		    path, kc_strerror(rv));
+	for (s = text; *s != '\0' && isspace((unsigned char)*s); s++)
+		;
+	for (e = s; *e != '\0' && *e != '\n' && *e != '\r'; e++)
+		;
+	while (e > s && isspace((unsigned char)e[-1]))
+		e--;
+	*e = '\0';
+	if (!kc_strlcpy(dst, s, n)) {
+		free(text);
+		return kc_seterr(
+		    KC_EINVAL, "the API key in %s is too long", path);
+	}
+	free(text);
+	return 0;
+}
+
+static int
+llm_parse_uint(const char *name, const char *v, unsigned *out)
+{
+	char *end;
+	unsigned long x;
+
+	errno = 0;
+	x = strtoul(v, &end, 10);
+	if (errno != 0 || end == v || *end != '\0' || x > 0xffffffffUL)
+		return kc_seterr(KC_EINVAL,
+		    "%s='%s' is not a non-negative integer", name, v);
+	*out = (unsigned)x;
+	return 0;
+}
+
+static int
+llm_parse_double(const char *name, const char *v, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(v, &end);
+	if (errno != 0 || end == v || *end != '\0')
+		return kc_seterr(KC_EINVAL, "%s='%s' is not a number", name, v);
+	return 0;
+}
+
+static void
+llm_json_str(const cJSON *o, const char *key, char *dst, size_t n)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+
+	if (cJSON_IsString(v) && v->valuestring != NULL)
+		kc_strlcpy(dst, v->valuestring, n);
+}
+
+static void
+llm_json_uint(const cJSON *o, const char *key, unsigned *dst)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+
+	if (cJSON_IsNumber(v) && v->valuedouble >= 0)
+		*dst = (unsigned)v->valuedouble;
+}
+
+static int
+llm_config_json(llm_config *c, const kc_config *kc)
+{
+	char *text = NULL, key_file[KC_PATH_MAX] = "";
+	const cJSON *o, *v;
+	cJSON *root;
+	size_t len;
+	int rv;
+
+	rv = kc_read_file(kc->config_path, 1 << 20, &text, &len);
+	if (rv == KC_ENOENT) {
+		kc_clearerr();
+		return 0;
+	}
+	if (rv != 0)
+		return rv;
+	root = cJSON_ParseWithLength(text, len);
+	free(text);
+	if (root == NULL)
+		return kc_seterr(
+		    KC_EINVAL, "%s is not valid JSON; fix it", kc->config_path);
+	o = cJSON_GetObjectItemCaseSensitive(root, "llm");
+	if (o != NULL && !cJSON_IsObject(o)) {
+		cJSON_Delete(root);
+		return kc_seterr(KC_EINVAL,
+		    "%s: \"llm\" must be an object such as {\"model\": "
+		    "\"...\"}",
+		    kc->config_path);
+	}
+	if (o != NULL) {
+		llm_json_str(o, "base_url", c->base_url, sizeof(c->base_url));
+		llm_json_str(o, "model", c->model, sizeof(c->model));
+		llm_json_str(o, "api_key", c->api_key, sizeof(c->api_key));
+		llm_json_str(o, "api_key_file", key_file, sizeof(key_file));
+		llm_json_str(o, "record", c->record_dir, sizeof(c->record_dir));
+		llm_json_str(o, "replay", c->replay_dir, sizeof(c->replay_dir));
+		v = cJSON_GetObjectItemCaseSensitive(o, "temperature");
+		if (cJSON_IsNumber(v))
+			c->temperature = v->valuedouble;
+		llm_json_uint(o, "max_tokens", &c->max_tokens);
+		llm_json_uint(o, "timeout_ms", &c->timeout_ms);
+		llm_json_uint(o, "max_tries", &c->max_tries);
+		llm_json_uint(o, "backoff_ms", &c->backoff_ms);
+		v = cJSON_GetObjectItemCaseSensitive(o, "replay_strict");
+		if (cJSON_IsBool(v))
+			c->replay_strict = cJSON_IsTrue(v);
+	}
+	cJSON_Delete(root);
+	if (key_file[0] != '\0')
+		return llm_read_key_file(
+		    key_file, c->api_key, sizeof(c->api_key));
+	return 0;
+}
+
+int
+llm_config_load(llm_config *c, const kc_config *kc)
+{
+	const char *v;
+	int rv;
+
+	llm_config_default(c);
+	if (kc != NULL && (rv = llm_config_json(c, kc)) != 0)
+		return rv;
+	if ((v = getenv("KCLAW_LLM_BASE_URL")) != NULL && *v != '\0')
+		kc_strlcpy(c->base_url, v, sizeof(c->base_url));
+	if ((v = getenv("KCLAW_LLM_MODEL")) != NULL && *v != '\0')
+		kc_strlcpy(c->model, v, sizeof(c->model));
+	if ((v = getenv("KCLAW_LLM_API_KEY_FILE")) != NULL && *v != '\0' &&
+	    (rv = llm_read_key_file(v, c->api_key, sizeof(c->api_key))) != 0)
+		return rv;
+	if ((v = getenv("KCLAW_LLM_API_KEY")) != NULL && *v != '\0' &&
+	    !kc_strlcpy(c->api_key, v, sizeof(c->api_key)))
+		return kc_seterr(KC_EINVAL, "KCLAW_LLM_API_KEY is too long");
+	if ((v = getenv("KCLAW_LLM_TEMPERATURE")) != NULL && *v != '\0' &&
+	    (rv = llm_parse_double(
+	         "KCLAW_LLM_TEMPERATURE", v, &c->temperature)) != 0)
+		return rv;
+	if ((v = getenv("KCLAW_LLM_MAX_TOKENS")) != NULL && *v != '\0' &&
+	    (rv = llm_parse_uint("KCLAW_LLM_MAX_TOKENS", v, &c->max_tokens)) !=
+	        0)
+		return rv;
+	if ((v = getenv("KCLAW_LLM_TIMEOUT_MS")) != NULL && *v != '\0' &&
+	    (rv = llm_parse_uint("KCLAW_LLM_TIMEOUT_MS", v, &c->timeout_ms)) !=
+	        0)
+		return rv;
+	if ((v = getenv("KCLAW_LLM_MAX_TRIES")) != NULL && *v != '\0' &&
+	    (rv = llm_parse_uint("KCLAW_LLM_MAX_TRIES", v, &c->max_tries)) != 0)
+		return rv;
+	if ((v = getenv("KCLAW_LLM_BACKOFF_MS")) != NULL && *v != '\0' &&
+	    (rv = llm_parse_uint("KCLAW_LLM_BACKOFF_MS", v, &c->backoff_ms)) !=
+	        0)
+		return rv;
+	if ((v = getenv("KCLAW_LLM_RECORD")) != NULL && *v != '\0')
+		kc_strlcpy(c->record_dir, v, sizeof(c->record_dir));
+	if ((v = getenv("KCLAW_LLM_REPLAY")) != NULL && *v != '\0')
+		kc_strlcpy(c->replay_dir, v, sizeof(c->replay_dir));
+	if ((v = getenv("KCLAW_LLM_REPLAY_STRICT")) != NULL && *v != '\0')
+		c->replay_strict = strcmp(v, "0") != 0;
+	if (c->max_tries == 0)
+		c->max_tries = 1;
+	if (c->timeout_ms == 0)
+		return kc_seterr(KC_EINVAL,
+		    "the LLM timeout must be positive (KCLAW_LLM_TIMEOUT_MS)");
+	return 0;
+}
+
+/* -------------------------------------------------------------- client */
+
+int
+llm_client_new(llm_client **out, const llm_provider_ops *ops, void *state)
+{
+	llm_client *c;
+
+	if ((c = calloc(1, sizeof(*c))) == NULL) {
+		ops->close(state);
+		return KC_ENOMEM;
+	}
+	c->ops = ops;
+	c->state = state;
+	*out = c;
+	return 0;
+}
+
+int
+llm_open(llm_client **out, const llm_config *cfg)
+{
+	llm_client *http;
+	int rv;
+
+	if (cfg->replay_dir[0] != '\0')
+		return llm_replay_open(
+		    out, cfg->replay_dir, cfg->replay_strict);
+	if ((rv = llm_http_open(&http, cfg)) != 0)
+		return rv;
+	if (cfg->record_dir[0] == '\0') {
+		*out = http;
+		return 0;
+	}
+	return llm_record_open(out, http, cfg->record_dir, cfg);
+}
+
+const char *
+llm_provider_name(const llm_client *c)
+{
+	return c->ops->name;
+}
+
+int
+llm_chat(llm_client *c, const llm_request *req, llm_response *resp)
+{
+	memset(resp, 0, sizeof(*resp));
+	if (req->nmessages == 0)
+		return kc_seterr(KC_EINVAL, "an LLM request needs a message");
+	return c->ops->chat(c->state, req, resp);
+}
+
+void
+llm_close(llm_client *c)
+{
+	if (c == NULL)
+		return;
+	c->ops->close(c->state);
+	free(c);
+}
+
+/* ------------------------------------------------------------- helpers */
+
+int
+llm_request_hash(const llm_request *req, char out[65])
+{
+	cJSON *arr, *m;
+	char *text;
+	size_t i;
+
+	if ((arr = cJSON_CreateArray()) == NULL)
+		return KC_ENOMEM;
+	for (i = 0; i < req->nmessages; i++) {
+		if ((m = cJSON_CreateObject()) == NULL ||
+		    !cJSON_AddItemToArray(arr, m) ||
+		    cJSON_AddStringToObject(m, "role", req->messages[i].role) ==
+		        NULL ||
+		    cJSON_AddStringToObject(
+		        m, "content", req->messages[i].content) == NULL) {
+			cJSON_Delete(arr);
+			return KC_ENOMEM;
+		}
+	}
+	text = cJSON_PrintUnformatted(arr);
+	cJSON_Delete(arr);
+	if (text == NULL)
+		return KC_ENOMEM;
+	kc_sha256_hex(text, strlen(text), out);
+	cJSON_free(text);
+	return 0;
+}
+
+int
+llm_recording_name(const llm_request *req, char *out, size_t n)
+{
+	kc_str s = {0};
+	const char *p, *start;
+	char hash[65];
+	size_t i, clen;
+	int rv;
+
+	if (req->key == NULL || req->key[0] == '\0') {
+		if ((rv = llm_request_hash(req, hash)) != 0)
+			return rv;
+		snprintf(out, n, "by-hash/%s", hash);
+		return 0;
+	}
+	for (p = req->key;;) {
+		start = p;
+		while (*p != '\0' && *p != '/')
+			p++;
+		clen = (size_t)(p - start);
+		if (clen == 0 || (clen == 1 && start[0] == '.') ||
+		    (clen == 2 && start[0] == '.' && start[1] == '.')) {
+			kc_str_free(&s);
+			return kc_seterr(KC_EINVAL,
+			    "replay key '%s' has an empty, '.' or '..' part; "
+			    "use \"<task>/<role>/<n>\"",
+			    req->key);
+		}
+		if (s.len > 0 && (rv = kc_str_append(&s, "/")) != 0)
+			goto fail;
+		for (i = 0; i < clen; i++) {
+			char ch = start[i];
+			if (!isalnum((unsigned char)ch) && ch != '.' &&
+			    ch != '_' && ch != '-')
+				ch = '_';
+			if ((rv = kc_str_appendn(&s, &ch, 1)) != 0)
+				goto fail;
+		}
+		if (*p == '\0')
+			break;
+		p++;
+	}
+	if (req->attempt > 0 &&
+	    (rv = kc_str_printf(&s, ".reask%u", req->attempt)) != 0)
+		goto fail;
+	if (!kc_strlcpy(out, s.buf, n)) {
+		kc_str_free(&s);
+		return kc_seterr(
+		    KC_ENOSPC, "replay key '%s' is too long", req->key);
+	}
+	kc_str_free(&s);
+	return 0;
+fail:
+	kc_str_free(&s);
+	return rv;
+}
