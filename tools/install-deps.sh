@@ -3,31 +3,46 @@
 # says clearly what it could not find. Safe to run again: it installs only
 # what is missing.
 set -u
+cd "$(dirname "$0")/.."
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
 PKGS="build-essential cmake pkg-config clang clang-format libnng-dev \
 libprotobuf-c-dev protobuf-c-compiler librocksdb-dev libcurl4-openssl-dev \
 libcjson-dev python3 procps"
+# Optional: only the dashboard's browser test needs it (skipped without).
+OPT_PKGS="chromium"
+
+is_installed() {
+	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
 
 missing=""
 for p in $PKGS; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
-		missing="$missing $p"
+	is_installed "$p" || missing="$missing $p"
+done
+opt_missing=""
+for p in $OPT_PKGS; do
+	is_installed "$p" || opt_missing="$opt_missing $p"
 done
 
-if [ -n "$missing" ]; then
-	SUDO=""
-	[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-	echo "install-deps: installing:$missing"
-	if ! { $SUDO apt-get update -qq &&
-		DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing; } >/tmp/kclaw-apt.log 2>&1; then
-		echo "install-deps: apt-get failed; see /tmp/kclaw-apt.log" >&2
-		tail -5 /tmp/kclaw-apt.log >&2
-	fi
+if [ -n "$missing$opt_missing" ]; then
+	echo "install-deps: installing:$missing$opt_missing"
+	$SUDO apt-get update -qq >/tmp/kclaw-apt.log 2>&1
 fi
+if [ -n "$missing" ] && ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+	--no-install-recommends $missing >>/tmp/kclaw-apt.log 2>&1; then
+	echo "install-deps: apt-get failed; see /tmp/kclaw-apt.log" >&2
+	tail -5 /tmp/kclaw-apt.log >&2
+fi
+for p in $opt_missing; do
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+		--no-install-recommends "$p" >>/tmp/kclaw-apt.log 2>&1
+done
 
 fail=0
 for p in $PKGS; do
-	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+	if ! is_installed "$p"; then
 		echo "install-deps: MISSING package $p (apt-get install $p)" >&2
 		fail=1
 	fi
@@ -45,6 +60,22 @@ done
 if [ ! -e "$CUDA/include/cupti.h" ] && [ ! -e "$CUDA/extras/CUPTI/include/cupti.h" ]; then
 	echo "install-deps: MISSING CUPTI (part of the CUDA toolkit) under $CUDA" >&2
 	fail=1
+fi
+
+for p in $OPT_PKGS; do
+	is_installed "$p" ||
+		echo "install-deps: optional package $p is missing; the dashboard browser test will be skipped" >&2
+done
+
+# Node.js runs the dashboard's browser test (Playwright driving Debian's
+# chromium). Without it that one test is skipped, not failed.
+if ! command -v npm >/dev/null 2>&1; then
+	$SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/tmp/kclaw-apt-node.log 2>&1 ||
+		echo "install-deps: could not install nodejs/npm; the dashboard browser test will be skipped" >&2
+fi
+if command -v npm >/dev/null 2>&1 && [ ! -d tests/monitor/node_modules/playwright-core ]; then
+	(cd tests/monitor && timeout 300 npm ci --no-audit --no-fund >/tmp/kclaw-npm.log 2>&1) ||
+		echo "install-deps: npm could not install playwright-core (see /tmp/kclaw-npm.log); the dashboard browser test will be skipped" >&2
 fi
 
 if [ "$fail" -ne 0 ]; then
