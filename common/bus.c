@@ -87,6 +87,9 @@ bus_pub_open(bus_pub **out, const char *url)
 		return bus_err(nrv, "cannot open PUB for", url);
 	}
 	bus_limits(p->sock, 0);
+	/* Deep queues: a monitor busy for a moment should not lose events
+	 * (it could recover them from the log, but need not). */
+	nng_socket_set_int(p->sock, NNG_OPT_SENDBUF, 1024);
 	if ((rv = bus_listen(p->sock, url)) != 0) {
 		nng_close(p->sock);
 		free(p);
@@ -142,6 +145,7 @@ bus_sub_open(bus_sub **out, const char *url, size_t max_msg)
 		return bus_err(nrv, "cannot open SUB for", url);
 	}
 	bus_limits(s->sock, max_msg);
+	nng_socket_set_int(s->sock, NNG_OPT_RECVBUF, 1024);
 	if ((rv = bus_dial(s->sock, url)) != 0) {
 		nng_close(s->sock);
 		free(s);

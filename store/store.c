@@ -381,7 +381,7 @@ store_last_key(store *s, store_cf cf, const void *prefix, size_t plen,
 int
 store_blob_put(store *s, const void *data, size_t len, char hash[65])
 {
-	void *old;
+	void *old = NULL;
 	size_t olen;
 
 	kc_sha256_hex(data, len, hash);
