@@ -1,0 +1,273 @@
+#include "npy.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kc_err.h"
+#include "kc_util.h"
+
+static const struct {
+	Kclaw__DType dtype;
+	const char *descr; /* NumPy's dtype.str, little-endian */
+	size_t size;
+} npy_types[] = {
+    {KCLAW__DTYPE__F32, "<f4", 4},
+    {KCLAW__DTYPE__F16, "<f2", 2},
+    {KCLAW__DTYPE__BF16, "<V2", 2},
+    {KCLAW__DTYPE__F64, "<f8", 8},
+    {KCLAW__DTYPE__I32, "<i4", 4},
+    {KCLAW__DTYPE__I64, "<i8", 8},
+    {KCLAW__DTYPE__I8, "|i1", 1},
+    {KCLAW__DTYPE__U8, "|u1", 1},
+};
+
+size_t
+kc_npy_elem_size(Kclaw__DType dtype)
+{
+	for (size_t i = 0; i < KC_ARRAY_LEN(npy_types); i++)
+		if (npy_types[i].dtype == dtype)
+			return npy_types[i].size;
+	return 0;
+}
+
+/* Finds the value text after 'key': in a Python dict literal. */
+static const char *
+npy_dict_value(const char *hdr, const char *key)
+{
+	char pat[32];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "'%s'", key);
+	if ((p = strstr(hdr, pat)) == NULL)
+		return NULL;
+	p += strlen(pat);
+	while (*p == ' ' || *p == ':')
+		p++;
+	return p;
+}
+
+static int
+npy_parse_descr(const char *v, const char *what, Kclaw__DType *dtype)
+{
+	char d[16];
+	size_t n = 0;
+
+	if (*v != '\'' && *v != '"')
+		return kc_seterr(KC_EINVAL,
+		    "%s: dtype is not a simple type (structured arrays are "
+		    "not supported)",
+		    what);
+	v++;
+	while (*v && *v != '\'' && *v != '"' && n + 1 < sizeof(d))
+		d[n++] = *v++;
+	d[n] = '\0';
+	/* '=' is native order, which is little-endian on every GPU host. */
+	if (d[0] == '=')
+		d[0] = '<';
+	if (d[0] == '>' && strcmp(d + 1, "i1") != 0 && strcmp(d + 1, "u1") != 0)
+		return kc_seterr(KC_EINVAL,
+		    "%s: big-endian data ('%s') is not supported; save it "
+		    "with arr.astype(arr.dtype.newbyteorder('<'))",
+		    what, d);
+	for (size_t i = 0; i < KC_ARRAY_LEN(npy_types); i++) {
+		const char *t = npy_types[i].descr;
+		if (strcmp(t + 1, d + 1) == 0) {
+			*dtype = npy_types[i].dtype;
+			return 0;
+		}
+	}
+	return kc_seterr(KC_EINVAL,
+	    "%s: dtype '%s' is not supported; use float32, float16, float64, "
+	    "int32, int64, int8 or uint8",
+	    what, d);
+}
+
+int
+kc_npy_parse(const void *buf, size_t len, const char *what, kc_npy *out)
+{
+	const unsigned char *b = buf;
+	size_t hlen, off, need;
+	char *hdr = NULL;
+	const char *v;
+	kc_npy a = {0};
+	int rv;
+
+	memset(out, 0, sizeof(*out));
+	if (len < 10 || memcmp(b, "\x93NUMPY", 6) != 0)
+		return kc_seterr(KC_EINVAL,
+		    "%s: not a .npy file (magic \\x93NUMPY missing)", what);
+	if (b[6] == 1) {
+		hlen = (size_t)b[8] | (size_t)b[9] << 8;
+		off = 10;
+	} else if (b[6] == 2 || b[6] == 3) {
+		if (len < 12)
+			return kc_seterr(
+			    KC_EINVAL, "%s: truncated header", what);
+		hlen = (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 |
+		    (size_t)b[11] << 24;
+		off = 12;
+	} else {
+		return kc_seterr(KC_EINVAL,
+		    "%s: .npy version %d.%d is not supported", what, b[6],
+		    b[7]);
+	}
+	if (hlen > len - off)
+		return kc_seterr(KC_EINVAL, "%s: truncated header", what);
+	if ((hdr = malloc(hlen + 1)) == NULL)
+		return KC_ENOMEM;
+	memcpy(hdr, b + off, hlen);
+	hdr[hlen] = '\0';
+	off += hlen;
+
+	if ((v = npy_dict_value(hdr, "descr")) == NULL) {
+		rv = kc_seterr(KC_EINVAL, "%s: header has no 'descr'", what);
+		goto fail;
+	}
+	if ((rv = npy_parse_descr(v, what, &a.dtype)) != 0)
+		goto fail;
+	if ((v = npy_dict_value(hdr, "fortran_order")) == NULL ||
+	    strncmp(v, "False", 5) != 0) {
+		rv = kc_seterr(KC_EINVAL,
+		    "%s: Fortran-ordered arrays are not supported; save "
+		    "np.ascontiguousarray(arr)",
+		    what);
+		goto fail;
+	}
+	if ((v = npy_dict_value(hdr, "shape")) == NULL || *v != '(') {
+		rv = kc_seterr(KC_EINVAL, "%s: header has no 'shape'", what);
+		goto fail;
+	}
+	v++;
+	a.count = 1;
+	for (;;) {
+		char *end;
+		long long d;
+
+		while (*v == ' ' || *v == ',')
+			v++;
+		if (*v == ')')
+			break;
+		if (!isdigit((unsigned char)*v)) {
+			rv = kc_seterr(KC_EINVAL, "%s: malformed shape", what);
+			goto fail;
+		}
+		d = strtoll(v, &end, 10);
+		v = end;
+		if (a.ndim == KC_NPY_MAX_DIMS) {
+			rv = kc_seterr(KC_EINVAL, "%s: more than %d dimensions",
+			    what, KC_NPY_MAX_DIMS);
+			goto fail;
+		}
+		a.shape[a.ndim++] = d;
+		if (d != 0 && a.count > SIZE_MAX / (size_t)d) {
+			rv = kc_seterr(KC_EINVAL, "%s: shape overflows", what);
+			goto fail;
+		}
+		a.count *= (size_t)d;
+		while (*v == ' ')
+			v++;
+		if (*v == 'L')
+			v++;
+	}
+	a.elem_size = kc_npy_elem_size(a.dtype);
+	if (a.count > SIZE_MAX / a.elem_size) {
+		rv = kc_seterr(KC_EINVAL, "%s: shape overflows", what);
+		goto fail;
+	}
+	need = a.count * a.elem_size;
+	if (len - off < need) {
+		rv = kc_seterr(KC_EINVAL,
+		    "%s: truncated data: %zu bytes for %zu elements of %zu "
+		    "bytes",
+		    what, len - off, a.count, a.elem_size);
+		goto fail;
+	}
+	if ((a.data = malloc(need ? need : 1)) == NULL) {
+		rv = KC_ENOMEM;
+		goto fail;
+	}
+	memcpy(a.data, b + off, need);
+	free(hdr);
+	*out = a;
+	return 0;
+fail:
+	free(hdr);
+	return rv;
+}
+
+int
+kc_npy_read(const char *path, size_t max_len, kc_npy *out)
+{
+	char *buf;
+	size_t len;
+	int rv;
+
+	if ((rv = kc_read_file(path, max_len, &buf, &len)) != 0)
+		return rv;
+	rv = kc_npy_parse(buf, len, path, out);
+	free(buf);
+	return rv;
+}
+
+int
+kc_npy_encode(const kc_npy *arr, void **buf, size_t *len)
+{
+	char hdr[256];
+	const char *descr = NULL;
+	size_t n, total, data_len;
+	unsigned char *b;
+
+	for (size_t i = 0; i < KC_ARRAY_LEN(npy_types); i++)
+		if (npy_types[i].dtype == arr->dtype)
+			descr = npy_types[i].descr;
+	if (descr == NULL || arr->ndim < 0 || arr->ndim > KC_NPY_MAX_DIMS)
+		return kc_seterr(KC_EINVAL, "npy: bad dtype or rank");
+	n = (size_t)snprintf(hdr, sizeof(hdr),
+	    "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+	for (int i = 0; i < arr->ndim; i++)
+		n += (size_t)snprintf(hdr + n, sizeof(hdr) - n, "%lld,%s",
+		    (long long)arr->shape[i], i + 1 < arr->ndim ? " " : "");
+	n += (size_t)snprintf(hdr + n, sizeof(hdr) - n, "), }");
+	/* Pad with spaces so data starts 64-byte aligned; end with '\n'. */
+	while ((10 + n + 1) % 64 != 0)
+		hdr[n++] = ' ';
+	hdr[n++] = '\n';
+	data_len = arr->count * kc_npy_elem_size(arr->dtype);
+	total = 10 + n + data_len;
+	if ((b = malloc(total)) == NULL)
+		return KC_ENOMEM;
+	memcpy(b, "\x93NUMPY\x01\x00", 8);
+	b[8] = (unsigned char)(n & 0xff);
+	b[9] = (unsigned char)(n >> 8);
+	memcpy(b + 10, hdr, n);
+	if (data_len)
+		memcpy(b + 10 + n, arr->data, data_len);
+	*buf = b;
+	*len = total;
+	return 0;
+}
+
+int
+kc_npy_write(const char *path, const kc_npy *arr)
+{
+	void *buf;
+	size_t len;
+	int rv;
+
+	if ((rv = kc_npy_encode(arr, &buf, &len)) != 0)
+		return rv;
+	rv = kc_write_file(path, buf, len);
+	free(buf);
+	return rv;
+}
+
+void
+kc_npy_free(kc_npy *arr)
+{
+	if (arr == NULL)
+		return;
+	free(arr->data);
+	memset(arr, 0, sizeof(*arr));
+}

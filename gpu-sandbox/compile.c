@@ -1,0 +1,388 @@
+/*
+ * compile.c - NVRTC, the PTX signature reader and the compile cache.
+ */
+#include "compile.h"
+
+#include <nvrtc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kc_err.h"
+#include "kc_log.h"
+#include "kc_util.h"
+
+#ifndef SBX_CUDA_INCLUDE
+#define SBX_CUDA_INCLUDE "/usr/local/cuda/include"
+#endif
+
+#define COMPILE_MAX_ARTIFACT (256u << 20)
+
+const char *
+sbx_cuda_include_dir(void)
+{
+	static char dir[1024];
+	const char *home;
+	struct stat st;
+
+	if (dir[0] != '\0')
+		return dir;
+	if ((home = getenv("CUDA_HOME")) != NULL ||
+	    (home = getenv("CUDA_PATH")) != NULL) {
+		snprintf(dir, sizeof(dir), "%s/include/cuda_runtime.h", home);
+		if (stat(dir, &st) == 0) {
+			snprintf(dir, sizeof(dir), "%s/include", home);
+			return dir;
+		}
+	}
+	snprintf(dir, sizeof(dir), "%s", SBX_CUDA_INCLUDE);
+	if (stat(dir, &st) != 0)
+		snprintf(dir, sizeof(dir), "/usr/local/cuda/include");
+	return dir;
+}
+
+/* ---- PTX signatures ---- */
+
+static uint32_t
+ptx_param_size(const char *decl, const char *end)
+{
+	const char *b;
+
+	/* ".param .align 8 .b8 name[24]": an aggregate of 24 bytes. */
+	if ((b = memchr(decl, '[', (size_t)(end - decl))) != NULL)
+		return (uint32_t)strtoul(b + 1, NULL, 10);
+	if (strstr(decl, "64") != NULL && strstr(decl, "64") < end)
+		return 8;
+	if (strstr(decl, "32") != NULL && strstr(decl, "32") < end)
+		return 4;
+	if (strstr(decl, "16") != NULL && strstr(decl, "16") < end)
+		return 2;
+	return 1;
+}
+
+int
+sbx_ptx_signatures(const char *ptx, sbx_sig **sigs, size_t *nsigs)
+{
+	size_t n = 0, cap = 8;
+	sbx_sig *out = calloc(cap, sizeof(*out));
+	const char *p = ptx;
+
+	if (out == NULL)
+		return KC_ENOMEM;
+	while ((p = strstr(p, ".entry ")) != NULL) {
+		const char *name = p + 7, *open, *close;
+		sbx_sig *s;
+		size_t len;
+
+		while (*name == ' ')
+			name++;
+		if ((open = strchr(name, '(')) == NULL)
+			break;
+		close = strchr(open, ')');
+		if (close == NULL)
+			break;
+		len = (size_t)(open - name);
+		while (
+		    len > 0 && (name[len - 1] == ' ' || name[len - 1] == '\n'))
+			len--;
+		if (n == cap) {
+			sbx_sig *g = realloc(out, 2 * cap * sizeof(*out));
+			if (g == NULL) {
+				free(out);
+				return KC_ENOMEM;
+			}
+			out = g;
+			memset(out + cap, 0, cap * sizeof(*out));
+			cap *= 2;
+		}
+		s = &out[n++];
+		snprintf(s->name, sizeof(s->name), "%.*s", (int)len, name);
+		for (const char *q = open; q != NULL && q < close;) {
+			const char *decl = strstr(q, ".param");
+			const char *end;
+			if (decl == NULL || decl > close)
+				break;
+			end = strchr(decl, ',');
+			if (end == NULL || end > close)
+				end = close;
+			if (s->nparams < SBX_MAX_ARGS)
+				s->sizes[s->nparams++] =
+				    ptx_param_size(decl, end);
+			q = end + 1;
+		}
+		p = close;
+	}
+	*sigs = out;
+	*nsigs = n;
+	return 0;
+}
+
+/* ---- ptxas -v log ---- */
+
+int
+sbx_ptxas_parse(const char *log, sbx_ptxas_info **info, size_t *ninfo)
+{
+	size_t n = 0, cap = 8;
+	sbx_ptxas_info *out = calloc(cap, sizeof(*out)), *cur = NULL;
+	const char *line = log;
+
+	if (out == NULL)
+		return KC_ENOMEM;
+	while (line != NULL && *line != '\0') {
+		const char *nl = strchr(line, '\n'), *q;
+		char name[SBX_NAME_MAX];
+
+		if (sscanf(line,
+		        "ptxas info : Compiling entry function '%127[^']'",
+		        name) == 1 ||
+		    sscanf(line,
+		        "ptxas info    : Compiling entry function '%127[^']'",
+		        name) == 1) {
+			if (n == cap) {
+				sbx_ptxas_info *g =
+				    realloc(out, 2 * cap * sizeof(*out));
+				if (g == NULL) {
+					free(out);
+					return KC_ENOMEM;
+				}
+				out = g;
+				cap *= 2;
+			}
+			cur = &out[n++];
+			memset(cur, 0, sizeof(*cur));
+			snprintf(cur->name, sizeof(cur->name), "%s", name);
+		} else if (cur != NULL) {
+			if ((q = strstr(line, "bytes stack frame")) != NULL &&
+			    (nl == NULL || q < nl)) {
+				const char *s = strstr(line, ".");
+				int a = 0, b = 0, c = 0;
+				if (s != NULL &&
+				    sscanf(s + 1,
+				        " %d bytes stack frame, %d bytes spill "
+				        "stores, %d bytes spill loads",
+				        &a, &b, &c) == 3) {
+					cur->stack_bytes = a;
+					cur->spill_store_bytes = b;
+					cur->spill_load_bytes = c;
+				}
+			}
+			if ((q = strstr(line, "Used ")) != NULL &&
+			    (nl == NULL || q < nl)) {
+				const char *sm = strstr(q, " bytes smem");
+				const char *cm = strstr(q, " bytes cmem[0]");
+				cur->registers = atoi(q + 5);
+				if (sm != NULL && (nl == NULL || sm < nl)) {
+					const char *b = sm;
+					while (b > q && b[-1] != ' ')
+						b--;
+					cur->shared_bytes = atoi(b);
+				}
+				if (cm != NULL && (nl == NULL || cm < nl)) {
+					const char *b = cm;
+					while (b > q && b[-1] != ' ')
+						b--;
+					cur->const_bytes = atoi(b);
+				}
+			}
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+	*info = out;
+	*ninfo = n;
+	return 0;
+}
+
+/* ---- NVRTC ---- */
+
+static int
+compile_nvrtc(const char *source, const char *arch, sbx_compiled *out)
+{
+	char arch_opt[64], inc[1100], inc_cccl[1100];
+	const char *opts[8];
+	int nopts = 0;
+	nvrtcProgram prog;
+	nvrtcResult r;
+	size_t n;
+	int rv = 0;
+
+	snprintf(arch_opt, sizeof(arch_opt), "-arch=%s", arch);
+	snprintf(inc, sizeof(inc), "-I%s", sbx_cuda_include_dir());
+	snprintf(
+	    inc_cccl, sizeof(inc_cccl), "-I%s/cccl", sbx_cuda_include_dir());
+	opts[nopts++] = arch_opt;
+	opts[nopts++] = "--ptxas-options=-v";
+	opts[nopts++] = "-lineinfo";
+	opts[nopts++] = "--std=c++17";
+	opts[nopts++] = inc;
+	opts[nopts++] = inc_cccl;
+	opts[nopts++] = "-DKCLAW_SANDBOX=1";
+
+	r = nvrtcCreateProgram(&prog, source, "kernel.cu", 0, NULL, NULL);
+	if (r != NVRTC_SUCCESS)
+		return kc_seterr(
+		    KC_ECUDA, "nvrtcCreateProgram: %s", nvrtcGetErrorString(r));
+	r = nvrtcCompileProgram(prog, nopts, opts);
+	if (nvrtcGetProgramLogSize(prog, &n) == NVRTC_SUCCESS &&
+	    (out->log = malloc(n + 1)) != NULL) {
+		nvrtcGetProgramLog(prog, out->log);
+		out->log[n] = '\0';
+	}
+	if (r == NVRTC_ERROR_COMPILATION) {
+		rv = kc_seterr(
+		    KC_EINVAL, "kernel.cu does not compile for %s", arch);
+		goto out;
+	}
+	if (r == NVRTC_ERROR_INVALID_OPTION) {
+		rv = kc_seterr(KC_EINVAL,
+		    "NVRTC refused architecture '%s'; use sm_XX, e.g. sm_90",
+		    arch);
+		goto out;
+	}
+	if (r != NVRTC_SUCCESS) {
+		rv = kc_seterr(KC_ECUDA, "nvrtcCompileProgram: %s",
+		    nvrtcGetErrorString(r));
+		goto out;
+	}
+	if (nvrtcGetCUBINSize(prog, &out->cubin_len) != NVRTC_SUCCESS ||
+	    out->cubin_len == 0) {
+		rv = kc_seterr(KC_EINVAL,
+		    "NVRTC made no CUBIN for '%s'; use a real architecture "
+		    "(sm_XX), not a virtual one (compute_XX)",
+		    arch);
+		goto out;
+	}
+	if ((out->cubin = malloc(out->cubin_len)) == NULL) {
+		rv = KC_ENOMEM;
+		goto out;
+	}
+	nvrtcGetCUBIN(prog, out->cubin);
+	if (nvrtcGetPTXSize(prog, &n) == NVRTC_SUCCESS &&
+	    (out->ptx = malloc(n + 1)) != NULL) {
+		nvrtcGetPTX(prog, out->ptx);
+		out->ptx[n] = '\0';
+	}
+out:
+	nvrtcDestroyProgram(&prog);
+	return rv;
+}
+
+/* ---- the cache ---- */
+
+static void
+compile_key(const char *source, const char *arch, char key[65])
+{
+	kc_str s = {0};
+	int major = 0, minor = 0;
+
+	nvrtcVersion(&major, &minor);
+	/* The options are fixed in compile_nvrtc; bump v1 when they change. */
+	kc_str_printf(&s, "v1\n%s\nnvrtc %d.%d\n%s\n", arch, major, minor,
+	    sbx_cuda_include_dir());
+	kc_str_append(&s, source);
+	kc_sha256_hex(s.buf ? s.buf : "", s.len, key);
+	kc_str_free(&s);
+}
+
+static int
+compile_cache_read(const char *dir, const char *key, sbx_compiled *out)
+{
+	char path[1200];
+	size_t len;
+	char *buf;
+
+	snprintf(path, sizeof(path), "%s/%s.cubin", dir, key);
+	if (kc_read_file(path, COMPILE_MAX_ARTIFACT, &buf, &len) != 0)
+		return -1;
+	out->cubin = buf;
+	out->cubin_len = len;
+	snprintf(path, sizeof(path), "%s/%s.ptx", dir, key);
+	if (kc_read_file(path, COMPILE_MAX_ARTIFACT, &out->ptx, &len) != 0)
+		goto miss;
+	snprintf(path, sizeof(path), "%s/%s.log", dir, key);
+	if (kc_read_file(path, COMPILE_MAX_ARTIFACT, &out->log, &len) != 0)
+		goto miss;
+	return 0;
+miss:
+	free(out->cubin);
+	free(out->ptx);
+	out->cubin = out->ptx = NULL;
+	return -1;
+}
+
+static void
+compile_cache_write(const char *dir, const char *key, const sbx_compiled *c)
+{
+	char path[1200];
+
+	if (kc_mkdirs(dir, 0700) != 0)
+		return;
+	snprintf(path, sizeof(path), "%s/%s.ptx", dir, key);
+	kc_write_file(path, c->ptx ? c->ptx : "", c->ptx ? strlen(c->ptx) : 0);
+	snprintf(path, sizeof(path), "%s/%s.log", dir, key);
+	kc_write_file(path, c->log ? c->log : "", c->log ? strlen(c->log) : 0);
+	/* The CUBIN last: its presence marks a complete entry. */
+	snprintf(path, sizeof(path), "%s/%s.cubin", dir, key);
+	if (kc_write_file(path, c->cubin, c->cubin_len) != 0)
+		KC_WARN(
+		    "compile cache: cannot write %s: %s", path, kc_lasterr());
+}
+
+int
+sbx_compile(const char *source, const char *arch, const char *cache_dir,
+    sbx_compiled *out)
+{
+	uint64_t t0 = kc_mono_ns();
+	char key[65];
+	int rv;
+
+	memset(out, 0, sizeof(*out));
+	snprintf(out->arch, sizeof(out->arch), "%s", arch);
+	if (strncmp(arch, "sm_", 3) != 0 || strlen(arch) > 8) {
+		out->log = strdup("");
+		return kc_seterr(KC_EINVAL,
+		    "architecture '%s' is not a real GPU architecture; use "
+		    "sm_XX, e.g. sm_90",
+		    arch);
+	}
+	compile_key(source, arch, key);
+	if (cache_dir != NULL && compile_cache_read(cache_dir, key, out) == 0) {
+		out->cached = 1;
+	} else {
+		rv = compile_nvrtc(source, arch, out);
+		if (out->log == NULL)
+			out->log = strdup("");
+		if (rv != 0) {
+			out->ms = (double)(kc_mono_ns() - t0) / 1e6;
+			return rv;
+		}
+		if (cache_dir != NULL)
+			compile_cache_write(cache_dir, key, out);
+	}
+	if ((rv = sbx_ptx_signatures(
+	         out->ptx ? out->ptx : "", &out->sigs, &out->nsigs)) != 0)
+		return rv;
+	if ((rv = sbx_ptxas_parse(out->log, &out->info, &out->ninfo)) != 0)
+		return rv;
+	for (size_t i = 0; i < out->nsigs; i++)
+		for (size_t j = 0; j < out->ninfo; j++)
+			if (strcmp(out->sigs[i].name, out->info[j].name) == 0)
+				out->sigs[i].shared_static =
+				    out->info[j].shared_bytes;
+	out->ms = (double)(kc_mono_ns() - t0) / 1e6;
+	return 0;
+}
+
+void
+sbx_compiled_free(sbx_compiled *c)
+{
+	if (c == NULL)
+		return;
+	free(c->log);
+	free(c->cubin);
+	free(c->ptx);
+	free(c->sigs);
+	free(c->info);
+	memset(c, 0, sizeof(*c));
+}

@@ -1,0 +1,1448 @@
+/*
+ * eval.c - the CUDA backend: compile, load, check the plan, verify, time
+ * and profile one candidate (DESIGN.md "The reviewer", steps 1-6).
+ *
+ * Order of an evaluation, and why:
+ *  1. compile (NVRTC, cached) and read the kernels' resources;
+ *  2. load the module, check the plan against the kernels and the device;
+ *  3. make every trial's inputs on the device (own generator kernels, so a
+ *     64M-element task costs milliseconds, not seconds), keep them in
+ *     "stash" buffers, and compute every trial's expected outputs (the
+ *     `cuda` reference run here, or the `tensors` reference's .npy files);
+ *     the expected outputs then live only in host pages that are made
+ *     inaccessible (PROT_NONE) whenever the candidate runs, and the device
+ *     buffers the reference wrote are poisoned again;
+ *  4. per trial: copy the trial's inputs in, poison outputs and scratch
+ *     with NaN (all-ones bytes), hash inputs and parameters, run, hash
+ *     again, copy the outputs out and compare on the host;
+ *  5. time: warm-up, then N iterations each between two events, the L2
+ *     flushed and the next trial's inputs copied in before each (outside
+ *     the events), some iterations' outputs checked again;
+ *  6. profile on request; time the `cuda` reference the same way.
+ * A sticky CUDA error (a kernel fault) ends the evaluation with
+ * RUNTIME_FAULT and *fatal set: the child exits and a fresh one starts.
+ */
+#include <cuda.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "compile.h"
+#include "cu.h"
+#include "gpu.h"
+#include "kc_err.h"
+#include "kc_log.h"
+#include "kc_util.h"
+#include "npy.h"
+#include "plan.h"
+#include "sandbox.h"
+#include "verify.h"
+
+#define EV_MAX_TRIALS 16
+#define EV_MAX_ITERS 2000
+#define EV_DEFAULT_WARMUP 5
+#define EV_DEFAULT_ITERS 50
+#define EV_DEFAULT_TRIALS 3
+#define EV_SPOT_CHECKS 2
+#define EV_LT_WORKSPACE (32u << 20)
+#define EV_MAX_NPY ((size_t)8 << 30)
+
+/* Distribution codes of the generator kernels (helpers_cu.c). */
+enum {
+	GEN_NORMAL = 1,
+	GEN_UNIFORM = 2,
+	GEN_STUDENT_T = 3,
+	GEN_ZEROS = 4,
+	GEN_ONES = 5,
+	GEN_ARANGE = 6,
+	GEN_RANDINT = 7
+};
+
+typedef struct {
+	sbx_cu cu;
+	int have_device;
+	char nodev_reason[512];
+	CUdevice dev;
+	CUcontext ctx;
+	CUstream stream;
+	sbx_limits lim;
+	int sms, max_threads_sm, l2_bytes;
+	char name[256];
+	char arch[16];
+	char cache_dir[1024];
+	char arch_override[16];
+	CUmodule helpers;
+	CUfunction gen[9]; /* by Kclaw__DType */
+	CUfunction hash;
+	CUdeviceptr flush, hash_out, lt_work;
+	size_t flush_bytes;
+	void *pinned;
+	size_t pinned_bytes;
+	CUevent ev[2 * EV_MAX_ITERS + 2];
+	int nthreads;
+	sbx_lt *lt;
+} gpu;
+
+/* One program (the candidate or the `cuda` reference) ready to run. */
+typedef struct {
+	const char *what; /* "candidate" or "reference" */
+	sbx_compiled comp;
+	CUmodule mod;
+	sbx_plan *plan;
+	CUfunction *funcs; /* per step */
+	CUdeviceptr *scratch;
+	size_t nscratch;
+} prog;
+
+typedef struct {
+	gpu *g;
+	const Kclaw__EvalRequest *req;
+	const Kclaw__TaskSpec *task;
+	Kclaw__EvalResult *res;
+	int *fatal;
+	unsigned trials, warmup, iters;
+	size_t nt;
+	CUdeviceptr *tdev; /* per tensor: the buffer the plans see */
+	size_t *tbytes, *tcount;
+	CUdeviceptr stash[EV_MAX_TRIALS][64];
+	void *expected[EV_MAX_TRIALS][64]; /* mmap'd host pages */
+	uint64_t hash_in[64];
+	prog cand, ref;
+	int have_ref;
+} ev;
+
+/* ---------------------------------------------------------------- errors */
+
+/*
+ * Maps a failed driver call to the result. A sticky error is a kernel
+ * fault whatever the call: RUNTIME_FAULT, and the child must exit.
+ * Others get `status` (LAUNCH_ERROR for the candidate's launches,
+ * INTERNAL_ERROR for the sandbox's own work). Returns -1 so callers can
+ * `return ev_cu(...)`.
+ */
+static int
+ev_cu(ev *e, CUresult r, Kclaw__EvalStatus status, const char *what)
+{
+	const char *name = sbx_cu_errname(&e->g->cu, r), *text = NULL;
+
+	e->g->cu.cuGetErrorString(r, &text);
+	if (sbx_cu_sticky(r)) {
+		*e->fatal = 1;
+		sbx_result_set(&e->res->fault_name, "%s", name);
+		sbx_result_status(e->res, KCLAW__EVAL_STATUS__RUNTIME_FAULT,
+		    "%s: the GPU reported %s (%s). The kernel faulted: look "
+		    "for "
+		    "out-of-bounds or misaligned accesses, traps and failed "
+		    "asserts. The sandbox restarted its GPU process",
+		    what, name, text ? text : "");
+		return -1;
+	}
+	sbx_result_status(
+	    e->res, status, "%s: %s (%s)", what, name, text ? text : "");
+	return -1;
+}
+
+#define EV_CU(e, call, status, what)                                           \
+	do {                                                                   \
+		CUresult ev_r_ = (call);                                       \
+		if (ev_r_ != CUDA_SUCCESS)                                     \
+			return ev_cu((e), ev_r_, (status), (what));            \
+	} while (0)
+
+#define EV_INTERNAL KCLAW__EVAL_STATUS__INTERNAL_ERROR
+
+/* ------------------------------------------------------------------ init */
+
+static int
+gpu_attr(gpu *g, CUdevice_attribute a)
+{
+	int v = 0;
+
+	g->cu.cuDeviceGetAttribute(&v, a, g->dev);
+	return v;
+}
+
+static int
+gpu_load_helpers(gpu *g)
+{
+	static const char *gen_names[9] = {NULL, "kc_gen_f32", "kc_gen_f16",
+	    "kc_gen_bf16", "kc_gen_f64", "kc_gen_i32", "kc_gen_i64",
+	    "kc_gen_i8", "kc_gen_u8"};
+	sbx_compiled c;
+	int rv;
+
+	rv = sbx_compile(
+	    sbx_helpers_cu, g->arch, g->cache_dir[0] ? g->cache_dir : NULL, &c);
+	if (rv != 0) {
+		kc_seterr(KC_EINTERNAL,
+		    "the sandbox's helper kernels do not "
+		    "compile: %s",
+		    c.log ? c.log : kc_lasterr());
+		sbx_compiled_free(&c);
+		return KC_EINTERNAL;
+	}
+	if (g->cu.cuModuleLoadData(&g->helpers, c.cubin) != CUDA_SUCCESS) {
+		sbx_compiled_free(&c);
+		return kc_seterr(KC_EINTERNAL, "cannot load helper kernels");
+	}
+	sbx_compiled_free(&c);
+	for (int i = 1; i < 9; i++)
+		if (g->cu.cuModuleGetFunction(
+		        &g->gen[i], g->helpers, gen_names[i]) != CUDA_SUCCESS)
+			return kc_seterr(
+			    KC_EINTERNAL, "helper %s missing", gen_names[i]);
+	if (g->cu.cuModuleGetFunction(&g->hash, g->helpers, "kc_hash") !=
+	    CUDA_SUCCESS)
+		return kc_seterr(KC_EINTERNAL, "helper kc_hash missing");
+	return 0;
+}
+
+static int
+gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
+{
+	gpu *g = calloc(1, sizeof(*g));
+	int n = 0, major, minor, rv;
+	CUresult r;
+
+	if (g == NULL)
+		return KC_ENOMEM;
+	*state = g;
+	snprintf(g->cache_dir, sizeof(g->cache_dir), "%s",
+	    cfg->cache_dir ? cfg->cache_dir : "");
+	snprintf(g->arch_override, sizeof(g->arch_override), "%s",
+	    cfg->arch ? cfg->arch : "");
+	g->nthreads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	if (g->nthreads > 8)
+		g->nthreads = 8;
+	sbx_limits_generic(&g->lim);
+	if ((rv = sbx_cu_load(&g->cu)) != 0)
+		goto nodev;
+	if ((r = g->cu.cuInit(0)) != CUDA_SUCCESS) {
+		rv =
+		    kc_seterr(KC_ENODEV, "no usable GPU: cuInit failed with %s",
+		        sbx_cu_errname(&g->cu, r));
+		goto nodev;
+	}
+	if (g->cu.cuDeviceGetCount(&n) != CUDA_SUCCESS || cfg->device >= n) {
+		rv = kc_seterr(KC_ENODEV,
+		    "no GPU %d: this machine has %d; use --device 0..%d",
+		    cfg->device, n, n - 1);
+		goto nodev;
+	}
+	if ((r = g->cu.cuDeviceGet(&g->dev, cfg->device)) != CUDA_SUCCESS ||
+	    (r = g->cu.cuDevicePrimaryCtxRetain(&g->ctx, g->dev)) !=
+	        CUDA_SUCCESS ||
+	    (r = g->cu.cuCtxSetCurrent(g->ctx)) != CUDA_SUCCESS ||
+	    (r = g->cu.cuStreamCreate(&g->stream, CU_STREAM_NON_BLOCKING)) !=
+	        CUDA_SUCCESS) {
+		rv = kc_seterr(KC_ENODEV, "GPU %d cannot be used: %s",
+		    cfg->device, sbx_cu_errname(&g->cu, r));
+		goto nodev;
+	}
+	g->cu.cuDeviceGetName(g->name, sizeof(g->name), g->dev);
+	major = gpu_attr(g, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+	minor = gpu_attr(g, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+	snprintf(g->arch, sizeof(g->arch), "sm_%d%d", major, minor);
+	/* Hopper's arch-specific features (wgmma, setmaxnreg) need sm_90a. */
+	if (major == 9 && minor == 0)
+		snprintf(g->arch, sizeof(g->arch), "sm_90a");
+	g->lim.max_block[0] =
+	    (uint32_t)gpu_attr(g, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X);
+	g->lim.max_block[1] =
+	    (uint32_t)gpu_attr(g, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y);
+	g->lim.max_block[2] =
+	    (uint32_t)gpu_attr(g, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z);
+	g->lim.max_grid[0] =
+	    (uint32_t)gpu_attr(g, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X);
+	g->lim.max_grid[1] =
+	    (uint32_t)gpu_attr(g, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y);
+	g->lim.max_grid[2] =
+	    (uint32_t)gpu_attr(g, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z);
+	g->lim.max_threads_per_block =
+	    (uint32_t)gpu_attr(g, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+	g->lim.max_shared_optin = (uint32_t)gpu_attr(
+	    g, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+	g->sms = gpu_attr(g, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+	g->max_threads_sm =
+	    gpu_attr(g, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
+	g->l2_bytes = gpu_attr(g, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
+	/* Writing twice the L2's size evicts whatever a run left there. */
+	g->flush_bytes = (size_t)(g->l2_bytes > 0 ? g->l2_bytes : 64 << 20) * 2;
+	if ((r = g->cu.cuMemAlloc(&g->flush, g->flush_bytes)) != CUDA_SUCCESS ||
+	    (r = g->cu.cuMemAlloc(&g->hash_out, 64 * sizeof(uint64_t))) !=
+	        CUDA_SUCCESS ||
+	    (r = g->cu.cuMemAlloc(&g->lt_work, EV_LT_WORKSPACE)) !=
+	        CUDA_SUCCESS) {
+		rv = kc_seterr(KC_ENODEV, "GPU %d: cannot allocate: %s",
+		    cfg->device, sbx_cu_errname(&g->cu, r));
+		goto nodev;
+	}
+	if ((rv = gpu_load_helpers(g)) != 0)
+		goto nodev;
+	if (sbx_lt_open(&g->lt) != 0)
+		KC_WARN("cuBLASLt unavailable: %s", kc_lasterr());
+	else
+		sbx_lt_set_workspace(g->lt, g->lt_work, EV_LT_WORKSPACE);
+	g->have_device = 1;
+	sbx_result_set(&ready->device_name, "%s", g->name);
+	sbx_result_set(&ready->arch, "%s", g->arch);
+	KC_INFO("GPU %d: %s (%s, %d SMs, L2 %d KiB)", cfg->device, g->name,
+	    g->arch, g->sms, g->l2_bytes / 1024);
+	return 0;
+nodev:
+	snprintf(g->nodev_reason, sizeof(g->nodev_reason), "%s", kc_lasterr());
+	if (g->arch_override[0])
+		sbx_result_set(&ready->arch, "%s", g->arch_override);
+	KC_WARN("%s", g->nodev_reason);
+	return rv;
+}
+
+static void
+gpu_fini(void *state)
+{
+	gpu *g = state;
+
+	if (g == NULL)
+		return;
+	if (g->have_device) {
+		if (g->lt)
+			sbx_lt_close(g->lt);
+		if (g->pinned)
+			g->cu.cuMemFreeHost(g->pinned);
+		g->cu.cuMemFree(g->flush);
+		g->cu.cuMemFree(g->hash_out);
+		g->cu.cuMemFree(g->lt_work);
+		g->cu.cuModuleUnload(g->helpers);
+	}
+	free(g);
+}
+
+/* ------------------------------------------------------------- resources */
+
+static void
+ev_add_resources(ev *e, const prog *p, int loaded)
+{
+	Kclaw__EvalResult *res = e->res;
+	const sbx_compiled *c = &p->comp;
+
+	res->kernels = calloc(c->nsigs ? c->nsigs : 1, sizeof(*res->kernels));
+	if (res->kernels == NULL)
+		return;
+	for (size_t i = 0; i < c->nsigs; i++) {
+		Kclaw__KernelResources *k = malloc(sizeof(*k));
+		const sbx_ptxas_info *pi = NULL;
+
+		if (k == NULL)
+			return;
+		kclaw__kernel_resources__init(k);
+		k->kernel = strdup(c->sigs[i].name);
+		for (size_t j = 0; j < c->ninfo; j++)
+			if (strcmp(c->info[j].name, c->sigs[i].name) == 0)
+				pi = &c->info[j];
+		if (pi != NULL) {
+			k->registers = pi->registers;
+			k->shared_static_bytes = pi->shared_bytes;
+			k->local_bytes = pi->stack_bytes;
+			k->spill_bytes = pi->spill_store_bytes;
+			k->const_bytes = pi->const_bytes;
+		}
+		if (loaded) {
+			/* The loaded module's numbers are the truth. */
+			CUfunction f;
+			int v;
+			if (e->g->cu.cuModuleGetFunction(
+			        &f, p->mod, c->sigs[i].name) == CUDA_SUCCESS) {
+				e->g->cu.cuFuncGetAttribute(
+				    &v, CU_FUNC_ATTRIBUTE_NUM_REGS, f);
+				k->registers = v;
+				e->g->cu.cuFuncGetAttribute(
+				    &v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f);
+				k->shared_static_bytes = v;
+				e->g->cu.cuFuncGetAttribute(
+				    &v, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f);
+				k->local_bytes = v;
+				e->g->cu.cuFuncGetAttribute(
+				    &v, CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, f);
+				k->const_bytes = v;
+				e->g->cu.cuFuncGetAttribute(&v,
+				    CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f);
+				k->max_threads_per_block = v;
+				/* Occupancy for the first step that launches
+				 * it, with that step's block and shared. */
+				for (size_t s = 0;
+				     p->plan && s < p->plan->nsteps; s++) {
+					const sbx_step *st = &p->plan->steps[s];
+					int threads, blocks = 0;
+					if (st->kind != SBX_STEP_KERNEL ||
+					    strcmp(st->kernel, k->kernel) != 0)
+						continue;
+					threads = (int)(st->block[0] *
+					    st->block[1] * st->block[2]);
+					if (e->g->cu
+					        .cuOccupancyMaxActiveBlocksPerMultiprocessor(
+					            &blocks, f, threads,
+					            st->shared_bytes) ==
+					    CUDA_SUCCESS)
+						k->occupancy =
+						    (double)(blocks * threads) /
+						    e->g->max_threads_sm;
+					k->block_threads = threads;
+					break;
+				}
+			}
+		}
+		res->kernels[res->n_kernels++] = k;
+	}
+}
+
+/* ------------------------------------------------------------ programs */
+
+static int
+prog_compile(ev *e, prog *p, const char *source, const char *arch)
+{
+	int rv = sbx_compile(source, arch,
+	    e->g->cache_dir[0] ? e->g->cache_dir : NULL, &p->comp);
+
+	if (p == &e->cand) {
+		e->res->compile_ms = p->comp.ms;
+		e->res->compile_cached = p->comp.cached;
+		sbx_result_set(
+		    &e->res->compile_log, "%s", p->comp.log ? p->comp.log : "");
+	}
+	if (rv == KC_EINVAL && p == &e->cand) {
+		sbx_result_status(e->res, KCLAW__EVAL_STATUS__COMPILE_ERROR,
+		    "%s; the compile log has NVRTC's errors", kc_lasterr());
+		return -1;
+	}
+	if (rv != 0) {
+		sbx_result_status(e->res, EV_INTERNAL, "%s %s: %s",
+		    p == &e->cand ? "compiling the candidate"
+		                  : "compiling the task's reference",
+		    "failed",
+		    p->comp.log && *p->comp.log ? p->comp.log : kc_lasterr());
+		return -1;
+	}
+	return 0;
+}
+
+/* Parses and checks the plan; refines signatures from the loaded module. */
+static int
+prog_plan(ev *e, prog *p, const char *plan_json, int loaded)
+{
+	Kclaw__EvalStatus bad =
+	    p == &e->cand ? KCLAW__EVAL_STATUS__PLAN_ERROR : EV_INTERNAL;
+	const char *who = p == &e->cand ? "" : "the task's reference: ";
+
+	if (sbx_plan_parse(plan_json, e->task, &p->plan) != 0) {
+		sbx_result_status(e->res, bad, "%s%s", who, kc_lasterr());
+		return -1;
+	}
+	if (loaded) {
+		for (size_t i = 0; i < p->comp.nsigs; i++) {
+			sbx_sig *s = &p->comp.sigs[i];
+			CUfunction f;
+			size_t off, size, n = 0;
+			int v = 0;
+
+			if (e->g->cu.cuModuleGetFunction(&f, p->mod, s->name) !=
+			    CUDA_SUCCESS)
+				continue;
+			while (n < SBX_MAX_ARGS &&
+			    e->g->cu.cuFuncGetParamInfo(f, n, &off, &size) ==
+			        CUDA_SUCCESS)
+				s->sizes[n++] = (uint32_t)size;
+			s->nparams = n;
+			e->g->cu.cuFuncGetAttribute(
+			    &v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f);
+			s->max_threads = v;
+			e->g->cu.cuFuncGetAttribute(
+			    &v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f);
+			s->shared_static = v;
+		}
+	}
+	if (sbx_plan_check(p->plan, p->comp.sigs, p->comp.nsigs, &e->g->lim) !=
+	    0) {
+		sbx_result_status(e->res, bad, "%s%s", who, kc_lasterr());
+		return -1;
+	}
+	return 0;
+}
+
+static int
+prog_load(ev *e, prog *p)
+{
+	Kclaw__EvalStatus bad =
+	    p == &e->cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL;
+	gpu *g = e->g;
+	char what[128];
+
+	snprintf(what, sizeof(what), "loading the %s's module", p->what);
+	EV_CU(e, g->cu.cuModuleLoadData(&p->mod, p->comp.cubin), bad, what);
+	return 0;
+}
+
+/* Resolves each step's function and allocates the plan's scratch. */
+static int
+prog_prepare(ev *e, prog *p)
+{
+	Kclaw__EvalStatus bad =
+	    p == &e->cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL;
+	gpu *g = e->g;
+	char what[256];
+
+	p->funcs = calloc(p->plan->nsteps, sizeof(*p->funcs));
+	p->nscratch = p->plan->nbuffers - p->plan->ntensors;
+	p->scratch = calloc(p->nscratch + 1, sizeof(*p->scratch));
+	if (p->funcs == NULL || p->scratch == NULL) {
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	for (size_t s = 0; s < p->plan->nsteps; s++) {
+		const sbx_step *st = &p->plan->steps[s];
+		if (st->kind == SBX_STEP_MATMUL) {
+			if (g->lt == NULL) {
+				sbx_result_status(e->res, bad,
+				    "plan: step %zu: cuBLASLt is not "
+				    "available in this sandbox",
+				    s);
+				return -1;
+			}
+			continue;
+		}
+		snprintf(what, sizeof(what), "%s step %zu: kernel '%s'",
+		    p->what, s, st->kernel);
+		EV_CU(e,
+		    g->cu.cuModuleGetFunction(&p->funcs[s], p->mod, st->kernel),
+		    bad, what);
+		if (st->shared_bytes > 48 * 1024)
+			EV_CU(e,
+			    g->cu.cuFuncSetAttribute(p->funcs[s],
+			        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+			        (int)st->shared_bytes),
+			    bad, what);
+	}
+	for (size_t i = 0; i < p->nscratch; i++) {
+		const sbx_buffer *b = &p->plan->buffers[p->plan->ntensors + i];
+		snprintf(what, sizeof(what),
+		    "allocating %s scratch '%s' (%zu bytes)", p->what, b->name,
+		    b->bytes);
+		EV_CU(e, g->cu.cuMemAlloc(&p->scratch[i], b->bytes), bad, what);
+	}
+	return 0;
+}
+
+static void
+prog_free(ev *e, prog *p)
+{
+	if (e->g->have_device && !*e->fatal) {
+		for (size_t i = 0; p->scratch && i < p->nscratch; i++)
+			if (p->scratch[i])
+				e->g->cu.cuMemFree(p->scratch[i]);
+		if (p->mod)
+			e->g->cu.cuModuleUnload(p->mod);
+	}
+	free(p->scratch);
+	free(p->funcs);
+	sbx_plan_free(p->plan);
+	sbx_compiled_free(&p->comp);
+}
+
+static CUdeviceptr
+prog_buffer(const ev *e, const prog *p, int b)
+{
+	if ((size_t)b < p->plan->ntensors)
+		return e->tdev[b];
+	return p->scratch[(size_t)b - p->plan->ntensors];
+}
+
+/* Enqueues every step of p on the stream. Launch errors are the plan's. */
+static int
+prog_enqueue(ev *e, const prog *p)
+{
+	Kclaw__EvalStatus bad =
+	    p == &e->cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL;
+	gpu *g = e->g;
+
+	for (size_t s = 0; s < p->plan->nsteps; s++) {
+		const sbx_step *st = &p->plan->steps[s];
+		CUdeviceptr ptrs[SBX_MAX_ARGS];
+		void *params[SBX_MAX_ARGS];
+		char what[256];
+		CUresult r;
+
+		if (st->kind == SBX_STEP_MATMUL) {
+			const sbx_matmul *m = &st->mm;
+			if (sbx_lt_matmul(g->lt, m, prog_buffer(e, p, m->a),
+			        prog_buffer(e, p, m->b),
+			        m->c >= 0 ? prog_buffer(e, p, m->c) : 0,
+			        prog_buffer(e, p, m->d),
+			        m->bias >= 0 ? prog_buffer(e, p, m->bias) : 0,
+			        g->stream) != 0) {
+				sbx_result_status(e->res, bad,
+				    "%s step %zu (matmul): %s", p->what, s,
+				    kc_lasterr());
+				return -1;
+			}
+			continue;
+		}
+		for (size_t a = 0; a < st->nargs; a++) {
+			const sbx_arg *arg = &st->args[a];
+			if (arg->kind == SBX_ARG_BUFFER) {
+				ptrs[a] = prog_buffer(e, p, arg->buffer);
+				params[a] = &ptrs[a];
+			} else {
+				params[a] = (void *)&arg->v;
+			}
+		}
+		r = g->cu.cuLaunchKernel(p->funcs[s], st->grid[0], st->grid[1],
+		    st->grid[2], st->block[0], st->block[1], st->block[2],
+		    st->shared_bytes, g->stream, params, NULL);
+		if (r != CUDA_SUCCESS) {
+			snprintf(what, sizeof(what),
+			    "%s step %zu: launching kernel '%s' (grid "
+			    "[%u,%u,%u], block [%u,%u,%u], %u shared bytes)",
+			    p->what, s, st->kernel, st->grid[0], st->grid[1],
+			    st->grid[2], st->block[0], st->block[1],
+			    st->block[2], st->shared_bytes);
+			return ev_cu(e, r, bad, what);
+		}
+	}
+	return 0;
+}
+
+/* Runs p once and waits: faults surface here. */
+static int
+prog_run_sync(ev *e, const prog *p)
+{
+	char what[128];
+
+	if (prog_enqueue(e, p) != 0)
+		return -1;
+	snprintf(what, sizeof(what), "running the %s", p->what);
+	EV_CU(e, e->g->cu.cuStreamSynchronize(e->g->stream),
+	    p == &e->cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
+	    what);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- tensors */
+
+static int
+ev_is_float(Kclaw__DType d)
+{
+	return d == KCLAW__DTYPE__F32 || d == KCLAW__DTYPE__F16 ||
+	    d == KCLAW__DTYPE__BF16 || d == KCLAW__DTYPE__F64;
+}
+
+/*
+ * Generates tensor t's contents for a trial into dst. Trial 0 uses the
+ * task's distribution; odd trials switch normal <-> heavy-tailed (Student
+ * t), so every evaluation sees at least two distributions; uniform inputs
+ * keep their range (a candidate may rely on it, e.g. for log) but get
+ * fresh seeds.
+ */
+static int
+ev_generate(ev *e, size_t t, unsigned trial, CUdeviceptr dst)
+{
+	const Kclaw__TensorSpec *ts = e->task->tensors[t];
+	const Kclaw__InitSpec *in = ts->init;
+	int dist = GEN_NORMAL;
+	double a = 0, b = 1, c = 3;
+	uint64_t seed, n = e->tcount[t];
+	void *params[7];
+	unsigned grid;
+	gpu *g = e->g;
+
+	if (in != NULL) {
+		switch (in->dist) {
+		case KCLAW__DISTRIBUTION__NORMAL:
+			dist = GEN_NORMAL;
+			a = in->mean;
+			b = in->scale != 0 ? in->scale : 1;
+			break;
+		case KCLAW__DISTRIBUTION__UNIFORM:
+			dist = GEN_UNIFORM;
+			a = in->low;
+			b = in->high;
+			break;
+		case KCLAW__DISTRIBUTION__HEAVY_TAILED:
+			dist = GEN_STUDENT_T;
+			a = in->mean;
+			b = in->scale != 0 ? in->scale : 1;
+			c = in->dof > 0 ? in->dof : 3;
+			break;
+		case KCLAW__DISTRIBUTION__ZEROS: dist = GEN_ZEROS; break;
+		case KCLAW__DISTRIBUTION__ONES: dist = GEN_ONES; break;
+		case KCLAW__DISTRIBUTION__ARANGE: dist = GEN_ARANGE; break;
+		case KCLAW__DISTRIBUTION__RANDINT:
+			dist = GEN_RANDINT;
+			a = in->low;
+			b = in->high;
+			break;
+		default: break;
+		}
+	}
+	if (ts->kind == KCLAW__TENSOR_KIND__INPUT && (trial % 2) == 1 &&
+	    ev_is_float(ts->dtype)) {
+		if (dist == GEN_NORMAL)
+			dist = GEN_STUDENT_T;
+		else if (dist == GEN_STUDENT_T)
+			dist = GEN_NORMAL;
+	}
+	seed = e->task->seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)trial << 32) ^
+	    (uint64_t)(t + 1) * 0xd1b54a32d192ed03ull;
+	params[0] = &dst;
+	params[1] = &n;
+	params[2] = &seed;
+	params[3] = &dist;
+	params[4] = &a;
+	params[5] = &b;
+	params[6] = &c;
+	grid = (unsigned)((n + 255) / 256);
+	if (grid > (unsigned)g->sms * 16)
+		grid = (unsigned)g->sms * 16;
+	if (grid == 0)
+		grid = 1;
+	EV_CU(e,
+	    g->cu.cuLaunchKernel(g->gen[ts->dtype], grid, 1, 1, 256, 1, 1, 0,
+	        g->stream, params, NULL),
+	    EV_INTERNAL, "generating inputs");
+	return 0;
+}
+
+/* Loads a TensorData (.npy path or inline) checked against tensor t. */
+static int
+ev_load_tensor(ev *e, size_t t, const Kclaw__TensorData *td, kc_npy *out)
+{
+	const Kclaw__TensorSpec *ts = e->task->tensors[t];
+	int rv;
+
+	if (td->path != NULL && td->path[0] != '\0') {
+		rv = kc_npy_read(td->path, EV_MAX_NPY, out);
+	} else if (td->data.len >= 6 &&
+	    memcmp(td->data.data, "\x93NUMPY", 6) == 0) {
+		rv = kc_npy_parse(td->data.data, td->data.len, ts->name, out);
+	} else if (td->data.len == e->tbytes[t]) {
+		memset(out, 0, sizeof(*out));
+		out->dtype = ts->dtype;
+		out->count = e->tcount[t];
+		out->elem_size = sbx_dtype_size(ts->dtype);
+		if ((out->data = malloc(td->data.len ? td->data.len : 1)) ==
+		    NULL)
+			return KC_ENOMEM;
+		memcpy(out->data, td->data.data, td->data.len);
+		rv = 0;
+	} else {
+		return kc_seterr(KC_EINVAL,
+		    "tensor '%s': no .npy path, and %zu inline bytes where "
+		    "%zu are needed (blobs must be fetched to a path first)",
+		    ts->name, td->data.len, e->tbytes[t]);
+	}
+	if (rv != 0)
+		return rv;
+	if (out->dtype != ts->dtype || out->count != e->tcount[t]) {
+		kc_npy_free(out);
+		return kc_seterr(KC_EINVAL,
+		    "tensor '%s': the .npy holds %zu elements of %s, the task "
+		    "declares %zu of %s",
+		    ts->name, out->count, sbx_dtype_name(out->dtype),
+		    e->tcount[t], sbx_dtype_name(ts->dtype));
+	}
+	return 0;
+}
+
+static const Kclaw__TensorData *
+ev_find_data(Kclaw__TensorData **v, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i]->name != NULL && strcmp(v[i]->name, name) == 0)
+			return v[i];
+	return NULL;
+}
+
+static void *
+ev_host_alloc(size_t bytes)
+{
+	void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
+	    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* Expected outputs are unreadable while the candidate runs: not on the
+ * device, and not even in host pages the GPU could map (HMM). */
+static void
+ev_expected_protect(ev *e, int prot)
+{
+	for (unsigned k = 0; k < e->trials; k++)
+		for (size_t t = 0; t < e->nt; t++)
+			if (e->expected[k][t] != NULL)
+				mprotect(e->expected[k][t],
+				    e->tbytes[t] ? e->tbytes[t] : 1, prot);
+}
+
+static int
+ev_poison(ev *e, const prog *p)
+{
+	gpu *g = e->g;
+
+	for (size_t t = 0; t < e->nt; t++)
+		if (e->task->tensors[t]->kind == KCLAW__TENSOR_KIND__OUTPUT)
+			EV_CU(e,
+			    g->cu.cuMemsetD8Async(
+			        e->tdev[t], 0xff, e->tbytes[t], g->stream),
+			    EV_INTERNAL, "poisoning outputs");
+	for (size_t i = 0; p != NULL && i < p->nscratch; i++)
+		EV_CU(e,
+		    g->cu.cuMemsetD8Async(p->scratch[i], 0xff,
+		        p->plan->buffers[p->plan->ntensors + i].bytes,
+		        g->stream),
+		    EV_INTERNAL, "poisoning scratch");
+	return 0;
+}
+
+/* Copies trial k's inputs into the buffers the plans see. */
+static int
+ev_set_inputs(ev *e, unsigned k)
+{
+	for (size_t t = 0; t < e->nt; t++)
+		if (e->stash[k][t] != 0)
+			EV_CU(e,
+			    e->g->cu.cuMemcpyDtoDAsync(e->tdev[t],
+			        e->stash[k][t], e->tbytes[t], e->g->stream),
+			    EV_INTERNAL, "copying inputs");
+	return 0;
+}
+
+/* Hashes every input and parameter into h[] (on the device). */
+static int
+ev_hash_inputs(ev *e, uint64_t *h)
+{
+	gpu *g = e->g;
+	uint64_t out[64];
+	size_t n = e->nt < 64 ? e->nt : 64;
+
+	EV_CU(e, g->cu.cuMemsetD8Async(g->hash_out, 0, 64 * 8, g->stream),
+	    EV_INTERNAL, "hashing inputs");
+	for (size_t t = 0; t < n; t++) {
+		CUdeviceptr dst = g->hash_out + t * 8;
+		uint64_t bytes = e->tbytes[t];
+		void *params[3] = {&e->tdev[t], &bytes, &dst};
+		if (e->task->tensors[t]->kind == KCLAW__TENSOR_KIND__OUTPUT)
+			continue;
+		EV_CU(e,
+		    g->cu.cuLaunchKernel(g->hash, (unsigned)g->sms * 8, 1, 1,
+		        256, 1, 1, 0, g->stream, params, NULL),
+		    EV_INTERNAL, "hashing inputs");
+	}
+	EV_CU(e, g->cu.cuStreamSynchronize(g->stream),
+	    KCLAW__EVAL_STATUS__LAUNCH_ERROR, "running the candidate");
+	EV_CU(e, g->cu.cuMemcpyDtoH(out, g->hash_out, n * 8), EV_INTERNAL,
+	    "reading hashes");
+	memcpy(h, out, n * 8);
+	return 0;
+}
+
+static int
+ev_pinned(ev *e, size_t bytes)
+{
+	gpu *g = e->g;
+
+	if (g->pinned_bytes >= bytes)
+		return 0;
+	if (g->pinned)
+		g->cu.cuMemFreeHost(g->pinned);
+	g->pinned = NULL;
+	g->pinned_bytes = 0;
+	EV_CU(e, g->cu.cuMemAllocHost(&g->pinned, bytes), EV_INTERNAL,
+	    "allocating a host staging buffer");
+	g->pinned_bytes = bytes;
+	return 0;
+}
+
+static void
+ev_mismatch(ev *e, size_t t, unsigned trial, const sbx_cmp *c, const char *note)
+{
+	const Kclaw__TensorSpec *ts = e->task->tensors[t];
+	Kclaw__Mismatch *m = malloc(sizeof(*m));
+	char coords[256];
+
+	if (m == NULL)
+		return;
+	kclaw__mismatch__init(m);
+	sbx_coords(ts->shape, ts->n_shape, c->worst, coords, sizeof(coords));
+	m->tensor = strdup(ts->name);
+	m->index = c->worst;
+	m->coords = strdup(coords);
+	m->expected = c->expected;
+	m->got = c->got;
+	m->max_abs_err = c->max_abs_err;
+	m->max_rel_err = c->max_rel_err;
+	m->rel_norm = c->rel_norm;
+	m->trial = trial;
+	m->bad_count = c->bad_count;
+	m->nan_count = c->nan_count;
+	m->note = strdup(note ? note : "");
+	if (e->res->mismatch)
+		kclaw__mismatch__free_unpacked(e->res->mismatch, NULL);
+	e->res->mismatch = m;
+}
+
+/*
+ * Copies the outputs out and compares them with trial k's expected ones.
+ * Returns 0 when they match, 1 on a mismatch (result filled), -1 on error.
+ */
+static int
+ev_check_outputs(ev *e, unsigned k, const char *when)
+{
+	const Kclaw__Tolerance *tol = e->task->tolerance;
+	Kclaw__Tolerance dflt = KCLAW__TOLERANCE__INIT;
+	int bad = 0;
+
+	if (tol == NULL) {
+		dflt.atol = 1e-5;
+		dflt.rtol = 1e-5;
+		tol = &dflt;
+	}
+	ev_expected_protect(e, PROT_READ);
+	for (size_t t = 0; t < e->nt && !bad; t++) {
+		const Kclaw__TensorSpec *ts = e->task->tensors[t];
+		sbx_cmp c;
+		char note[256];
+
+		if (ts->kind != KCLAW__TENSOR_KIND__OUTPUT)
+			continue;
+		if (ev_pinned(e, e->tbytes[t]) != 0)
+			return -1;
+		EV_CU(e,
+		    e->g->cu.cuMemcpyDtoH(
+		        e->g->pinned, e->tdev[t], e->tbytes[t]),
+		    EV_INTERNAL, "reading outputs");
+		sbx_compare(ts->dtype, e->g->pinned, e->expected[k][t],
+		    e->tcount[t], tol, e->g->nthreads, &c);
+		if (c.ok)
+			continue;
+		bad = 1;
+		if (c.nan_count > 0)
+			snprintf(note, sizeof(note),
+			    "%s: %llu of %zu elements of '%s' are NaN: the "
+			    "poison was never overwritten (an output the "
+			    "candidate did not write) or it produced NaN",
+			    when, (unsigned long long)c.nan_count, e->tcount[t],
+			    ts->name);
+		else
+			snprintf(note, sizeof(note), "%s", when);
+		ev_mismatch(e, t, k, &c, note);
+		sbx_result_status(e->res, KCLAW__EVAL_STATUS__WRONG_RESULT,
+		    "output '%s' is wrong (%s, trial %u): %llu of %zu "
+		    "elements outside atol %g + rtol %g; worst at %s: expected "
+		    "%.9g, got %.9g; max abs err %.3g, relative norm %.3g "
+		    "(limit %g)",
+		    ts->name, when, k, (unsigned long long)c.bad_count,
+		    e->tcount[t], tol->atol, tol->rtol,
+		    e->res->mismatch ? e->res->mismatch->coords : "?",
+		    c.expected, c.got, c.max_abs_err, c.rel_norm,
+		    tol->max_rel_norm);
+	}
+	ev_expected_protect(e, PROT_NONE);
+	return bad;
+}
+
+/* ----------------------------------------------------------- the phases */
+
+static int
+ev_alloc_tensors(ev *e)
+{
+	gpu *g = e->g;
+	char what[256];
+
+	e->nt = e->task->n_tensors;
+	if (e->nt > 64) {
+		sbx_result_status(e->res, KCLAW__EVAL_STATUS__PLAN_ERROR,
+		    "the task has %zu tensors; the sandbox handles 64", e->nt);
+		return -1;
+	}
+	e->tdev = calloc(e->nt + 1, sizeof(*e->tdev));
+	e->tbytes = calloc(e->nt + 1, sizeof(*e->tbytes));
+	e->tcount = calloc(e->nt + 1, sizeof(*e->tcount));
+	if (e->tdev == NULL || e->tbytes == NULL || e->tcount == NULL) {
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	for (size_t t = 0; t < e->nt; t++) {
+		const Kclaw__TensorSpec *ts = e->task->tensors[t];
+		size_t esz = sbx_dtype_size(ts->dtype);
+		if (esz == 0 || sbx_tensor_count(ts, &e->tcount[t]) != 0) {
+			sbx_result_status(e->res, EV_INTERNAL,
+			    "the task's tensor '%s' has no dtype or a bad "
+			    "shape",
+			    ts->name);
+			return -1;
+		}
+		e->tbytes[t] = e->tcount[t] * esz;
+		snprintf(what, sizeof(what),
+		    "allocating tensor '%s' (%zu bytes)", ts->name,
+		    e->tbytes[t]);
+		EV_CU(e,
+		    g->cu.cuMemAlloc(
+		        &e->tdev[t], e->tbytes[t] ? e->tbytes[t] : 1),
+		    EV_INTERNAL, what);
+	}
+	return 0;
+}
+
+/* Step 3: every trial's inputs in the stash, expected outputs on the host. */
+static int
+ev_prepare_trials(ev *e)
+{
+	const Kclaw__Reference *ref = e->task->reference;
+	int tensors_ref =
+	    ref != NULL && ref->kind == KCLAW__REFERENCE__KIND__TENSORS;
+	gpu *g = e->g;
+
+	for (unsigned k = 0; k < e->trials; k++) {
+		const Kclaw__TensorSet *set =
+		    tensors_ref ? ref->sets[k % ref->n_sets] : NULL;
+		for (size_t t = 0; t < e->nt; t++) {
+			const Kclaw__TensorSpec *ts = e->task->tensors[t];
+			const Kclaw__TensorData *td;
+			kc_npy arr;
+
+			if (ts->kind == KCLAW__TENSOR_KIND__OUTPUT) {
+				e->expected[k][t] = ev_host_alloc(e->tbytes[t]);
+				if (e->expected[k][t] == NULL) {
+					sbx_result_status(e->res, EV_INTERNAL,
+					    "out of host memory for expected "
+					    "outputs");
+					return -1;
+				}
+				if (!tensors_ref)
+					continue;
+				td = ev_find_data(
+				    set->expected, set->n_expected, ts->name);
+				if (td == NULL) {
+					sbx_result_status(e->res, EV_INTERNAL,
+					    "the task's reference set %u has "
+					    "no expected '%s'",
+					    k, ts->name);
+					return -1;
+				}
+				if (ev_load_tensor(e, t, td, &arr) != 0) {
+					sbx_result_status(e->res, EV_INTERNAL,
+					    "the task's reference: %s",
+					    kc_lasterr());
+					return -1;
+				}
+				memcpy(
+				    e->expected[k][t], arr.data, e->tbytes[t]);
+				kc_npy_free(&arr);
+				continue;
+			}
+			/* Parameters are the same in every trial. */
+			if (ts->kind == KCLAW__TENSOR_KIND__PARAMETER &&
+			    k > 0 && !tensors_ref) {
+				e->stash[k][t] = e->stash[0][t];
+				continue;
+			}
+			EV_CU(e,
+			    g->cu.cuMemAlloc(&e->stash[k][t],
+			        e->tbytes[t] ? e->tbytes[t] : 1),
+			    EV_INTERNAL, "allocating input sets");
+			if (!tensors_ref) {
+				if (ev_generate(e, t, k, e->stash[k][t]) != 0)
+					return -1;
+				continue;
+			}
+			td = ev_find_data(set->inputs, set->n_inputs, ts->name);
+			if (td == NULL) {
+				sbx_result_status(e->res, EV_INTERNAL,
+				    "the task's reference set %u has no input "
+				    "'%s'",
+				    k, ts->name);
+				return -1;
+			}
+			if (ev_load_tensor(e, t, td, &arr) != 0) {
+				sbx_result_status(e->res, EV_INTERNAL,
+				    "the task's reference: %s", kc_lasterr());
+				return -1;
+			}
+			EV_CU(e,
+			    g->cu.cuMemcpyHtoD(
+			        e->stash[k][t], arr.data, e->tbytes[t]),
+			    EV_INTERNAL, "uploading inputs");
+			kc_npy_free(&arr);
+		}
+	}
+	EV_CU(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL,
+	    "making inputs");
+	if (!e->have_ref)
+		return 0;
+	for (unsigned k = 0; k < e->trials; k++) {
+		if (ev_set_inputs(e, k) != 0 || ev_poison(e, &e->ref) != 0 ||
+		    prog_run_sync(e, &e->ref) != 0)
+			return -1;
+		for (size_t t = 0; t < e->nt; t++)
+			if (e->expected[k][t] != NULL)
+				EV_CU(e,
+				    g->cu.cuMemcpyDtoH(e->expected[k][t],
+				        e->tdev[t], e->tbytes[t]),
+				    EV_INTERNAL, "reading expected outputs");
+	}
+	/* Nothing the reference wrote stays on the device. */
+	return ev_poison(e, &e->ref);
+}
+
+static int
+ev_verify(ev *e)
+{
+	uint64_t before[64], after[64];
+
+	ev_expected_protect(e, PROT_NONE);
+	for (unsigned k = 0; k < e->trials; k++) {
+		char when[64];
+		int rv;
+
+		if (ev_set_inputs(e, k) != 0 || ev_poison(e, &e->cand) != 0 ||
+		    ev_hash_inputs(e, before) != 0)
+			return -1;
+		if (prog_run_sync(e, &e->cand) != 0)
+			return -1;
+		if (ev_hash_inputs(e, after) != 0)
+			return -1;
+		for (size_t t = 0; t < e->nt && t < 64; t++) {
+			const Kclaw__TensorSpec *ts = e->task->tensors[t];
+			Kclaw__Mismatch *m;
+			char note[256];
+			if (ts->kind == KCLAW__TENSOR_KIND__OUTPUT ||
+			    before[t] == after[t])
+				continue;
+			snprintf(note, sizeof(note),
+			    "%s '%s' was written by the candidate",
+			    ts->kind == KCLAW__TENSOR_KIND__PARAMETER
+			        ? "parameter"
+			        : "input",
+			    ts->name);
+			if ((m = malloc(sizeof(*m))) != NULL) {
+				kclaw__mismatch__init(m);
+				m->tensor = strdup(ts->name);
+				m->trial = k;
+				m->note = strdup(note);
+				e->res->mismatch = m;
+			}
+			sbx_result_status(e->res,
+			    KCLAW__EVAL_STATUS__WRONG_RESULT,
+			    "%s (trial %u); inputs and parameters are "
+			    "read-only: write results only to outputs or "
+			    "scratch buffers",
+			    note, k);
+			return 1;
+		}
+		snprintf(when, sizeof(when), "verification trial %u", k);
+		if ((rv = ev_check_outputs(e, k, when)) != 0)
+			return rv;
+	}
+	return 0;
+}
+
+static int
+ev_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void
+ev_stats(double *ms, unsigned n, Kclaw__Timing *t)
+{
+	double sum = 0, sq = 0;
+
+	qsort(ms, n, sizeof(*ms), ev_cmp_double);
+	for (unsigned i = 0; i < n; i++)
+		sum += ms[i];
+	t->iterations = n;
+	t->min_ms = ms[0];
+	t->max_ms = ms[n - 1];
+	t->mean_ms = sum / n;
+	t->median_ms = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+	for (unsigned i = 0; i < n; i++)
+		sq += (ms[i] - t->mean_ms) * (ms[i] - t->mean_ms);
+	t->stddev_ms = n > 1 ? sqrt(sq / (n - 1)) : 0;
+}
+
+/*
+ * Times p: warm-up, then iterations each between two events, with the
+ * next input set copied in and the L2 flushed before each (outside the
+ * events). spot > 0 checks that many iterations' outputs.
+ */
+static int
+ev_time(ev *e, const prog *p, int spot, Kclaw__Timing **out)
+{
+	gpu *g = e->g;
+	int flush = !(e->req->options && e->req->options->no_l2_flush);
+	unsigned n = e->iters, checks = 0;
+	Kclaw__Timing *t;
+	double *ms;
+
+	for (unsigned i = 0; i < 2 * n + 2; i++)
+		if (g->ev[i] == NULL)
+			EV_CU(e,
+			    g->cu.cuEventCreate(&g->ev[i], CU_EVENT_DEFAULT),
+			    EV_INTERNAL, "creating events");
+	for (unsigned i = 0; i < e->warmup; i++)
+		if (ev_set_inputs(e, i % e->trials) != 0 ||
+		    prog_enqueue(e, p) != 0)
+			return -1;
+	EV_CU(e, g->cu.cuStreamSynchronize(g->stream),
+	    p == &e->cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
+	    "warm-up");
+	for (unsigned i = 0; i < n; i++) {
+		unsigned k = i % e->trials;
+		int check = spot > 0 && (i == n - 1 || (i > 0 && i == n / 2));
+
+		if (ev_set_inputs(e, k) != 0)
+			return -1;
+		if (check && ev_poison(e, p) != 0)
+			return -1;
+		if (flush)
+			EV_CU(e,
+			    g->cu.cuMemsetD32Async(
+			        g->flush, i, g->flush_bytes / 4, g->stream),
+			    EV_INTERNAL, "flushing L2");
+		EV_CU(e, g->cu.cuEventRecord(g->ev[2 * i], g->stream),
+		    EV_INTERNAL, "recording an event");
+		if (prog_enqueue(e, p) != 0)
+			return -1;
+		EV_CU(e, g->cu.cuEventRecord(g->ev[2 * i + 1], g->stream),
+		    EV_INTERNAL, "recording an event");
+		if (check) {
+			char when[64];
+			int rv;
+			EV_CU(e, g->cu.cuStreamSynchronize(g->stream),
+			    KCLAW__EVAL_STATUS__LAUNCH_ERROR,
+			    "running the candidate while timing");
+			snprintf(when, sizeof(when), "timing iteration %u", i);
+			if ((rv = ev_check_outputs(e, k, when)) != 0)
+				return rv;
+			checks++;
+		}
+	}
+	EV_CU(e, g->cu.cuStreamSynchronize(g->stream),
+	    p == &e->cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
+	    "timing");
+	if ((ms = calloc(n, sizeof(*ms))) == NULL ||
+	    (t = malloc(sizeof(*t))) == NULL) {
+		free(ms);
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	kclaw__timing__init(t);
+	for (unsigned i = 0; i < n; i++) {
+		float f = 0;
+		g->cu.cuEventElapsedTime(&f, g->ev[2 * i], g->ev[2 * i + 1]);
+		ms[i] = f;
+	}
+	ev_stats(ms, n, t);
+	free(ms);
+	t->l2_flushed = flush;
+	t->spot_checks = checks;
+	*out = t;
+	return 0;
+}
+
+static int
+ev_profile_run(void *arg)
+{
+	ev *e = arg;
+
+	return prog_run_sync(e, &e->cand) == 0 ? 0 : KC_ECUDA;
+}
+
+static void
+ev_profile(ev *e)
+{
+	Kclaw__EvalResult *res = e->res;
+
+	if (sbx_prof_activity_start() == 0) {
+		if (ev_set_inputs(e, 0) == 0)
+			prog_run_sync(e, &e->cand);
+		sbx_prof_activity_stop(res);
+	}
+	if (*e->fatal || res->status != KCLAW__EVAL_STATUS__OK)
+		return;
+	if (sbx_prof_range(e->g->ctx, ev_profile_run, e, res) == 0)
+		res->counters_available = 1;
+}
+
+/* ---------------------------------------------------------- the backend */
+
+static void
+ev_free(ev *e)
+{
+	for (unsigned k = 0; k < EV_MAX_TRIALS; k++)
+		for (size_t t = 0; t < e->nt && t < 64; t++) {
+			if (e->expected[k][t] != NULL)
+				munmap(e->expected[k][t],
+				    e->tbytes[t] ? e->tbytes[t] : 1);
+			if (e->stash[k][t] != 0 && !*e->fatal &&
+			    (k == 0 || e->stash[k][t] != e->stash[0][t]))
+				e->g->cu.cuMemFree(e->stash[k][t]);
+		}
+	for (size_t t = 0; e->tdev && t < e->nt; t++)
+		if (e->tdev[t] && !*e->fatal)
+			e->g->cu.cuMemFree(e->tdev[t]);
+	free(e->tdev);
+	free(e->tbytes);
+	free(e->tcount);
+	prog_free(e, &e->cand);
+	prog_free(e, &e->ref);
+}
+
+static void
+gpu_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
+    int *fatal)
+{
+	gpu *g = state;
+	const Kclaw__EvalOptions *o = req->options;
+	const Kclaw__Candidate *cand = req->candidate;
+	uint64_t t0 = kc_mono_ns();
+	const char *arch;
+	ev e = {
+	    .g = g, .req = req, .task = req->task, .res = res, .fatal = fatal};
+	int compile_only = o != NULL && o->compile_only;
+	Kclaw__TaskSpec empty_task = KCLAW__TASK_SPEC__INIT;
+
+	e.cand.what = "candidate";
+	e.ref.what = "reference";
+	if (e.task == NULL)
+		e.task = &empty_task;
+	if (cand == NULL || cand->source == NULL || cand->source[0] == '\0') {
+		sbx_result_status(res, KCLAW__EVAL_STATUS__COMPILE_ERROR,
+		    "the request has no candidate source (kernel.cu)");
+		goto out;
+	}
+	sbx_result_set(&res->candidate_id, "%s", cand->id ? cand->id : "");
+	arch = o != NULL && o->arch != NULL && o->arch[0] ? o->arch
+	    : g->arch_override[0]                         ? g->arch_override
+	    : g->have_device                              ? g->arch
+	                                                  : NULL;
+	if (g->have_device)
+		sbx_result_set(&res->device_name, "%s", g->name);
+	if (arch == NULL) {
+		sbx_result_status(res, KCLAW__EVAL_STATUS__NO_DEVICE,
+		    "%s; to compile without a GPU pass an architecture "
+		    "(--compile-only --arch sm_90)",
+		    g->nodev_reason);
+		goto out;
+	}
+	sbx_result_set(&res->arch, "%s", arch);
+	if (prog_compile(&e, &e.cand, cand->source, arch) != 0)
+		goto out;
+	if (!g->have_device || compile_only) {
+		ev_add_resources(&e, &e.cand, 0);
+		if (prog_plan(&e, &e.cand, cand->plan_json, 0) != 0)
+			goto out;
+		if (!g->have_device && !compile_only) {
+			sbx_result_status(res, KCLAW__EVAL_STATUS__NO_DEVICE,
+			    "compiled for %s and the plan checks, but it "
+			    "cannot run: %s",
+			    arch, g->nodev_reason);
+			goto out;
+		}
+		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
+		    "compiled for %s in %.0f ms%s; the plan checks against "
+		    "the kernels' signatures (not run: compile-only)",
+		    arch, res->compile_ms,
+		    res->compile_cached ? " (cached)" : "");
+		goto out;
+	}
+	g->cu.cuCtxSetCurrent(g->ctx);
+	if (prog_load(&e, &e.cand) != 0)
+		goto out;
+	if (prog_plan(&e, &e.cand, cand->plan_json, 1) != 0) {
+		ev_add_resources(&e, &e.cand, 1);
+		goto out;
+	}
+	ev_add_resources(&e, &e.cand, 1);
+	e.trials = o && o->trials ? o->trials
+	    : e.task->trials      ? e.task->trials
+	                          : EV_DEFAULT_TRIALS;
+	e.warmup = o && o->warmup ? o->warmup : EV_DEFAULT_WARMUP;
+	e.iters = o && o->iterations ? o->iterations : EV_DEFAULT_ITERS;
+	if (e.trials > EV_MAX_TRIALS)
+		e.trials = EV_MAX_TRIALS;
+	if (e.iters > EV_MAX_ITERS)
+		e.iters = EV_MAX_ITERS;
+	if (e.task->reference != NULL &&
+	    e.task->reference->kind == KCLAW__REFERENCE__KIND__CUDA &&
+	    e.task->reference->cuda != NULL) {
+		const Kclaw__Candidate *rc = e.task->reference->cuda;
+		e.have_ref = 1;
+		if (prog_compile(&e, &e.ref, rc->source, g->arch) != 0 ||
+		    prog_load(&e, &e.ref) != 0 ||
+		    prog_plan(&e, &e.ref, rc->plan_json, 1) != 0 ||
+		    prog_prepare(&e, &e.ref) != 0)
+			goto out;
+	} else if (e.task->reference == NULL ||
+	    e.task->reference->kind != KCLAW__REFERENCE__KIND__TENSORS ||
+	    e.task->reference->n_sets == 0) {
+		sbx_result_status(res, EV_INTERNAL,
+		    "the task has no usable reference (a `cuda` reference or "
+		    "`tensors` sets); nothing to verify against");
+		goto out;
+	} else if (!(o && o->trials)) {
+		e.trials = (unsigned)e.task->reference->n_sets;
+		if (e.trials > EV_MAX_TRIALS)
+			e.trials = EV_MAX_TRIALS;
+	}
+	if (prog_prepare(&e, &e.cand) != 0 || ev_alloc_tensors(&e) != 0 ||
+	    ev_prepare_trials(&e) != 0)
+		goto out;
+	if (ev_verify(&e) != 0)
+		goto out;
+	if (ev_time(&e, &e.cand, EV_SPOT_CHECKS, &res->timing) != 0)
+		goto out;
+	sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
+	    "correct on %u trials; median %.4f ms over %u iterations", e.trials,
+	    res->timing->median_ms, res->timing->iterations);
+	if (o != NULL && o->profile)
+		ev_profile(&e);
+	if (*fatal || res->status != KCLAW__EVAL_STATUS__OK)
+		goto out;
+	if (e.have_ref) {
+		if (ev_time(&e, &e.ref, 0, &res->baseline) != 0) {
+			/* The candidate is fine; the baseline is not its
+			 * problem. */
+			if (!*fatal)
+				sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
+				    "correct; the reference could not be "
+				    "timed: %s",
+				    res->message);
+			goto out;
+		}
+		res->reference_ms = res->baseline->median_ms;
+	} else if (e.task->reference->baseline_ms > 0) {
+		res->reference_ms = e.task->reference->baseline_ms;
+	}
+	if (res->reference_ms > 0 && res->timing->median_ms > 0) {
+		res->speedup = res->reference_ms / res->timing->median_ms;
+		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
+		    "correct on %u trials; median %.4f ms over %u iterations, "
+		    "%.2fx the reference (%.4f ms)",
+		    e.trials, res->timing->median_ms, res->timing->iterations,
+		    res->speedup, res->reference_ms);
+	}
+out:
+	ev_free(&e);
+	res->wall_ms = (double)(kc_mono_ns() - t0) / 1e6;
+}
+
+const sbx_backend sbx_cuda_backend = {
+    .name = "cuda",
+    .init = gpu_init,
+    .evaluate = gpu_evaluate,
+    .fini = gpu_fini,
+};

@@ -1,0 +1,351 @@
+/*
+ * super.c - the parent's side of one child: start it, hand it requests,
+ * notice when it dies or overruns, and replace it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kc_err.h"
+#include "kc_log.h"
+#include "kc_util.h"
+#include "sandbox.h"
+
+#define SUPER_MAX_REAP 16
+#define SUPER_START_TRIES 3
+
+struct sbx_super {
+	sbx_super_config cfg;
+	char child_path[1024];
+	char cache_dir[1024];
+	char arch[32];
+	pid_t pid;
+	int to_child, from_child;
+	int ready;
+	unsigned starts;
+	char device_name[256];
+	char dev_arch[32];
+	Kclaw__EvalStatus ready_status;
+	pid_t reap[SUPER_MAX_REAP]; /* killed children not yet reaped */
+};
+
+static void
+super_reap(sbx_super *s)
+{
+	for (int i = 0; i < SUPER_MAX_REAP; i++)
+		if (s->reap[i] > 0 && waitpid(s->reap[i], NULL, WNOHANG) != 0)
+			s->reap[i] = 0;
+}
+
+/* Forgets the current child; kills it if asked. Returns its wait status,
+ * or -1 when it was not reaped (still dying: reaped later). */
+static int
+super_drop(sbx_super *s, int kill_it)
+{
+	int status = -1;
+
+	if (s->pid <= 0)
+		return -1;
+	close(s->to_child);
+	close(s->from_child);
+	s->to_child = s->from_child = -1;
+	if (kill_it)
+		kill(s->pid, SIGKILL);
+	/* A child killed inside a kernel can take a while to leave the
+	 * driver; wait briefly, then leave it to super_reap. */
+	for (int i = 0; i < 300; i++) {
+		pid_t r = waitpid(s->pid, &status, WNOHANG);
+		if (r == s->pid || (r < 0 && errno == ECHILD))
+			break;
+		if (i == 299) {
+			status = -1;
+			for (int j = 0; j < SUPER_MAX_REAP; j++)
+				if (s->reap[j] <= 0) {
+					s->reap[j] = s->pid;
+					break;
+				}
+			break;
+		}
+		if (!kill_it && i == 100)
+			kill(s->pid, SIGKILL);
+		kc_sleep_ms(10);
+	}
+	s->pid = 0;
+	s->ready = 0;
+	return status;
+}
+
+static int
+super_start(sbx_super *s)
+{
+	int in[2], out[2];
+	char dev[16];
+	char *argv[10];
+	int argc = 0;
+	pid_t pid;
+
+	super_reap(s);
+	if (pipe2(in, O_CLOEXEC) != 0)
+		return kc_seterr(KC_EIO, "pipe: %s", strerror(errno));
+	if (pipe2(out, O_CLOEXEC) != 0) {
+		close(in[0]);
+		close(in[1]);
+		return kc_seterr(KC_EIO, "pipe: %s", strerror(errno));
+	}
+	snprintf(dev, sizeof(dev), "%d", s->cfg.device);
+	argv[argc++] = s->child_path;
+	argv[argc++] = "--device";
+	argv[argc++] = dev;
+	if (s->cache_dir[0]) {
+		argv[argc++] = "--cache";
+		argv[argc++] = s->cache_dir;
+	}
+	if (s->arch[0]) {
+		argv[argc++] = "--arch";
+		argv[argc++] = s->arch;
+	}
+	argv[argc] = NULL;
+	if ((pid = fork()) < 0) {
+		close(in[0]);
+		close(in[1]);
+		close(out[0]);
+		close(out[1]);
+		return kc_seterr(KC_EIO, "fork: %s", strerror(errno));
+	}
+	if (pid == 0) {
+		/* dup2 clears O_CLOEXEC on the new descriptors. */
+		if (dup2(in[0], SBX_CHILD_IN_FD) < 0 ||
+		    dup2(out[1], SBX_CHILD_OUT_FD) < 0)
+			_exit(126);
+		execv(s->child_path, argv);
+		fprintf(stderr, "kclaw-sandbox: cannot run %s: %s\n",
+		    s->child_path, strerror(errno));
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	s->pid = pid;
+	s->to_child = in[1];
+	s->from_child = out[0];
+	s->ready = 0;
+	s->starts++;
+	KC_INFO("started sandbox child %d (%s)", (int)pid, s->child_path);
+	return 0;
+}
+
+static int
+super_wait_ready(sbx_super *s)
+{
+	Kclaw__EvalResult *r;
+	void *buf;
+	size_t len;
+	int rv;
+
+	rv = sbx_frame_read(s->from_child, s->cfg.ready_timeout_ms, &buf, &len);
+	if (rv != 0) {
+		int st = super_drop(s, 1);
+		return kc_seterr(KC_EINTERNAL,
+		    "the sandbox child did not start (%s; exit status %d)",
+		    rv == KC_ETIMEDOUT ? "no ready message in time"
+		                       : "it exited",
+		    st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	}
+	r = kclaw__eval_result__unpack(NULL, len, buf);
+	free(buf);
+	if (r == NULL) {
+		super_drop(s, 1);
+		return kc_seterr(KC_EPROTO, "the child's ready frame is bad");
+	}
+	snprintf(s->device_name, sizeof(s->device_name), "%s", r->device_name);
+	snprintf(s->dev_arch, sizeof(s->dev_arch), "%s", r->arch);
+	s->ready_status = r->status;
+	if (r->status != KCLAW__EVAL_STATUS__OK)
+		KC_WARN("sandbox child: %s", r->message);
+	kclaw__eval_result__free_unpacked(r, NULL);
+	s->ready = 1;
+	return 0;
+}
+
+static int
+super_ensure(sbx_super *s)
+{
+	int rv = 0;
+
+	if (s->pid > 0 && waitpid(s->pid, NULL, WNOHANG) == s->pid) {
+		/* Died while idle: its pipes are stale. */
+		close(s->to_child);
+		close(s->from_child);
+		s->pid = 0;
+		s->ready = 0;
+	}
+	for (int i = 0; i < SUPER_START_TRIES; i++) {
+		if (s->pid <= 0 && (rv = super_start(s)) != 0)
+			continue;
+		if (s->ready || (rv = super_wait_ready(s)) == 0)
+			return 0;
+	}
+	return rv;
+}
+
+int
+sbx_super_open(sbx_super **out, const sbx_super_config *cfg)
+{
+	sbx_super *s = calloc(1, sizeof(*s));
+
+	if (s == NULL)
+		return KC_ENOMEM;
+	s->cfg = *cfg;
+	snprintf(s->child_path, sizeof(s->child_path), "%s", cfg->child_path);
+	snprintf(s->cache_dir, sizeof(s->cache_dir), "%s",
+	    cfg->cache_dir ? cfg->cache_dir : "");
+	snprintf(s->arch, sizeof(s->arch), "%s", cfg->arch ? cfg->arch : "");
+	if (s->cfg.ready_timeout_ms <= 0)
+		s->cfg.ready_timeout_ms = 60000;
+	s->to_child = s->from_child = -1;
+	if (access(s->child_path, X_OK) != 0) {
+		free(s);
+		return kc_seterr(KC_ENOENT,
+		    "sandbox child %s is not executable; build it or pass "
+		    "its path",
+		    cfg->child_path);
+	}
+	signal(SIGPIPE, SIG_IGN);
+	*out = s;
+	return 0;
+}
+
+static const char *
+super_signame(int sig)
+{
+	switch (sig) {
+	case SIGSEGV: return "SIGSEGV";
+	case SIGABRT: return "SIGABRT";
+	case SIGBUS: return "SIGBUS";
+	case SIGFPE: return "SIGFPE";
+	case SIGILL: return "SIGILL";
+	case SIGKILL: return "SIGKILL";
+	case SIGTERM: return "SIGTERM";
+	default: return "signal";
+	}
+}
+
+int
+sbx_super_eval(sbx_super *s, const Kclaw__EvalRequest *req, int timeout_ms,
+    Kclaw__EvalResult **res)
+{
+	uint64_t t0 = kc_mono_ns();
+	Kclaw__EvalResult *r = NULL;
+	void *buf;
+	size_t len;
+	int rv, st;
+
+	if ((r = sbx_result_new(req->job_id)) == NULL)
+		return KC_ENOMEM;
+	if ((rv = super_ensure(s)) != 0) {
+		sbx_result_status(r, KCLAW__EVAL_STATUS__INTERNAL_ERROR,
+		    "the sandbox could not start its GPU process: %s",
+		    kc_lasterr());
+		goto done;
+	}
+	if ((rv = sbx_frame_write(s->to_child, &req->base)) != 0) {
+		/* Gone between requests: one fresh start, one more try. */
+		super_drop(s, 1);
+		if ((rv = super_ensure(s)) != 0 ||
+		    (rv = sbx_frame_write(s->to_child, &req->base)) != 0) {
+			sbx_result_status(r, KCLAW__EVAL_STATUS__INTERNAL_ERROR,
+			    "cannot hand the request to the GPU process: %s",
+			    kc_lasterr());
+			goto done;
+		}
+	}
+	rv = sbx_frame_read(s->from_child, timeout_ms, &buf, &len);
+	if (rv == 0) {
+		Kclaw__EvalResult *got =
+		    kclaw__eval_result__unpack(NULL, len, buf);
+		free(buf);
+		if (got == NULL) {
+			super_drop(s, 1);
+			sbx_result_status(r, KCLAW__EVAL_STATUS__INTERNAL_ERROR,
+			    "the GPU process sent a result that did not "
+			    "decode");
+			goto restart;
+		}
+		kclaw__eval_result__free_unpacked(r, NULL);
+		r = got;
+		if (r->status == KCLAW__EVAL_STATUS__RUNTIME_FAULT) {
+			/* The child exits after a fault; replace it. */
+			super_drop(s, 0);
+			goto restart;
+		}
+		goto done;
+	}
+	if (rv == KC_ETIMEDOUT) {
+		super_drop(s, 1);
+		sbx_result_status(r, KCLAW__EVAL_STATUS__TIMEOUT,
+		    "the evaluation did not finish within %d ms (a kernel "
+		    "that never ends, or far too slow); the sandbox killed "
+		    "it. Check loop bounds and termination conditions",
+		    timeout_ms);
+		goto restart;
+	}
+	st = super_drop(s, 0);
+	if (st >= 0 && WIFSIGNALED(st)) {
+		sbx_result_set(
+		    &r->fault_name, "%s", super_signame(WTERMSIG(st)));
+		sbx_result_status(r, KCLAW__EVAL_STATUS__RUNTIME_FAULT,
+		    "the GPU process died (%s, signal %d) while evaluating "
+		    "this candidate; a fresh one was started",
+		    super_signame(WTERMSIG(st)), WTERMSIG(st));
+	} else {
+		sbx_result_set(&r->fault_name, "EXIT_%d",
+		    st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+		sbx_result_status(r, KCLAW__EVAL_STATUS__RUNTIME_FAULT,
+		    "the GPU process exited (status %d) without a result "
+		    "while evaluating this candidate; a fresh one was "
+		    "started",
+		    st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	}
+restart:
+	/* Start the replacement now, so its CUDA start-up overlaps the
+	 * reply's trip; the next request waits for its ready frame. */
+	if (super_start(s) != 0)
+		KC_WARN("cannot start a fresh sandbox child: %s", kc_lasterr());
+done:
+	if (r->device_name == NULL || r->device_name[0] == '\0')
+		sbx_result_set(&r->device_name, "%s", s->device_name);
+	if (r->arch == NULL || r->arch[0] == '\0')
+		sbx_result_set(&r->arch, "%s", s->dev_arch);
+	if (r->wall_ms == 0)
+		r->wall_ms = (double)(kc_mono_ns() - t0) / 1e6;
+	*res = r;
+	return 0;
+}
+
+const char *
+sbx_super_device_name(const sbx_super *s)
+{
+	return s->device_name;
+}
+
+unsigned
+sbx_super_starts(const sbx_super *s)
+{
+	return s->starts;
+}
+
+void
+sbx_super_close(sbx_super *s)
+{
+	if (s == NULL)
+		return;
+	super_drop(s, 0);
+	for (int i = 0; i < SUPER_MAX_REAP; i++)
+		if (s->reap[i] > 0)
+			waitpid(s->reap[i], NULL, 0);
+	free(s);
+}
