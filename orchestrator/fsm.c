@@ -164,7 +164,8 @@ fsm_next(orch_fsm *f, orch_actions *a, enum orch_state to)
 static void
 fsm_best(orch_fsm *f, uint32_t cand, double ms)
 {
-	if (f->best == 0 || ms < f->best_ms) {
+	if (f->best == 0 || ms < f->best_ms ||
+	    (ms == f->best_ms && cand < f->best)) {
 		f->best = cand;
 		f->best_ms = ms;
 	}
@@ -247,11 +248,15 @@ fsm_seed_done(orch_fsm *f, const orch_input *in, orch_actions *a)
 		f->ref_ms = in->ref_ms;
 	if (in->status == KCLAW__EVAL_STATUS__OK) {
 		fsm_best(f, cand, in->ms);
-		if (f->seed_best == 0 || in->ms < f->seed_best_ms) {
+		/* Ties go to the lower number: the outcome must not depend
+		 * on the order in which results arrive. */
+		if (f->seed_best == 0 || in->ms < f->seed_best_ms ||
+		    (in->ms == f->seed_best_ms && cand < f->seed_best)) {
 			f->seed_best = cand;
 			f->seed_best_ms = in->ms;
 		}
-	} else if (rank > f->promising_rank) {
+	} else if (rank > f->promising_rank ||
+	    (rank && rank == f->promising_rank && cand < f->promising)) {
 		f->promising = cand;
 		f->promising_rank = rank;
 	}

@@ -1,0 +1,1445 @@
+/*
+ * orch.c - the loop, the tasks, their transitions and store records.
+ *
+ * Store layout (STORE_CF_TASKS keys never hold '/' except the per-task
+ * records):
+ *   TASKS       <task id>            TaskRecord (without its spec)
+ *               <task id>/spec       TaskSpec
+ *               <task id>/plan       the Planner's last OptPlan
+ *               <task id>/diag       the Diagnoser's last Diagnosis
+ *   CANDIDATES  <task id>/<cand id>  CandidateRecord ("<task id>-c0007")
+ *   JOBS        <task id>-j<n>       orch_job_rec: a job in flight
+ *   EVENTS      u64 seq (BE)         Event
+ *   SHORT_TERM  through the memory seam
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kc_err.h"
+#include "kc_log.h"
+#include "kc_util.h"
+#include "orch_int.h"
+
+/* ---------------------------------------------------------- options */
+
+static bool
+orch_json_num(const cJSON *o, const char *key, double lo, double hi, double *v)
+{
+	const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+
+	if (j == NULL)
+		return true;
+	if (!cJSON_IsNumber(j) || j->valuedouble < lo || j->valuedouble > hi)
+		return false;
+	*v = j->valuedouble;
+	return true;
+}
+
+/* kclaw.json's "orchestrator" object; absent file or object: defaults. */
+static int
+orch_options_json(orch_options *opt, const char *path)
+{
+	static const struct {
+		const char *key;
+		double lo, hi;
+	} keys[] = {{"seeds", 1, ORCH_MAX_SEEDS}, {"rounds", 1, 1e6},
+	    {"max_repairs", 1, 1000}, {"rt", 0, 100}, {"at", 0, 1e6},
+	    {"job_retries", 0, 100}, {"agent_timeout_ms", 100, 864e5},
+	    {"eval_timeout_ms", 100, 864e5}, {"poll_ms", 10, 600e3},
+	    {"render_bytes", 256, 1 << 20}};
+	double v[KC_ARRAY_LEN(keys)];
+	const cJSON *obj;
+	cJSON *root;
+	char *text;
+	size_t len;
+	int rv = 0;
+
+	if (kc_read_file(path, 1 << 20, &text, &len) != 0) {
+		kc_clearerr();
+		return 0;
+	}
+	root = cJSON_ParseWithLength(text, len);
+	free(text);
+	obj = cJSON_GetObjectItemCaseSensitive(root, "orchestrator");
+	if (obj == NULL)
+		goto out;
+	v[0] = opt->defaults.seeds;
+	v[1] = opt->defaults.max_rounds;
+	v[2] = opt->defaults.max_repairs;
+	v[3] = opt->defaults.rt;
+	v[4] = opt->defaults.at;
+	v[5] = opt->job_retries;
+	v[6] = opt->agent_timeout_ms;
+	v[7] = opt->eval_timeout_ms;
+	v[8] = opt->poll_ms;
+	v[9] = opt->render_bytes;
+	for (size_t i = 0; i < KC_ARRAY_LEN(keys); i++)
+		if (!orch_json_num(
+		        obj, keys[i].key, keys[i].lo, keys[i].hi, &v[i])) {
+			rv = kc_seterr(KC_EINVAL,
+			    "%s: orchestrator.%s must be a number in "
+			    "[%g, %g]",
+			    path, keys[i].key, keys[i].lo, keys[i].hi);
+			goto out;
+		}
+	opt->defaults.seeds = (uint32_t)v[0];
+	opt->defaults.max_rounds = (uint32_t)v[1];
+	opt->defaults.max_repairs = (uint32_t)v[2];
+	opt->defaults.rt = v[3];
+	opt->defaults.at = v[4];
+	opt->job_retries = (uint32_t)v[5];
+	opt->agent_timeout_ms = (uint32_t)v[6];
+	opt->eval_timeout_ms = (uint32_t)v[7];
+	opt->poll_ms = (uint32_t)v[8];
+	opt->render_bytes = (uint32_t)v[9];
+out:
+	cJSON_Delete(root);
+	return rv;
+}
+
+int
+orch_options_load(orch_options *opt, const kc_config *cfg)
+{
+	memset(opt, 0, sizeof(*opt));
+	opt->cfg = *cfg;
+	orch_params_default(&opt->defaults);
+	opt->job_retries = 3;
+	opt->agent_timeout_ms = 300 * 1000;
+	opt->eval_timeout_ms = 120 * 1000;
+	opt->poll_ms = 5000;
+	opt->render_bytes = 6000;
+	opt->memory = orch_memory_kc() ? orch_memory_kc() : orch_memory_basic();
+	return orch_options_json(opt, cfg->config_path);
+}
+
+/* ------------------------------------------------------------ tasks */
+
+static size_t
+orch_hash(const char *id, size_t n)
+{
+	return (size_t)(kc_fnv1a64(id, strlen(id), 0) % n);
+}
+
+struct orch_task *
+orch_task_find(orch *o, const char *id)
+{
+	struct orch_task *t;
+
+	for (t = o->buckets[orch_hash(id, o->nbuckets)]; t; t = t->hnext)
+		if (strcmp(t->id, id) == 0)
+			return t;
+	return NULL;
+}
+
+static int
+orch_task_add(orch *o, const char *id, const char *name, struct orch_task **out)
+{
+	struct orch_task *t;
+	size_t h;
+
+	if (o->nall == o->capall) {
+		size_t cap = o->capall ? o->capall * 2 : 64;
+		struct orch_task **a = realloc(o->all, cap * sizeof(*a));
+		if (a == NULL)
+			return KC_ENOMEM;
+		o->all = a;
+		o->capall = cap;
+	}
+	if ((t = calloc(1, sizeof(*t))) == NULL ||
+	    (t->name = strdup(name)) == NULL) {
+		free(t);
+		return KC_ENOMEM;
+	}
+	kc_strlcpy(t->id, id, sizeof(t->id));
+	h = orch_hash(id, o->nbuckets);
+	t->hnext = o->buckets[h];
+	o->buckets[h] = t;
+	o->all[o->nall++] = t;
+	o->ntasks++;
+	*out = t;
+	return 0;
+}
+
+void
+orch_cand_id(uint32_t n, char out[16])
+{
+	snprintf(out, 16, "c%04u", n);
+}
+
+static void
+orch_cand_key(const char *task_id, uint32_t n, char *key, size_t sz)
+{
+	snprintf(key, sz, "%s/%s-c%04u", task_id, task_id, n);
+}
+
+int
+orch_cand_get(
+    orch *o, const char *task_id, uint32_t n, Kclaw__CandidateRecord **out)
+{
+	char key[64];
+	void *val;
+	size_t len;
+	int rv;
+
+	orch_cand_key(task_id, n, key, sizeof(key));
+	if ((rv = store_get(o->db, STORE_CF_CANDIDATES, key, strlen(key), &val,
+	         &len)) != 0)
+		return kc_seterr(rv,
+		    "task %s: candidate c%04u is not in the "
+		    "store",
+		    task_id, n);
+	*out = kclaw__candidate_record__unpack(NULL, len, val);
+	free(val);
+	return *out ? 0
+	            : kc_seterr(KC_EPROTO, "candidate %s did not decode", key);
+}
+
+static int
+orch_put_msg(orch *o, store_cf cf, const char *key, const ProtobufCMessage *m)
+{
+	uint8_t *buf;
+	size_t len;
+	int rv;
+
+	if ((rv = kc_pb_pack(m, &buf, &len)) != 0)
+		return rv;
+	rv = store_batch_put(o->batch, cf, key, strlen(key), buf, len);
+	free(buf);
+	o->staged++;
+	return rv;
+}
+
+static int
+orch_cand_put(
+    orch *o, const char *task_id, uint32_t n, const Kclaw__CandidateRecord *r)
+{
+	char key[64];
+
+	orch_cand_key(task_id, n, key, sizeof(key));
+	return orch_put_msg(o, STORE_CF_CANDIDATES, key, &r->base);
+}
+
+int
+orch_task_aux_get(
+    orch *o, const char *task_id, const char *what, void **val, size_t *len)
+{
+	char key[64];
+
+	snprintf(key, sizeof(key), "%s/%s", task_id, what);
+	return store_get(o->db, STORE_CF_TASKS, key, strlen(key), val, len);
+}
+
+int
+orch_spec_get(orch *o, const char *task_id, Kclaw__TaskSpec **out)
+{
+	void *val;
+	size_t len;
+	int rv;
+
+	if ((rv = orch_task_aux_get(o, task_id, "spec", &val, &len)) != 0)
+		return kc_seterr(
+		    rv, "task %s has no spec in the store", task_id);
+	*out = kclaw__task_spec__unpack(NULL, len, val);
+	free(val);
+	return *out
+	    ? 0
+	    : kc_seterr(KC_EPROTO, "task %s: spec did not decode", task_id);
+}
+
+const char *
+orch_eval_status_name(Kclaw__EvalStatus st)
+{
+	const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(
+	    &kclaw__eval_status__descriptor, st);
+
+	return v ? v->name : "UNKNOWN";
+}
+
+/* -------------------------------------------------------------- events */
+
+static char *
+orch_lower(const char *s, char *out, size_t n)
+{
+	size_t i;
+
+	for (i = 0; s[i] && i + 1 < n; i++)
+		out[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] + 32 : s[i]);
+	out[i] = '\0';
+	return out;
+}
+
+static void
+orch_publish(orch *o, const Kclaw__Event *ev)
+{
+	const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(
+	    &kclaw__event_kind__descriptor, ev->kind);
+	char topic[160], kind[40];
+	uint8_t *buf;
+	size_t len;
+
+	orch_lower(v ? v->name : "unknown", kind, sizeof(kind));
+	if (ev->task_id && *ev->task_id)
+		snprintf(topic, sizeof(topic), "task.%s.%s", ev->task_id, kind);
+	else
+		snprintf(topic, sizeof(topic), "system.%s", kind);
+	if (kc_pb_pack(&ev->base, &buf, &len) != 0)
+		return;
+	if (bus_pub_send(o->pub, topic, buf, len) != 0)
+		KC_DEBUG("event %llu not published: %s",
+		    (unsigned long long)ev->seq, kc_lasterr());
+	free(buf);
+}
+
+/* Takes ev (allocated with its strings by the caller's helpers). */
+int
+orch_event(orch *o, Kclaw__Event *ev)
+{
+	uint8_t key[8];
+	int rv;
+
+	ev->seq = ++o->last_seq;
+	ev->time_unix_ms = kc_now_ms();
+	store_key_u64(key, ev->seq);
+	{
+		uint8_t *buf;
+		size_t len;
+		if ((rv = kc_pb_pack(&ev->base, &buf, &len)) != 0)
+			return rv;
+		rv = store_batch_put(
+		    o->batch, STORE_CF_EVENTS, key, sizeof(key), buf, len);
+		free(buf);
+	}
+	o->staged++;
+	if (o->npending == o->cappending) {
+		size_t cap = o->cappending ? o->cappending * 2 : 64;
+		Kclaw__Event **p = realloc(o->pending_events, cap * sizeof(*p));
+		if (p == NULL)
+			return KC_ENOMEM;
+		o->pending_events = p;
+		o->cappending = cap;
+	}
+	o->pending_events[o->npending++] = ev;
+	return rv;
+}
+
+int
+orch_event_now(orch *o, Kclaw__Event *ev)
+{
+	return orch_event(o, ev);
+}
+
+/* A new event with its own copies of the strings (freed with
+ * kclaw__event__free_unpacked). */
+static Kclaw__Event *
+orch_event_new(
+    Kclaw__EventKind kind, const struct orch_task *t, const char *detail)
+{
+	Kclaw__Event *ev = malloc(sizeof(*ev));
+
+	if (ev == NULL)
+		return NULL;
+	kclaw__event__init(ev);
+	ev->kind = kind;
+	ev->task_id = strdup(t ? t->id : "");
+	ev->state = strdup(t ? orch_state_name(t->fsm.state) : "");
+	ev->round = t ? t->fsm.round : 0;
+	ev->detail = strdup(detail ? detail : "");
+	ev->candidate_id = strdup("");
+	ev->process = strdup("");
+	ev->job_id = strdup("");
+	return ev;
+}
+
+static void
+orch_event_set(char **field, const char *v)
+{
+	free(*field);
+	*field = strdup(v ? v : "");
+}
+
+/* --------------------------------------------------------- task record */
+
+int
+orch_task_record(orch *o, const struct orch_task *t, Kclaw__TaskRecord *rec,
+    char **error_out)
+{
+	char b[16], id[48];
+	(void)o;
+
+	kclaw__task_record__init(rec);
+	rec->id = strdup(t->id);
+	rec->state = strdup(orch_state_name(t->fsm.state));
+	rec->round = t->fsm.round;
+	orch_cand_id(t->fsm.base, b);
+	snprintf(id, sizeof(id), "%s-%s", t->id, b);
+	rec->base_id = strdup(t->fsm.base ? id : "");
+	orch_cand_id(t->fsm.best, b);
+	snprintf(id, sizeof(id), "%s-%s", t->id, b);
+	rec->best_id = strdup(t->fsm.best ? id : "");
+	rec->base_ms = t->fsm.base_ms;
+	rec->best_ms = t->fsm.best_ms;
+	rec->reference_ms = t->fsm.ref_ms;
+	rec->tokens = t->fsm.tokens;
+	rec->created_unix_ms = t->created_ms;
+	rec->finished_unix_ms = t->finished_ms;
+	rec->error = strdup(*error_out ? *error_out : "");
+	rec->fsm.data = malloc(sizeof(t->fsm));
+	if (rec->fsm.data)
+		memcpy(rec->fsm.data, &t->fsm, sizeof(t->fsm));
+	rec->fsm.len = sizeof(t->fsm);
+	if (!rec->id || !rec->state || !rec->base_id || !rec->best_id ||
+	    !rec->error || !rec->fsm.data)
+		return KC_ENOMEM;
+	return 0;
+}
+
+void
+orch_task_record_free(Kclaw__TaskRecord *rec)
+{
+	free(rec->id);
+	free(rec->state);
+	free(rec->base_id);
+	free(rec->best_id);
+	free(rec->error);
+	free(rec->fsm.data);
+	kclaw__task_record__init(rec);
+}
+
+/* The error text a task's record carries: why it stopped. */
+static char *
+orch_task_error(const struct orch_task *t, const char *detail)
+{
+	kc_str s = {0};
+
+	if (!orch_state_final(t->fsm.state) || t->fsm.stop == ORCH_STOP_NONE)
+		return NULL;
+	if (t->fsm.state == ORCH_ST_DONE && t->fsm.stop != ORCH_STOP_JOB_FAILED)
+		kc_str_printf(&s, "stopped: %s", orch_stop_text(t->fsm.stop));
+	else
+		kc_str_append(&s, orch_stop_text(t->fsm.stop));
+	if (detail && *detail)
+		kc_str_printf(&s, ": %s", detail);
+	return kc_str_take(&s);
+}
+
+static int
+orch_task_put(orch *o, struct orch_task *t, const char *detail)
+{
+	Kclaw__TaskRecord rec;
+	char *err = orch_task_error(t, detail);
+	int rv;
+
+	if ((rv = orch_task_record(o, t, &rec, &err)) == 0)
+		rv = orch_put_msg(o, STORE_CF_TASKS, t->id, &rec.base);
+	orch_task_record_free(&rec);
+	free(err);
+	return rv;
+}
+
+/* -------------------------------------------------------- transitions */
+
+static Kclaw__OptPlan *
+orch_plan_get(orch *o, const char *task_id)
+{
+	Kclaw__OptPlan *p = NULL;
+	void *val;
+	size_t len;
+
+	if (orch_task_aux_get(o, task_id, "plan", &val, &len) == 0) {
+		p = kclaw__opt_plan__unpack(NULL, len, val);
+		free(val);
+	}
+	return p;
+}
+
+static Kclaw__Diagnosis *
+orch_diag_get(orch *o, const char *task_id)
+{
+	Kclaw__Diagnosis *d = NULL;
+	void *val;
+	size_t len;
+
+	if (orch_task_aux_get(o, task_id, "diag", &val, &len) == 0) {
+		d = kclaw__diagnosis__unpack(NULL, len, val);
+		free(val);
+	}
+	return d;
+}
+
+static int
+orch_aux_put(
+    orch *o, const char *task_id, const char *what, const ProtobufCMessage *m)
+{
+	char key[64];
+
+	snprintf(key, sizeof(key), "%s/%s", task_id, what);
+	return orch_put_msg(o, STORE_CF_TASKS, key, m);
+}
+
+/* Stores the candidates of an agent reply under numbers first.. */
+static int
+orch_store_candidates(orch *o, struct orch_task *t, const orch_fsm *prev,
+    const Kclaw__AgentReply *reply, uint32_t first, uint32_t n)
+{
+	Kclaw__OptPlan *plan = NULL;
+	Kclaw__Diagnosis *diag = NULL;
+	char parent[48] = "", b[16];
+	int rv = 0;
+
+	if (prev->state == ORCH_ST_OPTIMIZE)
+		plan = orch_plan_get(o, t->id);
+	if (prev->state == ORCH_ST_REPAIR)
+		diag = orch_diag_get(o, t->id);
+	if (prev->state != ORCH_ST_SEEDING) {
+		orch_cand_id(
+		    prev->state == ORCH_ST_REPAIR ? prev->cur : prev->base, b);
+		snprintf(parent, sizeof(parent), "%s-%s", t->id, b);
+	}
+	for (uint32_t i = 0; i < n && rv == 0; i++) {
+		Kclaw__CandidateRecord r = KCLAW__CANDIDATE_RECORD__INIT;
+		Kclaw__Candidate c = *reply->candidates[i];
+		char id[48];
+
+		orch_cand_id(first + i, b);
+		snprintf(id, sizeof(id), "%s-%s", t->id, b);
+		c.id = id;
+		c.parent_id = parent;
+		c.origin = (char *)orch_role_name(reply->role);
+		c.method = plan && plan->method ? plan->method : "";
+		c.round = prev->round + 1;
+		r.candidate = &c;
+		r.plan = plan;
+		r.diagnosis = diag;
+		rv = orch_cand_put(o, t->id, first + i, &r);
+	}
+	if (plan)
+		kclaw__opt_plan__free_unpacked(plan, NULL);
+	if (diag)
+		kclaw__diagnosis__free_unpacked(diag, NULL);
+	return rv;
+}
+
+/* Stores what an input brought, numbered as the new state says. */
+static int
+orch_store_input(orch *o, struct orch_task *t, const orch_fsm *prev,
+    const orch_fsm *next, const orch_input *in, const Kclaw__AgentReply *reply,
+    const Kclaw__EvalResult *eval, const struct orch_msg *retrieved)
+{
+	Kclaw__CandidateRecord *r = NULL;
+	int rv = 0;
+
+	switch (in->kind) {
+	case ORCH_IN_SEEDS:
+		if (next->state == ORCH_ST_REVIEW_SEEDS)
+			rv = orch_store_candidates(
+			    o, t, prev, reply, next->seed_first, next->await_n);
+		break;
+	case ORCH_IN_CANDIDATE:
+		if (next->state == ORCH_ST_REVIEW)
+			rv = orch_store_candidates(
+			    o, t, prev, reply, next->cur, 1);
+		break;
+	case ORCH_IN_EVALUATED:
+		if ((rv = orch_cand_get(o, t->id, in->cand, &r)) != 0)
+			break;
+		if (r->eval)
+			kclaw__eval_result__free_unpacked(r->eval, NULL);
+		r->eval = (Kclaw__EvalResult *)eval;
+		rv = orch_cand_put(o, t->id, in->cand, r);
+		r->eval = NULL;
+		break;
+	case ORCH_IN_FEATURES:
+		if ((rv = orch_cand_get(o, t->id, prev->base, &r)) != 0)
+			break;
+		{
+			size_t nf = r->n_features;
+			Kclaw__Feature **f = r->features;
+			r->n_features = reply->n_features;
+			r->features = reply->features;
+			rv = orch_cand_put(o, t->id, prev->base, r);
+			r->n_features = nf;
+			r->features = f;
+		}
+		break;
+	case ORCH_IN_RETRIEVED:
+		if ((rv = orch_cand_get(o, t->id, prev->base, &r)) != 0)
+			break;
+		{
+			size_t nm = r->n_methods;
+			Kclaw__Recommendation **m = r->methods;
+			r->n_methods = retrieved->retrieved->n_methods;
+			r->methods = retrieved->retrieved->methods;
+			rv = orch_cand_put(o, t->id, prev->base, r);
+			r->n_methods = nm;
+			r->methods = m;
+		}
+		break;
+	case ORCH_IN_PLANNED:
+		rv = orch_aux_put(o, t->id, "plan", &reply->plan->base);
+		break;
+	case ORCH_IN_DIAGNOSED:
+		rv = orch_aux_put(o, t->id, "diag", &reply->diagnosis->base);
+		break;
+	default: break;
+	}
+	if (r)
+		kclaw__candidate_record__free_unpacked(r, NULL);
+	return rv;
+}
+
+static char *
+orch_plan_text(const Kclaw__OptPlan *p)
+{
+	kc_str s = {0};
+
+	if (p == NULL)
+		return NULL;
+	kc_str_printf(&s, "%s", p->rationale ? p->rationale : "");
+	for (size_t i = 0; i < p->n_steps; i++)
+		kc_str_printf(&s, "%s- %s", s.len ? "\n" : "", p->steps[i]);
+	return kc_str_take(&s);
+}
+
+/* The short-term record of a finished round, and what long-term memory
+ * learns from it. */
+static int
+orch_record(orch *o, struct orch_task *t, const orch_action *a,
+    const Kclaw__EvalResult *eval)
+{
+	const orch_memory_ops *m = o->opt.memory;
+	orch_memory_record r = {0};
+	Kclaw__CandidateRecord *cur = NULL, *failing = NULL, *base = NULL;
+	char kid[48], aux[48], b[16], *plan_text = NULL, outcome[512];
+	int rv;
+
+	if ((rv = orch_cand_get(o, t->id, a->cand, &cur)) != 0)
+		return rv;
+	orch_cand_id(a->cand, b);
+	snprintf(kid, sizeof(kid), "%s-%s", t->id, b);
+	orch_cand_id(a->aux, b);
+	snprintf(aux, sizeof(aux), "%s-%s", t->id, b);
+	snprintf(outcome, sizeof(outcome), "%s%s%s",
+	    orch_eval_status_name(a->status),
+	    eval && eval->message && *eval->message ? ": " : "",
+	    eval && eval->message ? eval->message : "");
+	r.round = t->fsm.round;
+	r.outcome = outcome;
+	r.ms = eval && eval->timing ? eval->timing->median_ms : 0;
+	if (a->origin == ORCH_ORIGIN_REPAIR) {
+		const char *pid = cur->candidate->parent_id;
+		size_t plen = strlen(t->id) + 2;
+		r.kind = 1;
+		r.kernel_id = pid;
+		if (strlen(pid) > plen)
+			orch_cand_get(
+			    o, t->id, (uint32_t)atoi(pid + plen), &failing);
+		r.status = failing && failing->eval
+		    ? orch_eval_status_name(failing->eval->status)
+		    : "";
+		r.failure =
+		    failing && failing->eval ? failing->eval->message : "";
+		r.diagnosis = cur->diagnosis ? cur->diagnosis->root_cause : "";
+		r.fix = cur->diagnosis ? cur->diagnosis->fix : "";
+		r.result_id = kid;
+		r.passed = a->status == KCLAW__EVAL_STATUS__OK;
+	} else {
+		r.kind = 2;
+		r.kernel_id = kid;
+		r.status = orch_eval_status_name(a->status);
+		r.base_id = aux;
+		r.method =
+		    cur->plan ? cur->plan->method : cur->candidate->method;
+		plan_text = orch_plan_text(cur->plan);
+		r.plan = plan_text;
+		r.speedup = a->value;
+	}
+	rv = m->record(o->opt.memory_arg, o->db, o->batch, t->id, &r);
+	o->staged++;
+	/* Learn from optimisation attempts on a base whose retrieval
+	 * recommended the method. */
+	if (rv == 0 && r.kind == 2 && m->learn && r.method && *r.method &&
+	    orch_cand_get(o, t->id, a->aux, &base) == 0) {
+		for (size_t i = 0; i < base->n_methods; i++) {
+			Kclaw__Recommendation *rec = base->methods[i];
+			if (strcmp(rec->method, r.method) != 0)
+				continue;
+			rv = m->learn(o->opt.memory_arg, o->db, o->batch,
+			    rec->signature, r.method, kid,
+			    a->status == KCLAW__EVAL_STATUS__OK, a->value);
+			break;
+		}
+	}
+	free(plan_text);
+	if (cur)
+		kclaw__candidate_record__free_unpacked(cur, NULL);
+	if (failing)
+		kclaw__candidate_record__free_unpacked(failing, NULL);
+	if (base)
+		kclaw__candidate_record__free_unpacked(base, NULL);
+	return rv;
+}
+
+static void
+orch_queue_retrieve(orch *o, struct orch_task *t, uint32_t job)
+{
+	struct orch_msg *m = calloc(1, sizeof(*m));
+
+	if (m == NULL)
+		return;
+	m->kind = ORCH_MSG_RETRIEVED;
+	m->task = t;
+	m->job = job;
+	m->next = o->to_retrieve;
+	o->to_retrieve = m;
+}
+
+static int
+orch_run_action(orch *o, struct orch_task *t, const orch_fsm *prev,
+    const orch_action *a, const Kclaw__EvalResult *eval, const char *detail)
+{
+	Kclaw__Event *ev;
+	char text[256], b[16], cid[48];
+
+	switch (a->kind) {
+	case ORCH_ACT_AGENT:
+	case ORCH_ACT_EVAL: return orch_job_new(o, t, a, true);
+	case ORCH_ACT_RETRIEVE: orch_queue_retrieve(o, t, a->job); return 0;
+	case ORCH_ACT_RECORD: return orch_record(o, t, a, eval);
+	case ORCH_ACT_DROP_JOBS: orch_jobs_drop(o, t); return 0;
+	case ORCH_ACT_EVENT: break;
+	}
+	text[0] = '\0';
+	switch (a->event) {
+	case KCLAW__EVENT_KIND__STATE_CHANGED:
+		snprintf(text, sizeof(text), "%s -> %s",
+		    orch_state_name(prev->state),
+		    orch_state_name(t->fsm.state));
+		break;
+	case KCLAW__EVENT_KIND__BASE_PROMOTED:
+		snprintf(text, sizeof(text), "base %.4f ms", a->value);
+		break;
+	case KCLAW__EVENT_KIND__ROUND_FINISHED:
+		snprintf(text, sizeof(text), "round %u: %s", t->fsm.round,
+		    orch_eval_status_name(eval ? eval->status : 0));
+		break;
+	case KCLAW__EVENT_KIND__TASK_FINISHED:
+	case KCLAW__EVENT_KIND__TASK_CANCELLED: {
+		char *e = orch_task_error(t, detail);
+		snprintf(text, sizeof(text), "%s: %s (best speedup %.3fx)",
+		    orch_state_name(t->fsm.state), e ? e : "", a->value);
+		free(e);
+		break;
+	}
+	default: break;
+	}
+	if ((ev = orch_event_new(a->event, t, text)) == NULL)
+		return KC_ENOMEM;
+	ev->value = a->value;
+	ev->tokens = t->fsm.tokens;
+	if (a->cand) {
+		orch_cand_id(a->cand, b);
+		snprintf(cid, sizeof(cid), "%s-%s", t->id, b);
+		orch_event_set(&ev->candidate_id, cid);
+	}
+	return orch_event(o, ev);
+}
+
+/* The fact that a reply came: AGENT_REPLIED or EVAL_FINISHED. */
+static int
+orch_reply_event(orch *o, struct orch_task *t, const orch_input *in,
+    const Kclaw__AgentReply *reply, const Kclaw__EvalResult *eval)
+{
+	Kclaw__Event *ev;
+	char text[256], jid[64], b[16], cid[48];
+
+	if (reply) {
+		const Kclaw__Usage *u = reply->usage;
+		snprintf(text, sizeof(text),
+		    "%s replied: %zu candidate(s), %llu tokens, %.0f ms",
+		    orch_role_name(reply->role), reply->n_candidates,
+		    (unsigned long long)(u
+		            ? u->prompt_tokens + u->completion_tokens
+		            : 0),
+		    u ? u->latency_ms : 0);
+		if ((ev = orch_event_new(
+		         KCLAW__EVENT_KIND__AGENT_REPLIED, t, text)) == NULL)
+			return KC_ENOMEM;
+		ev->role = reply->role;
+		ev->tokens = u ? u->prompt_tokens + u->completion_tokens : 0;
+		ev->value = u ? u->latency_ms : 0;
+	} else {
+		snprintf(text, sizeof(text), "%s %.4f ms%s%.200s",
+		    orch_eval_status_name(eval->status),
+		    eval->timing ? eval->timing->median_ms : 0,
+		    eval->message && *eval->message ? ": " : "",
+		    eval->message ? eval->message : "");
+		if ((ev = orch_event_new(
+		         KCLAW__EVENT_KIND__EVAL_FINISHED, t, text)) == NULL)
+			return KC_ENOMEM;
+		ev->role = KCLAW__ROLE__SANDBOX;
+		ev->eval_status = eval->status;
+		ev->value = eval->timing ? eval->timing->median_ms : 0;
+		orch_cand_id(in->cand, b);
+		snprintf(cid, sizeof(cid), "%s-%s", t->id, b);
+		orch_event_set(&ev->candidate_id, cid);
+	}
+	orch_job_id(t, in->job, jid, sizeof(jid));
+	orch_event_set(&ev->job_id, jid);
+	return orch_event(o, ev);
+}
+
+int
+orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
+    const Kclaw__AgentReply *reply, const Kclaw__EvalResult *eval,
+    const struct orch_msg *retrieved)
+{
+	orch_actions acts;
+	orch_fsm prev = t->fsm, next;
+	int rv;
+
+	if (!orch_fsm_step(&prev, in, &next, &acts)) {
+		o->counters.dropped_replies += reply || eval ? 1 : 0;
+		return 0;
+	}
+	if ((reply || eval) &&
+	    (rv = orch_reply_event(o, t, in, reply, eval)) != 0)
+		return rv;
+	if ((rv = orch_store_input(
+	         o, t, &prev, &next, in, reply, eval, retrieved)) != 0)
+		return rv;
+	t->fsm = next;
+	for (unsigned i = 0; i < acts.n; i++)
+		if ((rv = orch_run_action(o, t, &prev, &acts.a[i], eval,
+		         in->kind == ORCH_IN_JOB_FAILED && reply == NULL &&
+		                 eval == NULL
+		             ? kc_lasterr()
+		             : NULL)) != 0)
+			return rv;
+	if (orch_state_final(next.state) && !orch_state_final(prev.state)) {
+		t->finished_ms = kc_now_ms();
+		o->nactive--;
+	}
+	o->counters.transitions++;
+	return orch_task_put(
+	    o, t, in->kind == ORCH_IN_JOB_FAILED ? kc_lasterr() : NULL);
+}
+
+/* ----------------------------------------------------- submit, cancel */
+
+static void
+orch_params_from_spec(
+    const orch_options *opt, const Kclaw__TaskSpec *spec, orch_params *p)
+{
+	*p = opt->defaults;
+	if (spec->params) {
+		const Kclaw__FsmParams *f = spec->params;
+		if (f->seeds)
+			p->seeds = f->seeds;
+		if (f->rt > 0)
+			p->rt = f->rt;
+		if (f->at > 0)
+			p->at = f->at;
+		if (f->max_repairs)
+			p->max_repairs = f->max_repairs;
+	}
+	if (spec->budget) {
+		const Kclaw__Budget *b = spec->budget;
+		if (b->rounds)
+			p->max_rounds = b->rounds;
+		if (b->tokens)
+			p->token_budget = b->tokens;
+		if (b->wall_seconds)
+			p->deadline_ms = kc_now_ms() + b->wall_seconds * 1000;
+		if (b->target_speedup > 0)
+			p->target_speedup = b->target_speedup;
+	}
+}
+
+static bool
+orch_name_ok(const char *s, size_t max)
+{
+	size_t n = 0;
+
+	for (; s[n]; n++)
+		if (!((s[n] >= 'a' && s[n] <= 'z') ||
+		        (s[n] >= 'A' && s[n] <= 'Z') ||
+		        (s[n] >= '0' && s[n] <= '9') || s[n] == '_' ||
+		        s[n] == '-' || s[n] == '.'))
+			return false;
+	return n > 0 && n <= max;
+}
+
+static int
+orch_spec_check(const Kclaw__TaskSpec *spec)
+{
+	bool output = false;
+
+	if (spec->name == NULL || !orch_name_ok(spec->name, 100))
+		return kc_seterr(KC_EINVAL,
+		    "task name '%s' is invalid: use 1-100 letters, digits, "
+		    "'_', '-' or '.'",
+		    spec->name ? spec->name : "");
+	for (size_t i = 0; i < spec->n_tensors; i++) {
+		if (spec->tensors[i]->name == NULL || !*spec->tensors[i]->name)
+			return kc_seterr(KC_EINVAL,
+			    "task %s: tensor %zu has no name", spec->name, i);
+		output |= spec->tensors[i]->kind == KCLAW__TENSOR_KIND__OUTPUT;
+	}
+	if (!output)
+		return kc_seterr(KC_EINVAL,
+		    "task %s has no output tensor: declare at least one tensor "
+		    "with kind OUTPUT",
+		    spec->name);
+	if (spec->reference == NULL ||
+	    spec->reference->kind == KCLAW__REFERENCE__KIND__KIND_UNSPECIFIED)
+		return kc_seterr(KC_EINVAL,
+		    "task %s has no reference: set reference.kind to CUDA or "
+		    "TENSORS",
+		    spec->name);
+	if (spec->params &&
+	    (spec->params->seeds > ORCH_MAX_SEEDS || spec->params->rt < 0 ||
+	        spec->params->at < 0))
+		return kc_seterr(KC_EINVAL,
+		    "task %s: params out of range: seeds 0..%d, rt and at >= 0",
+		    spec->name, ORCH_MAX_SEEDS);
+	if (spec->budget && spec->budget->target_speedup < 0)
+		return kc_seterr(KC_EINVAL,
+		    "task %s: budget.target_speedup must be >= 0", spec->name);
+	return 0;
+}
+
+int
+orch_submit(orch *o, const Kclaw__TaskSpec *spec, const char *task_id,
+    char out_id[ORCH_ID_LEN + 1])
+{
+	struct orch_task *t;
+	orch_params p;
+	orch_input start = {.kind = ORCH_IN_START};
+	Kclaw__Event *ev;
+	char id[ORCH_ID_LEN + 1], key[64], text[160];
+	int rv;
+
+	if ((rv = orch_spec_check(spec)) != 0)
+		return rv;
+	if (task_id && *task_id) {
+		if (!orch_name_ok(task_id, ORCH_ID_LEN) ||
+		    strchr(task_id, '.') || strchr(task_id, '-'))
+			return kc_seterr(KC_EINVAL,
+			    "task_id '%s' is invalid: use 1-%d letters, "
+			    "digits or '_'",
+			    task_id, ORCH_ID_LEN);
+		if ((t = orch_task_find(o, task_id)) != NULL) {
+			if (strcmp(t->name, spec->name) != 0)
+				return kc_seterr(KC_EEXIST,
+				    "task %s exists with another name (%s); "
+				    "choose another task_id",
+				    task_id, t->name);
+			kc_strlcpy(out_id, task_id, ORCH_ID_LEN + 1);
+			return 0; /* idempotent resubmission */
+		}
+		kc_strlcpy(id, task_id, sizeof(id));
+	} else {
+		do
+			kc_new_id(id);
+		while (orch_task_find(o, id));
+	}
+	if ((rv = orch_task_add(o, id, spec->name, &t)) != 0)
+		return rv;
+	orch_params_from_spec(&o->opt, spec, &p);
+	orch_fsm_init(&t->fsm, &p);
+	t->created_ms = kc_now_ms();
+	o->nactive++;
+	snprintf(key, sizeof(key), "%s/spec", id);
+	if ((rv = orch_put_msg(o, STORE_CF_TASKS, key, &spec->base)) != 0)
+		return rv;
+	snprintf(text, sizeof(text), "%s submitted", spec->name);
+	if ((ev = orch_event_new(KCLAW__EVENT_KIND__TASK_SUBMITTED, t, text)) ==
+	    NULL)
+		return KC_ENOMEM;
+	if ((rv = orch_event(o, ev)) != 0 ||
+	    (rv = orch_task_input(o, t, &start, NULL, NULL, NULL)) != 0)
+		return rv;
+	kc_strlcpy(out_id, id, ORCH_ID_LEN + 1);
+	return 0;
+}
+
+int
+orch_cancel(orch *o, struct orch_task *t)
+{
+	orch_input in = {.kind = ORCH_IN_CANCEL};
+
+	kc_clearerr();
+	return orch_task_input(o, t, &in, NULL, NULL, NULL);
+}
+
+/* ------------------------------------------------------------ resume */
+
+static int
+orch_load_task(
+    void *arg, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	orch *o = arg;
+	Kclaw__TaskRecord *rec;
+	Kclaw__TaskSpec *spec = NULL;
+	struct orch_task *t;
+	char id[ORCH_ID_LEN + 1];
+	int rv;
+
+	if (klen > ORCH_ID_LEN || memchr(key, '/', klen))
+		return 0; /* a task's own records */
+	memcpy(id, key, klen);
+	id[klen] = '\0';
+	if ((rec = kclaw__task_record__unpack(NULL, vlen, val)) == NULL ||
+	    rec->fsm.len != sizeof(orch_fsm)) {
+		KC_ERROR("task %s: record does not decode; skipped", id);
+		if (rec)
+			kclaw__task_record__free_unpacked(rec, NULL);
+		return 0;
+	}
+	rv = orch_spec_get(o, id, &spec);
+	if (rv == 0)
+		rv = orch_task_add(o, id, spec->name, &t);
+	if (spec)
+		kclaw__task_spec__free_unpacked(spec, NULL);
+	if (rv != 0) {
+		kclaw__task_record__free_unpacked(rec, NULL);
+		return rv;
+	}
+	memcpy(&t->fsm, rec->fsm.data, sizeof(orch_fsm));
+	t->created_ms = rec->created_unix_ms;
+	t->finished_ms = rec->finished_unix_ms;
+	if (!orch_state_final(t->fsm.state))
+		o->nactive++;
+	kclaw__task_record__free_unpacked(rec, NULL);
+	return t->fsm.magic == ORCH_FSM_MAGIC
+	    ? 0
+	    : kc_seterr(KC_EPROTO, "task %s: state of another version", id);
+}
+
+static int
+orch_load_job(
+    void *arg, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	orch *o = arg;
+	orch_job_rec rec;
+	orch_action a = {0};
+	struct orch_task *t;
+	char id[ORCH_ID_LEN + 1];
+	const char *dash = memchr(key, '-', klen);
+
+	if (dash == NULL || (size_t)(dash - (const char *)key) > ORCH_ID_LEN ||
+	    vlen != sizeof(rec))
+		return 0;
+	memcpy(id, key, dash - (const char *)key);
+	id[dash - (const char *)key] = '\0';
+	memcpy(&rec, val, sizeof(rec));
+	if ((t = orch_task_find(o, id)) == NULL ||
+	    orch_state_final(t->fsm.state) || rec.magic != ORCH_JOB_MAGIC) {
+		store_batch_delete(o->batch, STORE_CF_JOBS, key, klen);
+		o->staged++;
+		return 0;
+	}
+	a.kind =
+	    rec.role == KCLAW__ROLE__SANDBOX ? ORCH_ACT_EVAL : ORCH_ACT_AGENT;
+	a.job = rec.n;
+	a.role = (Kclaw__Role)rec.role;
+	a.cand = rec.cand;
+	a.count = rec.count;
+	a.key_n = rec.key_n;
+	return orch_job_new(o, t, &a, false);
+}
+
+static int
+orch_resume(orch *o)
+{
+	uint8_t *key = NULL;
+	size_t klen;
+	int rv;
+
+	if (store_last_key(
+	        o->db, STORE_CF_EVENTS, NULL, 0, (void **)&key, &klen) == 0) {
+		if (klen == 8)
+			o->last_seq = store_key_get_u64(key);
+		free(key);
+	}
+	kc_clearerr();
+	if ((rv = store_scan(o->db, STORE_CF_TASKS, NULL, 0, NULL, 0,
+	         orch_load_task, o)) != 0 ||
+	    (rv = store_scan(o->db, STORE_CF_JOBS, NULL, 0, NULL, 0,
+	         orch_load_job, o)) != 0)
+		return rv;
+	for (size_t i = 0; i < o->nall; i++) {
+		orch_actions acts;
+		orch_fsm_resume(&o->all[i]->fsm, &acts);
+		for (unsigned k = 0; k < acts.n; k++)
+			orch_queue_retrieve(o, o->all[i], acts.a[k].job);
+	}
+	KC_INFO("resumed %zu task(s), %zu unfinished; last event %llu",
+	    o->ntasks, o->nactive, (unsigned long long)o->last_seq);
+	return 0;
+}
+
+/* ---------------------------------------------------------- the loop */
+
+static void
+orch_enqueue_msg(orch *o, struct orch_msg *m)
+{
+	nng_mtx_lock(o->mtx);
+	if (o->in_tail)
+		o->in_tail->next = m;
+	else
+		o->in_head = m;
+	o->in_tail = m;
+	nng_cv_wake(o->cv);
+	nng_mtx_unlock(o->mtx);
+}
+
+static void
+orch_on_call(orch *o, bus_call *call, enum orch_msg_kind kind)
+{
+	struct orch_msg *m = calloc(1, sizeof(*m));
+
+	if (m == NULL) {
+		bus_call_drop(call);
+		return;
+	}
+	m->kind = kind;
+	m->call = call;
+	orch_enqueue_msg(o, m);
+}
+
+static void
+orch_on_api(void *arg, bus_call *call)
+{
+	orch_on_call(arg, call, ORCH_MSG_API);
+}
+
+static void
+orch_on_work(void *arg, bus_call *call)
+{
+	orch_on_call(arg, call, ORCH_MSG_WORK);
+}
+
+int
+orch_open(orch **out, const orch_options *opt)
+{
+	orch *o;
+	int rv, nrv;
+
+	if ((o = calloc(1, sizeof(*o))) == NULL)
+		return KC_ENOMEM;
+	o->opt = *opt;
+	o->started_mono = kc_mono_ms();
+	o->nbuckets = 4096;
+	o->replies_tail = &o->replies;
+	o->wake_fd[0] = o->wake_fd[1] = -1;
+	if ((o->buckets = calloc(o->nbuckets, sizeof(*o->buckets))) == NULL) {
+		free(o);
+		return KC_ENOMEM;
+	}
+	if ((nrv = nng_mtx_alloc(&o->mtx)) != 0 ||
+	    (nrv = nng_cv_alloc(&o->cv, o->mtx)) != 0) {
+		rv =
+		    kc_seterr(KC_ENOMEM, "orchestrator: %s", nng_strerror(nrv));
+		goto fail;
+	}
+	if (pipe(o->wake_fd) != 0) {
+		rv = kc_seterr(
+		    KC_EIO, "orchestrator: pipe: %s", strerror(errno));
+		goto fail;
+	}
+	fcntl(o->wake_fd[0], F_SETFL, O_NONBLOCK);
+	fcntl(o->wake_fd[1], F_SETFL, O_NONBLOCK);
+	if ((rv = kc_config_prepare(&opt->cfg)) != 0 ||
+	    (rv = store_open(&o->db, opt->cfg.db_dir)) != 0 ||
+	    (rv = store_batch_new(&o->batch)) != 0 ||
+	    (rv = orch_resume(o)) != 0)
+		goto fail;
+	if (o->staged && (rv = store_batch_commit(o->db, o->batch, true)) != 0)
+		goto fail;
+	store_batch_free(o->batch);
+	o->batch = NULL;
+	o->staged = 0;
+	/* Listen last: a worker's request is only taken once every task is
+	 * loaded. */
+	if ((rv = bus_pub_open(&o->pub, opt->cfg.events_url)) != 0 ||
+	    (rv = bus_server_open(
+	         &o->work, opt->cfg.work_url, 512, 0, orch_on_work, o)) != 0 ||
+	    (rv = bus_server_open(&o->api, opt->cfg.api_url, 64, 64u << 20,
+	         orch_on_api, o)) != 0)
+		goto fail;
+	*out = o;
+	return 0;
+fail:
+	orch_close(o);
+	return rv;
+}
+
+void
+orch_stop(orch *o)
+{
+	ssize_t n;
+
+	o->stopping = 1;
+	n = write(o->wake_fd[1], "x", 1);
+	(void)n;
+}
+
+static void
+orch_flush_replies(orch *o)
+{
+	struct orch_reply *r, *next;
+
+	for (r = o->replies; r; r = next) {
+		Kclaw__ApiResponse ar = KCLAW__API_RESPONSE__INIT;
+		uint8_t *buf;
+		size_t len;
+		next = r->next;
+		ar.request_id = r->request_id;
+		ar.code = r->code;
+		ar.error = r->error ? r->error : "";
+		ar.payload.data = r->payload;
+		ar.payload.len = r->plen;
+		if (kc_pb_pack(&ar.base, &buf, &len) == 0) {
+			bus_call_reply(r->call, buf, len);
+			free(buf);
+		} else {
+			bus_call_drop(r->call);
+		}
+		free(r->error);
+		free(r->payload);
+		free(r);
+	}
+	o->replies = NULL;
+	o->replies_tail = &o->replies;
+}
+
+/*
+ * Commits the cycle's batch (synced when it holds transitions), then runs
+ * what waited for it: events go out, API answers, new jobs are queued,
+ * retrievals run. A failed commit stops the process: the store is the
+ * truth, and a restart resumes from it.
+ */
+static void
+orch_commit(orch *o, bool sync)
+{
+	struct orch_msg *m, *next;
+
+	if (o->staged) {
+		int rv = store_batch_commit(o->db, o->batch, sync);
+		if (rv != 0) {
+			KC_ERROR("store commit failed: %s; exiting so that a "
+			         "restart resumes from the store",
+			    kc_lasterr());
+			_exit(1);
+		}
+		o->counters.commits++;
+	}
+	store_batch_free(o->batch);
+	o->batch = NULL;
+	o->staged = 0;
+	for (size_t i = 0; i < o->npending; i++) {
+		orch_publish(o, o->pending_events[i]);
+		kclaw__event__free_unpacked(o->pending_events[i], NULL);
+	}
+	o->npending = 0;
+	orch_flush_replies(o);
+	for (size_t i = 0; i < o->nto_queue; i++)
+		orch_job_enqueue(o, o->to_queue[i]);
+	o->nto_queue = 0;
+	for (m = o->to_retrieve; m; m = next) {
+		const orch_memory_ops *mem = o->opt.memory;
+		Kclaw__CandidateRecord *base = NULL;
+		Kclaw__Recommendation **recs = NULL;
+		size_t n = 0;
+		next = m->next;
+		if (orch_cand_get(o, m->task->id, m->task->fsm.base, &base) ==
+		        0 &&
+		    mem->retrieve(o->opt.memory_arg, o->db, base, &recs, &n,
+		        &m->signature) != 0) {
+			KC_WARN("task %s: retrieval failed (%s); planning "
+			        "without recommendations",
+			    m->task->id, kc_lasterr());
+			recs = NULL;
+			n = 0;
+		}
+		if (base)
+			kclaw__candidate_record__free_unpacked(base, NULL);
+		m->retrieved = malloc(sizeof(*m->retrieved));
+		if (m->retrieved == NULL) {
+			free(m);
+			continue;
+		}
+		kclaw__candidate_record__init(m->retrieved);
+		m->retrieved->methods = recs;
+		m->retrieved->n_methods = n;
+		m->next = NULL;
+		if (o->loop_tail)
+			o->loop_tail->next = m;
+		else
+			o->loop_head = m;
+		o->loop_tail = m;
+	}
+	o->to_retrieve = NULL;
+}
+
+static void
+orch_msg_free(struct orch_msg *m)
+{
+	if (m->retrieved)
+		kclaw__candidate_record__free_unpacked(m->retrieved, NULL);
+	free(m->signature);
+	free(m);
+}
+
+static void
+orch_handle(orch *o, struct orch_msg *m)
+{
+	switch (m->kind) {
+	case ORCH_MSG_API: orch_api_call(o, m->call); break;
+	case ORCH_MSG_WORK: orch_work_call(o, m->call); break;
+	case ORCH_MSG_RETRIEVED: {
+		orch_input in = {.kind = ORCH_IN_RETRIEVED, .job = m->job};
+		if (orch_task_input(o, m->task, &in, NULL, NULL, m) != 0)
+			KC_ERROR("task %s: %s", m->task->id, kc_lasterr());
+		break;
+	}
+	}
+	orch_msg_free(m);
+}
+
+/* Deadlines of tasks: a tick once a second. */
+static void
+orch_ticks(orch *o)
+{
+	uint64_t now = kc_now_ms();
+
+	if (kc_mono_ms() - o->last_tick_mono < 1000)
+		return;
+	o->last_tick_mono = kc_mono_ms();
+	for (size_t i = 0; i < o->nall; i++) {
+		struct orch_task *t = o->all[i];
+		if (!orch_state_final(t->fsm.state) && t->fsm.p.deadline_ms &&
+		    now >= t->fsm.p.deadline_ms) {
+			orch_input in = {.kind = ORCH_IN_TICK, .now_ms = now};
+			kc_clearerr();
+			orch_task_input(o, t, &in, NULL, NULL, NULL);
+		}
+	}
+}
+
+int
+orch_run(orch *o)
+{
+	while (!o->stopping) {
+		struct orch_msg *m, *next;
+		struct pollfd pfd = {.fd = o->wake_fd[0], .events = POLLIN};
+		char drain[64];
+
+		nng_mtx_lock(o->mtx);
+		if (o->in_head == NULL && o->loop_head == NULL)
+			nng_cv_until(o->cv, nng_clock() + 50);
+		m = o->in_head;
+		o->in_head = o->in_tail = NULL;
+		nng_mtx_unlock(o->mtx);
+		if (poll(&pfd, 1, 0) > 0)
+			while (read(o->wake_fd[0], drain, sizeof(drain)) > 0)
+				;
+		if (o->stopping) {
+			for (; m; m = next) {
+				next = m->next;
+				if (m->call)
+					bus_call_drop(m->call);
+				orch_msg_free(m);
+			}
+			break;
+		}
+		if (store_batch_new(&o->batch) != 0)
+			return KC_ENOMEM;
+		/* Inputs the loop made itself first, then the new ones. */
+		if (o->loop_tail) {
+			o->loop_tail->next = m;
+			m = o->loop_head;
+			o->loop_head = o->loop_tail = NULL;
+		}
+		for (; m; m = next) {
+			next = m->next;
+			orch_handle(o, m);
+		}
+		orch_sched_timers(o);
+		orch_ticks(o);
+		orch_commit(o, true);
+		/* Dispatch writes events (and, when a job cannot be built,
+		 * a transition: then the commit is synced too). */
+		if (store_batch_new(&o->batch) != 0)
+			return KC_ENOMEM;
+		{
+			uint64_t before = o->counters.transitions;
+			orch_dispatch(o);
+			orch_commit(o, o->counters.transitions != before);
+		}
+	}
+	return 0;
+}
+
+void
+orch_get_counters(orch *o, orch_counters *c)
+{
+	*c = o->counters;
+	c->tasks_active = (uint32_t)o->nactive;
+	c->tasks_total = (uint32_t)o->ntasks;
+}
+
+void
+orch_close(orch *o)
+{
+	struct orch_msg *m, *next;
+
+	if (o == NULL)
+		return;
+	bus_server_close(o->api);
+	bus_server_close(o->work);
+	o->api = o->work = NULL;
+	orch_sched_close(o);
+	bus_pub_close(o->pub);
+	for (m = o->in_head; m; m = next) {
+		next = m->next;
+		orch_msg_free(m);
+	}
+	for (m = o->loop_head; m; m = next) {
+		next = m->next;
+		orch_msg_free(m);
+	}
+	for (m = o->to_retrieve; m; m = next) {
+		next = m->next;
+		orch_msg_free(m);
+	}
+	for (size_t i = 0; i < o->npending; i++)
+		kclaw__event__free_unpacked(o->pending_events[i], NULL);
+	free(o->pending_events);
+	free(o->to_queue);
+	for (size_t i = 0; i < o->nall; i++) {
+		free(o->all[i]->name);
+		free(o->all[i]);
+	}
+	free(o->all);
+	free(o->buckets);
+	if (o->batch)
+		store_batch_free(o->batch);
+	store_close(o->db);
+	if (o->cv)
+		nng_cv_free(o->cv);
+	if (o->mtx)
+		nng_mtx_free(o->mtx);
+	if (o->wake_fd[0] >= 0) {
+		close(o->wake_fd[0]);
+		close(o->wake_fd[1]);
+	}
+	free(o);
+}

@@ -1,0 +1,115 @@
+/*
+ * orch.h - kclawd's core: the tasks' state machines driven by one loop,
+ * their store records, the scheduler of work by pull, the API and the
+ * events (DESIGN.md "Processes", "The state machine", "API and events").
+ *
+ * One thread runs orch_run. NNG's callbacks only queue the calls they
+ * receive; the loop takes every queued input, applies the transitions,
+ * commits all of them in one synced store batch, and only then runs their
+ * actions (replies, dispatches, publications). A restarted orchestrator
+ * loads every unfinished task and re-queues its in-flight jobs.
+ */
+#ifndef ORCH_H
+#define ORCH_H
+
+#include <stdint.h>
+
+#include "fsm.h"
+#include "kc_config.h"
+#include "store.h"
+
+typedef struct orch orch;
+
+/*
+ * Short-term and long-term memory as the orchestrator uses them: a seam,
+ * so the state machine's effects do not depend on how memory is kept.
+ * orch_memory_basic() is the orchestrator's own (records and bounded
+ * renderings; no long-term retrieval), orch_memory_kc() the memories of
+ * store/memory.h when they are built.
+ */
+typedef struct {
+	int kind; /* 1: a repair step, 2: an optimisation attempt */
+	uint32_t round;
+	const char *kernel_id; /* the failing kernel (repair), new one (opt) */
+	const char *status;    /* EvalStatus name of the kernel's review */
+	const char *failure;   /* what failed */
+	const char *diagnosis;
+	const char *fix;
+	const char *result_id; /* repair: the repaired kernel */
+	const char *outcome;
+	int passed;          /* repair: the chain ends here */
+	const char *base_id; /* opt: the base */
+	const char *method;
+	const char *plan;
+	double speedup; /* opt: over the base; 0 when it failed */
+	double ms;
+} orch_memory_record;
+
+typedef struct {
+	const char *name;
+	/* Ranked methods for a base kernel (its record holds its evaluation
+	 * and features). *recs is a malloc'd array of unpacked messages, each
+	 * freed with kclaw__recommendation__free_unpacked; *signature is
+	 * malloc'd (may be ""). */
+	int (*retrieve)(void *arg, store *s, const Kclaw__CandidateRecord *base,
+	    Kclaw__Recommendation ***recs, size_t *n, char **signature);
+	/* Puts one short-term record into b, committed with its transition. */
+	int (*record)(void *arg, store *s, store_batch *b, const char *task_id,
+	    const orch_memory_record *r);
+	/* Bounded renderings for the Diagnoser and the Planner (malloc'd). */
+	int (*repair_chain)(void *arg, store *s, const char *task_id,
+	    size_t max_bytes, char **out);
+	int (*opt_history)(void *arg, store *s, const char *task_id,
+	    const char *base_id, size_t max_bytes, char **out);
+	/* Learns from one optimisation attempt (into b); may be NULL. */
+	int (*learn)(void *arg, store *s, store_batch *b, const char *signature,
+	    const char *method, const char *attempt_id, int correct,
+	    double speedup);
+	/* Answers the API's Memory rpc; may be NULL (API_UNKNOWN_METHOD). */
+	int (*query)(void *arg, store *s, const Kclaw__MemoryRequest *req,
+	    Kclaw__MemoryResponse *resp, char **text);
+} orch_memory_ops;
+
+const orch_memory_ops *orch_memory_basic(void);
+/* NULL when kclaw was built without store/memory.h's implementation. */
+const orch_memory_ops *orch_memory_kc(void);
+
+typedef struct {
+	kc_config cfg;        /* addresses, store folder, token */
+	orch_params defaults; /* the state machine's defaults */
+	uint32_t job_retries; /* attempts per job beyond the first */
+	uint32_t agent_timeout_ms;
+	uint32_t eval_timeout_ms;
+	uint32_t poll_ms;      /* an idle worker's empty answer after this */
+	uint32_t render_bytes; /* bound of a rendered short-term memory */
+	const orch_memory_ops *memory;
+	void *memory_arg;
+} orch_options;
+
+/*
+ * Defaults, then kclaw.json's "orchestrator" object (seeds, rounds, rt, at,
+ * max_repairs, job_retries, agent_timeout_s, eval_timeout_s, poll_ms).
+ */
+int orch_options_load(orch_options *opt, const kc_config *cfg);
+
+/* Opens the store, listens on the API, events and work addresses, and
+ * loads every task (resuming the unfinished ones). */
+int orch_open(orch **out, const orch_options *opt);
+/* Runs the loop until orch_stop. */
+int orch_run(orch *o);
+/* Asks the loop to stop; safe from a signal handler. */
+void orch_stop(orch *o);
+void orch_close(orch *o);
+
+/* Counters for tests and the benchmark. */
+typedef struct {
+	uint64_t transitions;
+	uint64_t commits;
+	uint64_t dropped_replies; /* for jobs no longer awaited */
+	uint64_t retries;
+	uint32_t tasks_active;
+	uint32_t tasks_total;
+} orch_counters;
+void orch_get_counters(orch *o, orch_counters *c);
+
+#endif

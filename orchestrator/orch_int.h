@@ -1,0 +1,197 @@
+/*
+ * orch_int.h - what orch.c (loop, transitions, records), sched.c (jobs and
+ * workers) and api.c (requests) share inside the orchestrator.
+ */
+#ifndef ORCH_INT_H
+#define ORCH_INT_H
+
+#include <nng/nng.h>
+#include <nng/supplemental/util/platform.h>
+#include <stdbool.h>
+
+#include "api.h"
+#include "bus.h"
+#include "kclaw.pb-c.h"
+#include "orch.h"
+
+#define ORCH_ID_LEN 16
+#define ORCH_NROLES 8
+#define ORCH_MAX_PROCS 256
+
+struct orch_task;
+
+enum orch_job_state { ORCH_JOB_QUEUED, ORCH_JOB_RUNNING };
+
+/* A job in flight: queued for a worker of its role, or running on one. Its
+ * descriptor (orch_job_rec) is in STORE_CF_JOBS until it is answered; its
+ * content is built from the store when it is handed out. */
+struct orch_job {
+	struct orch_task *task;
+	uint32_t n; /* job number within the task */
+	Kclaw__Role role;
+	uint32_t cand;  /* the candidate it is about */
+	uint32_t count; /* generator: seeds */
+	uint32_t key_n; /* replay key number */
+	uint32_t attempt;
+	enum orch_job_state state;
+	uint64_t enq_seq;       /* queue order */
+	uint64_t deadline_mono; /* running: when it is given up */
+	char worker[96];
+	uint32_t worker_pid;
+	int device;
+	struct orch_job *tnext;         /* the task's jobs */
+	struct orch_job *qprev, *qnext; /* the role's queue */
+};
+
+/* The descriptor of a job as stored (fixed layout, no padding). */
+typedef struct {
+	uint32_t magic;
+	uint32_t n, role, cand, count, key_n;
+} orch_job_rec;
+
+#define ORCH_JOB_MAGIC 0x4b434a31u /* "KCJ1" */
+
+struct orch_task {
+	char id[ORCH_ID_LEN + 1];
+	char *name;
+	orch_fsm fsm;
+	uint64_t created_ms, finished_ms;
+	uint32_t running; /* its jobs running now: fair share */
+	struct orch_job *jobs;
+	struct orch_task *hnext; /* hash chain */
+};
+
+/* A worker waiting for a job (its request is held). */
+struct orch_waiter {
+	bus_call *call;
+	Kclaw__Role role;
+	int device;
+	uint64_t expires_mono;
+	char worker[96];
+	uint32_t pid;
+	struct orch_waiter *next;
+};
+
+/* An input that came from an NNG thread or from the loop itself. */
+enum orch_msg_kind { ORCH_MSG_API, ORCH_MSG_WORK, ORCH_MSG_RETRIEVED };
+struct orch_msg {
+	enum orch_msg_kind kind;
+	bus_call *call;
+	struct orch_task *task; /* RETRIEVED */
+	uint32_t job;
+	Kclaw__CandidateRecord *retrieved; /* methods in a record */
+	char *signature;
+	struct orch_msg *next;
+};
+
+/* An API call answered once the cycle's batch is committed. */
+struct orch_reply {
+	bus_call *call;
+	uint64_t request_id;
+	Kclaw__ApiCode code;
+	char *error;
+	uint8_t *payload;
+	size_t plen;
+	struct orch_reply *next;
+};
+
+struct orch {
+	orch_options opt;
+	store *db;
+	bus_server *api, *work;
+	bus_pub *pub;
+	uint64_t started_mono;
+
+	/* Inputs from NNG threads. */
+	nng_mtx *mtx;
+	nng_cv *cv;
+	struct orch_msg *in_head, *in_tail;
+	volatile int stopping;
+	int wake_fd[2]; /* orch_stop writes here (signal safe) */
+
+	/* Tasks. */
+	struct orch_task **buckets;
+	size_t nbuckets, ntasks, nactive;
+	struct orch_task **all; /* in creation order */
+	size_t nall, capall;
+
+	/* Scheduling. */
+	struct orch_job *qhead[ORCH_NROLES], *qtail[ORCH_NROLES];
+	struct orch_job *rhead[ORCH_NROLES]; /* running */
+	struct orch_waiter *waiters[ORCH_NROLES];
+	uint32_t nwaiting;
+	uint64_t enq_seq;
+
+	/* The cycle in progress. */
+	store_batch *batch;
+	unsigned staged;                        /* records in batch */
+	struct orch_msg *loop_head, *loop_tail; /* inputs for the next cycle */
+	struct orch_reply *replies, **replies_tail;
+	Kclaw__Event **pending_events; /* published after the commit */
+	size_t npending, cappending;
+	struct orch_job **to_queue; /* queued after the commit */
+	size_t nto_queue, capto_queue;
+	struct orch_msg *to_retrieve; /* retrievals after the commit */
+
+	uint64_t last_seq;
+	uint64_t last_tick_mono;
+	orch_counters counters;
+
+	/* The supervisor's view of the processes (Health, status). */
+	Kclaw__ProcessInfo procs[ORCH_MAX_PROCS];
+	char proc_names[ORCH_MAX_PROCS][64];
+	size_t nprocs;
+};
+
+/* ---- orch.c ---- */
+struct orch_task *orch_task_find(orch *o, const char *id);
+/* Feeds in to task's machine inside the cycle's batch; reply/eval/recs
+ * are the data that came with it (may be NULL). */
+int orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
+    const Kclaw__AgentReply *reply, const Kclaw__EvalResult *eval,
+    const struct orch_msg *retrieved);
+/* Records an event in the cycle's batch; published after the commit. */
+int orch_event(orch *o, Kclaw__Event *ev);
+/* Writes and publishes an event now (not a transition: dispatches,
+ * retries, processes). */
+int orch_event_now(orch *o, Kclaw__Event *ev);
+int orch_task_record(orch *o, const struct orch_task *t, Kclaw__TaskRecord *rec,
+    char **error_out);
+void orch_task_record_free(Kclaw__TaskRecord *rec);
+int orch_submit(orch *o, const Kclaw__TaskSpec *spec, const char *task_id,
+    char out_id[ORCH_ID_LEN + 1]);
+int orch_cancel(orch *o, struct orch_task *t);
+/* Candidate "c<n>" of a task: store key and record. */
+void orch_cand_id(uint32_t n, char out[16]);
+int orch_cand_get(
+    orch *o, const char *task_id, uint32_t n, Kclaw__CandidateRecord **out);
+int orch_spec_get(orch *o, const char *task_id, Kclaw__TaskSpec **out);
+/* TASKS keys "<id>/plan", "<id>/diag", "<id>/sig": scratch records. */
+int orch_task_aux_get(
+    orch *o, const char *task_id, const char *what, void **val, size_t *len);
+const char *orch_eval_status_name(Kclaw__EvalStatus st);
+
+/* ---- sched.c ---- */
+/* A new job for an action (queued after the commit). */
+int orch_job_new(
+    orch *o, struct orch_task *t, const orch_action *a, bool stage);
+void orch_job_id(const struct orch_task *t, uint32_t n, char *out, size_t sz);
+/* Forgets every job of t (in the batch too). */
+void orch_jobs_drop(orch *o, struct orch_task *t);
+void orch_job_enqueue(orch *o, struct orch_job *j);
+void orch_work_call(orch *o, bus_call *call);
+/* Deadlines of running jobs and held workers. */
+void orch_sched_timers(orch *o);
+/* Hands queued jobs to waiting workers. */
+void orch_dispatch(orch *o);
+/* A process the supervisor saw die: re-queue its jobs now. */
+void orch_sched_process_died(orch *o, uint32_t pid);
+void orch_sched_close(orch *o);
+
+/* ---- api.c ---- */
+void orch_api_call(orch *o, bus_call *call);
+/* Queues an API answer for after the commit; takes payload (malloc'd). */
+void orch_api_answer(orch *o, bus_call *call, uint64_t request_id,
+    Kclaw__ApiCode code, const char *error, const ProtobufCMessage *payload);
+
+#endif

@@ -1,0 +1,743 @@
+/*
+ * sched.c - work by pull: jobs queued per role, workers held until there
+ * is a job for them, deadlines, bounded retries, fair share between tasks
+ * and one evaluation at a time per GPU.
+ *
+ * A job's content is built from the store when it is handed out, so a job
+ * re-issued after a crash or a dead worker carries exactly what the first
+ * issue did (same id, same replay key).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kc_err.h"
+#include "kc_log.h"
+#include "kc_util.h"
+#include "orch_int.h"
+
+void
+orch_job_id(const struct orch_task *t, uint32_t n, char *out, size_t sz)
+{
+	snprintf(out, sz, "%s-j%u", t->id, n);
+}
+
+static void
+orch_job_key_delete(orch *o, struct orch_job *j)
+{
+	char id[64];
+
+	orch_job_id(j->task, j->n, id, sizeof(id));
+	store_batch_delete(o->batch, STORE_CF_JOBS, id, strlen(id));
+	o->staged++;
+}
+
+int
+orch_job_new(orch *o, struct orch_task *t, const orch_action *a, bool stage)
+{
+	struct orch_job *j = calloc(1, sizeof(*j));
+
+	if (j == NULL)
+		return KC_ENOMEM;
+	j->task = t;
+	j->n = a->job;
+	j->role = a->role;
+	j->cand = a->cand;
+	j->count = a->count;
+	j->key_n = a->key_n;
+	j->device = -1;
+	j->tnext = t->jobs;
+	t->jobs = j;
+	if (stage) {
+		orch_job_rec rec = {ORCH_JOB_MAGIC, a->job, a->role, a->cand,
+		    a->count, a->key_n};
+		char id[64];
+		int rv;
+		orch_job_id(t, j->n, id, sizeof(id));
+		if ((rv = store_batch_put(o->batch, STORE_CF_JOBS, id,
+		         strlen(id), &rec, sizeof(rec))) != 0)
+			return rv;
+		o->staged++;
+		if (o->nto_queue == o->capto_queue) {
+			size_t cap = o->capto_queue ? o->capto_queue * 2 : 64;
+			struct orch_job **q =
+			    realloc(o->to_queue, cap * sizeof(*q));
+			if (q == NULL)
+				return KC_ENOMEM;
+			o->to_queue = q;
+			o->capto_queue = cap;
+		}
+		o->to_queue[o->nto_queue++] = j;
+		j->state = ORCH_JOB_QUEUED;
+		j->qprev = j->qnext = j; /* not linked yet */
+		return 0;
+	}
+	orch_job_enqueue(o, j);
+	return 0;
+}
+
+/* ---- lists: queued jobs per role (qhead), running ones (rhead); a job
+ * is on one of them and the same links serve both ---- */
+
+static void
+orch_list_unlink(
+    struct orch_job **head, struct orch_job **tail, struct orch_job *j)
+{
+	if (j->qprev)
+		j->qprev->qnext = j->qnext;
+	else
+		*head = j->qnext;
+	if (j->qnext)
+		j->qnext->qprev = j->qprev;
+	else if (tail)
+		*tail = j->qprev;
+	j->qprev = j->qnext = NULL;
+}
+
+static void
+orch_job_unlist(orch *o, struct orch_job *j)
+{
+	if (j->qprev == j && j->qnext == j) { /* staged, not yet queued */
+		for (size_t i = 0; i < o->nto_queue; i++)
+			if (o->to_queue[i] == j) {
+				o->to_queue[i] = o->to_queue[--o->nto_queue];
+				break;
+			}
+		j->qprev = j->qnext = NULL;
+		return;
+	}
+	if (j->state == ORCH_JOB_QUEUED) {
+		orch_list_unlink(&o->qhead[j->role], &o->qtail[j->role], j);
+	} else {
+		orch_list_unlink(&o->rhead[j->role], NULL, j);
+		j->task->running--;
+	}
+}
+
+void
+orch_job_enqueue(orch *o, struct orch_job *j)
+{
+	j->state = ORCH_JOB_QUEUED;
+	j->enq_seq = ++o->enq_seq;
+	j->qnext = NULL;
+	j->qprev = o->qtail[j->role];
+	if (o->qtail[j->role])
+		o->qtail[j->role]->qnext = j;
+	else
+		o->qhead[j->role] = j;
+	o->qtail[j->role] = j;
+}
+
+static void
+orch_job_run(orch *o, struct orch_job *j)
+{
+	orch_list_unlink(&o->qhead[j->role], &o->qtail[j->role], j);
+	j->state = ORCH_JOB_RUNNING;
+	j->qprev = NULL;
+	j->qnext = o->rhead[j->role];
+	if (j->qnext)
+		j->qnext->qprev = j;
+	o->rhead[j->role] = j;
+	j->task->running++;
+}
+
+/* Back to the queue (a retry or a re-issue). */
+static void
+orch_job_requeue(orch *o, struct orch_job *j)
+{
+	orch_job_unlist(o, j);
+	j->worker[0] = '\0';
+	j->worker_pid = 0;
+	j->device = -1;
+	orch_job_enqueue(o, j);
+}
+
+/* Removes j from its task and lists and frees it (its store record is
+ * deleted in the batch). */
+static void
+orch_job_forget(orch *o, struct orch_job *j)
+{
+	struct orch_job **p;
+
+	orch_job_unlist(o, j);
+	orch_job_key_delete(o, j);
+	for (p = &j->task->jobs; *p; p = &(*p)->tnext)
+		if (*p == j) {
+			*p = j->tnext;
+			break;
+		}
+	free(j);
+}
+
+void
+orch_jobs_drop(orch *o, struct orch_task *t)
+{
+	while (t->jobs)
+		orch_job_forget(o, t->jobs);
+}
+
+/* ------------------------------------------------------ retries */
+
+static void
+orch_job_event(
+    orch *o, struct orch_job *j, Kclaw__EventKind kind, const char *detail)
+{
+	Kclaw__Event *ev = malloc(sizeof(*ev));
+	char jid[64];
+
+	if (ev == NULL)
+		return;
+	kclaw__event__init(ev);
+	orch_job_id(j->task, j->n, jid, sizeof(jid));
+	ev->kind = kind;
+	ev->task_id = strdup(j->task->id);
+	ev->state = strdup(orch_state_name(j->task->fsm.state));
+	ev->round = j->task->fsm.round;
+	ev->role = j->role;
+	ev->detail = strdup(detail);
+	ev->job_id = strdup(jid);
+	ev->process = strdup(j->worker);
+	ev->candidate_id = strdup("");
+	if (j->cand) {
+		char cid[48];
+		snprintf(cid, sizeof(cid), "%s-c%04u", j->task->id, j->cand);
+		free(ev->candidate_id);
+		ev->candidate_id = strdup(cid);
+	}
+	orch_event(o, ev);
+}
+
+/* A job failed (the worker said so, died, or missed its deadline): retry
+ * it while attempts are left, else tell the task's machine. */
+static void
+orch_job_failed(orch *o, struct orch_job *j, const char *why)
+{
+	char text[512];
+
+	if (j->attempt < o->opt.job_retries) {
+		j->attempt++;
+		o->counters.retries++;
+		snprintf(text, sizeof(text),
+		    "%s job retried (attempt %u of %u): %s",
+		    orch_role_name(j->role), j->attempt + 1,
+		    o->opt.job_retries + 1, why);
+		orch_job_event(o, j, KCLAW__EVENT_KIND__JOB_RETRIED, text);
+		orch_job_requeue(o, j);
+		return;
+	}
+	{
+		struct orch_task *t = j->task;
+		orch_input in = {.kind = ORCH_IN_JOB_FAILED, .job = j->n};
+		Kclaw__Role role = j->role;
+		orch_job_forget(o, j);
+		kc_seterr(KC_EIO, "%s job failed %u times: %s",
+		    orch_role_name(role), o->opt.job_retries + 1, why);
+		if (orch_task_input(o, t, &in, NULL, NULL, NULL) != 0)
+			KC_ERROR("task %s: %s", t->id, kc_lasterr());
+	}
+}
+
+/* ------------------------------------------------------ results */
+
+static struct orch_job *
+orch_job_lookup(orch *o, const char *job_id)
+{
+	const char *dash = strrchr(job_id, '-');
+	char tid[ORCH_ID_LEN + 1];
+	struct orch_task *t;
+	struct orch_job *j;
+	unsigned long n;
+	char *end;
+
+	if (dash == NULL || dash - job_id > ORCH_ID_LEN || dash[1] != 'j')
+		return NULL;
+	memcpy(tid, job_id, dash - job_id);
+	tid[dash - job_id] = '\0';
+	n = strtoul(dash + 2, &end, 10);
+	if (*end != '\0' || (t = orch_task_find(o, tid)) == NULL)
+		return NULL;
+	for (j = t->jobs; j; j = j->tnext)
+		if (j->n == n)
+			return j;
+	return NULL;
+}
+
+static void
+orch_agent_result(orch *o, const Kclaw__AgentReply *r)
+{
+	struct orch_job *j = orch_job_lookup(o, r->job_id);
+	struct orch_task *t;
+	orch_input in = {0};
+	const char *missing = NULL;
+
+	if (j == NULL || j->role != r->role) {
+		o->counters.dropped_replies++;
+		KC_DEBUG("late reply for job %s dropped", r->job_id);
+		return;
+	}
+	if (!r->ok) {
+		orch_job_failed(o, j,
+		    r->error && *r->error ? r->error : "the agent failed");
+		return;
+	}
+	switch (r->role) {
+	case KCLAW__ROLE__GENERATOR: in.kind = ORCH_IN_SEEDS; break;
+	case KCLAW__ROLE__FEATURE: in.kind = ORCH_IN_FEATURES; break;
+	case KCLAW__ROLE__PLANNER:
+		in.kind = ORCH_IN_PLANNED;
+		missing = r->plan ? NULL : "the Planner's reply has no plan";
+		break;
+	case KCLAW__ROLE__DIAGNOSER:
+		in.kind = ORCH_IN_DIAGNOSED;
+		missing = r->diagnosis
+		    ? NULL
+		    : "the Diagnoser's reply has no diagnosis";
+		break;
+	default: in.kind = ORCH_IN_CANDIDATE; break;
+	}
+	for (size_t i = 0; i < r->n_candidates && !missing; i++)
+		if (r->candidates[i]->source == NULL ||
+		    r->candidates[i]->plan_json == NULL)
+			missing = "a candidate without source or plan";
+	if (missing) {
+		orch_job_failed(o, j, missing);
+		return;
+	}
+	in.job = j->n;
+	in.n = (uint32_t)r->n_candidates;
+	in.tokens = r->usage
+	    ? r->usage->prompt_tokens + r->usage->completion_tokens
+	    : 0;
+	t = j->task;
+	orch_job_forget(o, j);
+	if (orch_task_input(o, t, &in, r, NULL, NULL) != 0)
+		KC_ERROR("task %s: %s", t->id, kc_lasterr());
+}
+
+static void
+orch_eval_result(orch *o, const Kclaw__EvalResult *r)
+{
+	struct orch_job *j = orch_job_lookup(o, r->job_id);
+	struct orch_task *t;
+	orch_input in = {.kind = ORCH_IN_EVALUATED};
+
+	if (j == NULL || j->role != KCLAW__ROLE__SANDBOX) {
+		o->counters.dropped_replies++;
+		KC_DEBUG("late result for job %s dropped", r->job_id);
+		return;
+	}
+	if (r->status == KCLAW__EVAL_STATUS__INTERNAL_ERROR ||
+	    r->status == KCLAW__EVAL_STATUS__CANCELLED ||
+	    r->status == KCLAW__EVAL_STATUS__EVAL_STATUS_UNSPECIFIED) {
+		char why[300];
+		snprintf(why, sizeof(why), "sandbox: %s: %.200s",
+		    orch_eval_status_name(r->status),
+		    r->message ? r->message : "");
+		orch_job_failed(o, j, why);
+		return;
+	}
+	in.job = j->n;
+	in.cand = j->cand;
+	in.status = r->status;
+	in.ms = r->timing ? r->timing->median_ms : 0;
+	in.ref_ms = r->reference_ms > 0 ? r->reference_ms
+	    : r->baseline               ? r->baseline->median_ms
+	                                : 0;
+	if (in.status == KCLAW__EVAL_STATUS__OK && !(in.ms > 0)) {
+		orch_job_failed(o, j, "sandbox: OK without a timing");
+		return;
+	}
+	t = j->task;
+	orch_job_forget(o, j);
+	if (orch_task_input(o, t, &in, NULL, r, NULL) != 0)
+		KC_ERROR("task %s: %s", t->id, kc_lasterr());
+}
+
+/* ------------------------------------------------------ workers */
+
+static void
+orch_work_answer(bus_call *call, const Kclaw__WorkReply *wr)
+{
+	uint8_t *buf;
+	size_t len;
+
+	if (kc_pb_pack(&wr->base, &buf, &len) != 0) {
+		bus_call_drop(call);
+		return;
+	}
+	bus_call_reply(call, buf, len);
+	free(buf);
+}
+
+static void
+orch_work_refuse(bus_call *call, const char *error)
+{
+	Kclaw__WorkReply wr = KCLAW__WORK_REPLY__INIT;
+
+	wr.error = (char *)error;
+	orch_work_answer(call, &wr);
+}
+
+/* A worker asks again without the result of the job it was running: it
+ * lost it (restarted, or gave up waiting). Likewise a sandbox asking for
+ * a GPU on which another sandbox ran a job: that one is gone. */
+static void
+orch_reissue_lost(orch *o, const Kclaw__WorkRequest *req)
+{
+	struct orch_job *j, *next;
+
+	for (j = o->rhead[req->role]; j; j = next) {
+		next = j->qnext;
+		if (strcmp(j->worker, req->worker_id) == 0 ||
+		    (req->role == KCLAW__ROLE__SANDBOX &&
+		        j->device == req->device)) {
+			KC_INFO("job of %s re-issued: worker %s asks for new "
+			        "work",
+			    j->task->id, req->worker_id);
+			orch_job_requeue(o, j);
+		}
+	}
+}
+
+void
+orch_work_call(orch *o, bus_call *call)
+{
+	const void *data;
+	size_t len;
+	Kclaw__WorkRequest *req;
+	struct orch_waiter *w;
+
+	data = bus_call_data(call, &len);
+	if ((req = kclaw__work_request__unpack(NULL, len, data)) == NULL) {
+		orch_work_refuse(call,
+		    "the work request did not decode; is the worker the same "
+		    "version as the orchestrator?");
+		return;
+	}
+	if (o->opt.cfg.token[0] &&
+	    strcmp(req->token ? req->token : "", o->opt.cfg.token) != 0) {
+		orch_work_refuse(call,
+		    "bad or missing token: set KCLAW_TOKEN (or \"token\" in "
+		    "kclaw.json) to the orchestrator's");
+		goto out;
+	}
+	if (req->role <= KCLAW__ROLE__ROLE_UNSPECIFIED ||
+	    req->role >= ORCH_NROLES || req->worker_id == NULL ||
+	    !*req->worker_id) {
+		orch_work_refuse(call,
+		    "the work request needs a worker_id and a role "
+		    "(generator..repairer, or sandbox)");
+		goto out;
+	}
+	if (req->agent_reply && req->agent_reply->job_id &&
+	    *req->agent_reply->job_id)
+		orch_agent_result(o, req->agent_reply);
+	else if (req->eval_result && req->eval_result->job_id &&
+	    *req->eval_result->job_id)
+		orch_eval_result(o, req->eval_result);
+	orch_reissue_lost(o, req);
+	/* A worker that asks again gave up its earlier request: NNG would
+	 * discard an answer to it. */
+	for (int r = 1; r < ORCH_NROLES; r++) {
+		struct orch_waiter **p = &o->waiters[r];
+		while (*p) {
+			if (strcmp((*p)->worker, req->worker_id) != 0) {
+				p = &(*p)->next;
+				continue;
+			}
+			w = *p;
+			*p = w->next;
+			bus_call_drop(w->call);
+			o->nwaiting--;
+			free(w);
+		}
+	}
+	if ((w = calloc(1, sizeof(*w))) == NULL) {
+		bus_call_drop(call);
+		goto out;
+	}
+	w->call = call;
+	w->role = req->role;
+	w->device = req->device;
+	w->pid = req->pid;
+	w->expires_mono = kc_mono_ms() + o->opt.poll_ms;
+	kc_strlcpy(w->worker, req->worker_id, sizeof(w->worker));
+	/* FIFO: the longest-waiting worker is served first. */
+	{
+		struct orch_waiter **p = &o->waiters[req->role];
+		while (*p)
+			p = &(*p)->next;
+		*p = w;
+	}
+	o->nwaiting++;
+out:
+	kclaw__work_request__free_unpacked(req, NULL);
+}
+
+void
+orch_sched_timers(orch *o)
+{
+	uint64_t now = kc_mono_ms();
+
+	for (int r = 1; r < ORCH_NROLES; r++) {
+		struct orch_job *j, *next;
+		struct orch_waiter **p = &o->waiters[r];
+		for (j = o->rhead[r]; j; j = next) {
+			next = j->qnext;
+			if (now >= j->deadline_mono) {
+				char why[200];
+				snprintf(why, sizeof(why),
+				    "no answer from worker %s within its "
+				    "deadline (it died or hangs)",
+				    j->worker);
+				orch_job_failed(o, j, why);
+			}
+		}
+		while (*p) {
+			struct orch_waiter *w = *p;
+			if (now < w->expires_mono) {
+				p = &w->next;
+				continue;
+			}
+			*p = w->next;
+			{
+				Kclaw__WorkReply wr = KCLAW__WORK_REPLY__INIT;
+				orch_work_answer(w->call, &wr);
+			}
+			o->nwaiting--;
+			free(w);
+		}
+	}
+}
+
+void
+orch_sched_process_died(orch *o, uint32_t pid)
+{
+	for (int r = 1; r < ORCH_NROLES; r++) {
+		struct orch_job *j, *next;
+		for (j = o->rhead[r]; j; j = next) {
+			next = j->qnext;
+			if (pid && j->worker_pid == pid)
+				orch_job_requeue(o, j);
+		}
+	}
+}
+
+/* ------------------------------------------------------ job content */
+
+static int
+orch_build_agent(orch *o, struct orch_job *j, Kclaw__TaskSpec *spec,
+    Kclaw__AgentJob *aj, Kclaw__CandidateRecord **cand, char **text)
+{
+	struct orch_task *t = j->task;
+	const orch_memory_ops *m = o->opt.memory;
+	int rv = 0;
+
+	aj->task = spec;
+	aj->count = j->count;
+	aj->attempt = j->attempt;
+	aj->round = t->fsm.round;
+	if (j->role == KCLAW__ROLE__GENERATOR)
+		return 0;
+	if ((rv = orch_cand_get(o, t->id, j->cand, cand)) != 0)
+		return rv;
+	switch (j->role) {
+	case KCLAW__ROLE__FEATURE:
+	case KCLAW__ROLE__PLANNER:
+	case KCLAW__ROLE__OPTIMIZER:
+		aj->base_kernel = (*cand)->candidate;
+		aj->base_eval = (*cand)->eval;
+		if (j->role == KCLAW__ROLE__PLANNER) {
+			char base[48];
+			snprintf(
+			    base, sizeof(base), "%s-c%04u", t->id, j->cand);
+			aj->features = (*cand)->features;
+			aj->n_features = (*cand)->n_features;
+			aj->methods = (*cand)->methods;
+			aj->n_methods = (*cand)->n_methods;
+			rv = m->opt_history(o->opt.memory_arg, o->db, t->id,
+			    base, o->opt.render_bytes, text);
+			aj->opt_history = *text;
+		}
+		break;
+	default:
+		aj->failing = (*cand)->candidate;
+		aj->failure = (*cand)->eval;
+		if (j->role == KCLAW__ROLE__DIAGNOSER) {
+			rv = m->repair_chain(o->opt.memory_arg, o->db, t->id,
+			    o->opt.render_bytes, text);
+			aj->repair_chain = *text;
+		}
+		break;
+	}
+	return rv;
+}
+
+/* The WorkReply for job j, packed. */
+static int
+orch_build_job(orch *o, struct orch_job *j, uint8_t **buf, size_t *len)
+{
+	struct orch_task *t = j->task;
+	Kclaw__WorkReply wr = KCLAW__WORK_REPLY__INIT;
+	Kclaw__AgentJob aj = KCLAW__AGENT_JOB__INIT;
+	Kclaw__EvalRequest er = KCLAW__EVAL_REQUEST__INIT;
+	Kclaw__EvalOptions eo = KCLAW__EVAL_OPTIONS__INIT;
+	Kclaw__TaskSpec *spec = NULL;
+	Kclaw__CandidateRecord *cand = NULL;
+	Kclaw__OptPlan *plan = NULL;
+	Kclaw__Diagnosis *diag = NULL;
+	char jid[64], key[200], *text = NULL;
+	uint32_t timeout = j->role == KCLAW__ROLE__SANDBOX
+	    ? o->opt.eval_timeout_ms
+	    : o->opt.agent_timeout_ms;
+	void *val;
+	size_t vlen;
+	int rv;
+
+	orch_job_id(t, j->n, jid, sizeof(jid));
+	if ((rv = orch_spec_get(o, t->id, &spec)) != 0)
+		goto out;
+	wr.job_id = jid;
+	wr.deadline_unix_ms = kc_now_ms() + timeout;
+	if (j->role == KCLAW__ROLE__SANDBOX) {
+		if ((rv = orch_cand_get(o, t->id, j->cand, &cand)) != 0)
+			goto out;
+		er.job_id = jid;
+		er.task_id = t->id;
+		er.task = spec;
+		er.candidate = cand->candidate;
+		eo.time_baseline = true;
+		eo.trials = spec->trials;
+		eo.timeout_ms = timeout;
+		er.options = &eo;
+		wr.eval = &er;
+	} else {
+		aj.job_id = jid;
+		aj.task_id = t->id;
+		aj.role = j->role;
+		snprintf(key, sizeof(key), "%s/%s/%u", t->name,
+		    orch_role_name(j->role), j->key_n);
+		aj.replay_key = key;
+		if ((rv = orch_build_agent(o, j, spec, &aj, &cand, &text)) != 0)
+			goto out;
+		if (j->role == KCLAW__ROLE__OPTIMIZER &&
+		    orch_task_aux_get(o, t->id, "plan", &val, &vlen) == 0) {
+			plan = kclaw__opt_plan__unpack(NULL, vlen, val);
+			free(val);
+			aj.plan = plan;
+		}
+		if (j->role == KCLAW__ROLE__REPAIRER &&
+		    orch_task_aux_get(o, t->id, "diag", &val, &vlen) == 0) {
+			diag = kclaw__diagnosis__unpack(NULL, vlen, val);
+			free(val);
+			aj.diagnosis = diag;
+		}
+		wr.agent = &aj;
+	}
+	rv = kc_pb_pack(&wr.base, buf, len);
+out:
+	if (spec)
+		kclaw__task_spec__free_unpacked(spec, NULL);
+	if (cand)
+		kclaw__candidate_record__free_unpacked(cand, NULL);
+	if (plan)
+		kclaw__opt_plan__free_unpacked(plan, NULL);
+	if (diag)
+		kclaw__diagnosis__free_unpacked(diag, NULL);
+	free(text);
+	return rv;
+}
+
+/* ------------------------------------------------------ dispatch */
+
+static bool
+orch_device_busy(orch *o, int device)
+{
+	for (struct orch_job *j = o->rhead[KCLAW__ROLE__SANDBOX]; j;
+	     j = j->qnext)
+		if (j->device == device)
+			return true;
+	return false;
+}
+
+/* Fair share: the queued job whose task has the fewest jobs running, the
+ * oldest among equals. */
+static struct orch_job *
+orch_pick(orch *o, Kclaw__Role role)
+{
+	struct orch_job *best = NULL;
+
+	for (struct orch_job *j = o->qhead[role]; j; j = j->qnext)
+		if (best == NULL || j->task->running < best->task->running)
+			best = j;
+	return best;
+}
+
+void
+orch_dispatch(orch *o)
+{
+	for (int r = 1; r < ORCH_NROLES; r++) {
+		struct orch_waiter **p = &o->waiters[r];
+		while (*p && o->qhead[r]) {
+			struct orch_waiter *w = *p;
+			struct orch_job *j;
+			uint8_t *buf;
+			size_t len;
+			char text[200];
+
+			if (r == KCLAW__ROLE__SANDBOX &&
+			    orch_device_busy(o, w->device)) {
+				p = &w->next;
+				continue;
+			}
+			j = orch_pick(o, (Kclaw__Role)r);
+			if (orch_build_job(o, j, &buf, &len) != 0) {
+				KC_ERROR("job of task %s cannot be built: %s",
+				    j->task->id, kc_lasterr());
+				orch_job_run(o, j);
+				orch_job_failed(o, j, kc_lasterr());
+				continue;
+			}
+			*p = w->next;
+			o->nwaiting--;
+			orch_job_run(o, j);
+			kc_strlcpy(j->worker, w->worker, sizeof(j->worker));
+			j->worker_pid = w->pid;
+			j->device = w->device;
+			j->deadline_mono = kc_mono_ms() +
+			    (r == KCLAW__ROLE__SANDBOX
+			            ? o->opt.eval_timeout_ms
+			            : o->opt.agent_timeout_ms);
+			bus_call_reply(w->call, buf, len);
+			free(buf);
+			free(w);
+			snprintf(text, sizeof(text), "%s job to %s%s",
+			    orch_role_name(j->role), j->worker,
+			    j->attempt ? " (retry)" : "");
+			orch_job_event(o, j,
+			    r == KCLAW__ROLE__SANDBOX
+			        ? KCLAW__EVENT_KIND__EVAL_STARTED
+			        : KCLAW__EVENT_KIND__AGENT_CALLED,
+			    text);
+		}
+	}
+}
+
+void
+orch_sched_close(orch *o)
+{
+	for (int r = 0; r < ORCH_NROLES; r++) {
+		while (o->waiters[r]) {
+			struct orch_waiter *w = o->waiters[r];
+			o->waiters[r] = w->next;
+			free(w);
+		}
+		o->rhead[r] = NULL;
+	}
+	for (size_t i = 0; i < o->nall; i++)
+		while (o->all[i]->jobs) {
+			struct orch_job *j = o->all[i]->jobs;
+			o->all[i]->jobs = j->tnext;
+			free(j);
+		}
+}

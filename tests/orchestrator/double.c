@@ -1,0 +1,274 @@
+/*
+ * double.c - a deterministic test double of an agent or a sandbox: a real
+ * process that pulls jobs over real NNG and answers by a script.
+ *
+ *   kc-double --role ROLE|sandbox [--device N] [--work-url URL]
+ *             [--home DIR] [--delay-ms N] [--exit-after N] [--fail-every N]
+ *             [--no-device]
+ *
+ * The script is the task's context: "seeds=wrong,ok:2.0;repair=wrong,
+ * ok:1.5;opt=1.0,compile,0.5;ref=4.0". A candidate's source is "KC:" and
+ * its outcome, which the sandbox double reports (ok:<ms> is OK at that
+ * median; wrong, compile, fault are the failures). The n-th repairer and
+ * optimizer job of a task (the replay key's number) takes the n-th entry
+ * of repair= and opt= (the last one repeats), so the outcome never depends
+ * on which double answers.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kc_config.h"
+#include "kc_err.h"
+#include "kc_util.h"
+#include "worker.h"
+
+static const char *dbl_roles[] = {"", "generator", "feature", "planner",
+    "optimizer", "diagnoser", "repairer", "sandbox"};
+
+/* The n-th comma-separated entry of key= in the script (the last one
+ * repeats; "" when absent). */
+static void
+dbl_entry(const char *script, const char *key, unsigned n, char *out, size_t sz)
+{
+	char pat[32];
+	const char *p, *end;
+	unsigned i = 0;
+
+	out[0] = '\0';
+	snprintf(pat, sizeof(pat), "%s=", key);
+	if (script == NULL || (p = strstr(script, pat)) == NULL)
+		return;
+	p += strlen(pat);
+	for (;;) {
+		size_t len;
+		end = p + strcspn(p, ",;");
+		len = (size_t)(end - p) < sz - 1 ? (size_t)(end - p) : sz - 1;
+		memcpy(out, p, len);
+		out[len] = '\0';
+		if (i == n || *end != ',')
+			return;
+		p = end + 1;
+		i++;
+	}
+}
+
+static unsigned
+dbl_key_n(const char *replay_key)
+{
+	const char *slash = replay_key ? strrchr(replay_key, '/') : NULL;
+
+	return slash ? (unsigned)atoi(slash + 1) : 0;
+}
+
+static Kclaw__Candidate *
+dbl_cand(const char *outcome)
+{
+	Kclaw__Candidate *c = malloc(sizeof(*c));
+	char src[96];
+
+	kclaw__candidate__init(c);
+	snprintf(src, sizeof(src), "KC:%s", *outcome ? outcome : "wrong");
+	c->source = strdup(src);
+	c->plan_json = strdup("{\"steps\":[]}");
+	return c;
+}
+
+static void
+dbl_agent(const Kclaw__AgentJob *job, Kclaw__AgentReply *r)
+{
+	const char *script = job->task ? job->task->context : NULL;
+	unsigned n = dbl_key_n(job->replay_key);
+	char e[64];
+
+	r->job_id = strdup(job->job_id);
+	r->role = job->role;
+	r->ok = 1;
+	r->usage = malloc(sizeof(*r->usage));
+	kclaw__usage__init(r->usage);
+	r->usage->prompt_tokens = 10;
+	r->usage->completion_tokens = 5;
+	r->usage->latency_ms = 1;
+	switch (job->role) {
+	case KCLAW__ROLE__GENERATOR:
+		r->n_candidates = job->count;
+		r->candidates = calloc(job->count, sizeof(*r->candidates));
+		for (unsigned i = 0; i < job->count; i++) {
+			dbl_entry(script, "seeds", i, e, sizeof(e));
+			r->candidates[i] = dbl_cand(e);
+		}
+		break;
+	case KCLAW__ROLE__OPTIMIZER:
+	case KCLAW__ROLE__REPAIRER:
+		dbl_entry(script,
+		    job->role == KCLAW__ROLE__OPTIMIZER ? "opt" : "repair", n,
+		    e, sizeof(e));
+		if (job->role == KCLAW__ROLE__OPTIMIZER &&
+		    strchr(e, ':') == NULL && e[0] >= '0' && e[0] <= '9') {
+			char ok[64];
+			snprintf(ok, sizeof(ok), "ok:%s", e);
+			snprintf(e, sizeof(e), "%s", ok);
+		}
+		r->n_candidates = 1;
+		r->candidates = calloc(1, sizeof(*r->candidates));
+		r->candidates[0] = dbl_cand(e);
+		break;
+	case KCLAW__ROLE__FEATURE:
+		r->n_features = 1;
+		r->features = calloc(1, sizeof(*r->features));
+		r->features[0] = malloc(sizeof(Kclaw__Feature));
+		kclaw__feature__init(r->features[0]);
+		r->features[0]->name = strdup("uses_shared_memory");
+		r->features[0]->source = strdup("rule");
+		break;
+	case KCLAW__ROLE__PLANNER:
+		r->plan = malloc(sizeof(*r->plan));
+		kclaw__opt_plan__init(r->plan);
+		snprintf(e, sizeof(e), "method_%u", n);
+		r->plan->method = strdup(e);
+		r->plan->rationale = strdup(
+		    job->opt_history && *job->opt_history ? "history seen"
+		                                          : "first plan");
+		break;
+	case KCLAW__ROLE__DIAGNOSER:
+		r->diagnosis = malloc(sizeof(*r->diagnosis));
+		kclaw__diagnosis__init(r->diagnosis);
+		r->diagnosis->category = strdup("wrong_result");
+		r->diagnosis->root_cause = strdup(
+		    job->repair_chain && *job->repair_chain ? "seen before"
+		                                            : "off by one");
+		r->diagnosis->fix = strdup("fix the index");
+		break;
+	default: break;
+	}
+}
+
+static void
+dbl_eval(const Kclaw__EvalRequest *req, bool no_device, Kclaw__EvalResult *r)
+{
+	const char *src = req->candidate ? req->candidate->source : NULL;
+	const char *script = req->task ? req->task->context : NULL;
+	char ref[32];
+
+	r->job_id = strdup(req->job_id);
+	r->candidate_id = strdup(req->candidate ? req->candidate->id : "");
+	dbl_entry(script, "ref", 0, ref, sizeof(ref));
+	r->reference_ms = *ref ? atof(ref) : 4.0;
+	if (no_device) {
+		r->status = KCLAW__EVAL_STATUS__NO_DEVICE;
+		r->message = strdup("no NVIDIA driver on this host");
+		return;
+	}
+	if (src && strncmp(src, "KC:ok:", 6) == 0) {
+		r->status = KCLAW__EVAL_STATUS__OK;
+		r->timing = malloc(sizeof(*r->timing));
+		kclaw__timing__init(r->timing);
+		r->timing->median_ms = atof(src + 6);
+		r->message = strdup("");
+	} else if (src && strcmp(src, "KC:compile") == 0) {
+		r->status = KCLAW__EVAL_STATUS__COMPILE_ERROR;
+		r->message = strdup("error: expected ';'");
+	} else if (src && strcmp(src, "KC:fault") == 0) {
+		r->status = KCLAW__EVAL_STATUS__RUNTIME_FAULT;
+		r->message = strdup("CUDA_ERROR_ILLEGAL_ADDRESS");
+	} else {
+		r->status = KCLAW__EVAL_STATUS__WRONG_RESULT;
+		r->message = strdup("output y[3] = 1.0, expected 2.0");
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *role_name = NULL, *home = NULL, *url = NULL;
+	int device = 0, delay_ms = 0, exit_after = 0, fail_every = 0;
+	bool no_device = false;
+	Kclaw__Role role = KCLAW__ROLE__ROLE_UNSPECIFIED;
+	Kclaw__AgentReply *reply = NULL;
+	Kclaw__EvalResult *result = NULL;
+	kc_config cfg;
+	kc_worker *w;
+	int jobs = 0;
+
+	for (int i = 1; i < argc; i++) {
+		const char *v = i + 1 < argc ? argv[i + 1] : "";
+		if (strcmp(argv[i], "--role") == 0)
+			role_name = v, i++;
+		else if (strcmp(argv[i], "--device") == 0)
+			device = atoi(v), i++, role_name = "sandbox";
+		else if (strcmp(argv[i], "--work-url") == 0)
+			url = v, i++;
+		else if (strcmp(argv[i], "--home") == 0)
+			home = v, i++;
+		else if (strcmp(argv[i], "--delay-ms") == 0)
+			delay_ms = atoi(v), i++;
+		else if (strcmp(argv[i], "--exit-after") == 0)
+			exit_after = atoi(v), i++;
+		else if (strcmp(argv[i], "--fail-every") == 0)
+			fail_every = atoi(v), i++;
+		else if (strcmp(argv[i], "--no-device") == 0)
+			no_device = true;
+	}
+	for (unsigned r = 1; role_name && r < 8; r++)
+		if (strcmp(role_name, dbl_roles[r]) == 0)
+			role = (Kclaw__Role)r;
+	if (role == KCLAW__ROLE__ROLE_UNSPECIFIED) {
+		fprintf(stderr,
+		    "kc-double: --role generator..repairer|sandbox "
+		    "or --device N\n");
+		return 2;
+	}
+	if (kc_config_load(&cfg, home) != 0 ||
+	    kc_worker_open(&w, url ? url : cfg.work_url, role, device, NULL,
+	        cfg.token) != 0) {
+		fprintf(stderr, "kc-double: %s\n", kc_lasterr());
+		return 1;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	for (;;) {
+		Kclaw__WorkReply *job = NULL;
+		int rv = kc_worker_next(w, reply, result, -1, &job);
+		if (rv == KC_ETIMEDOUT)
+			continue; /* send the result again */
+		if (reply)
+			kclaw__agent_reply__free_unpacked(reply, NULL);
+		if (result)
+			kclaw__eval_result__free_unpacked(result, NULL);
+		reply = NULL;
+		result = NULL;
+		if (rv == KC_ECANCELED)
+			break;
+		if (rv != 0) {
+			fprintf(stderr, "kc-double: %s\n", kc_lasterr());
+			kc_sleep_ms(50);
+			continue;
+		}
+		if (job->job_id == NULL || !*job->job_id) {
+			kclaw__work_reply__free_unpacked(job, NULL);
+			continue;
+		}
+		jobs++;
+		if (exit_after && jobs >= exit_after)
+			_exit(3); /* dies holding the job */
+		if (delay_ms)
+			kc_sleep_ms((uint32_t)delay_ms);
+		if (job->agent) {
+			reply = malloc(sizeof(*reply));
+			kclaw__agent_reply__init(reply);
+			dbl_agent(job->agent, reply);
+			if (fail_every && jobs % fail_every == 0) {
+				reply->ok = 0;
+				reply->error = strdup("scripted failure");
+			}
+		} else if (job->eval) {
+			result = malloc(sizeof(*result));
+			kclaw__eval_result__init(result);
+			dbl_eval(job->eval, no_device, result);
+		}
+		kclaw__work_reply__free_unpacked(job, NULL);
+	}
+	kc_worker_close(w);
+	return 0;
+}

@@ -1,0 +1,250 @@
+/*
+ * e2e_test.c - the real kclawd with test-double workers over real NNG and
+ * a real store: tasks through seeding, repair and optimisation, the API
+ * (and its refusals), events on PUB and in the log, cancel, a worker that
+ * dies holding a job, and a host without a GPU.
+ */
+#include "harness.h"
+
+static pid_t kclawd;
+static pid_t workers[8];
+
+static void
+start(const char *name, const char *orch_json)
+{
+	h_setup(name, orch_json);
+	kclawd = h_kclawd();
+	h_wait_up();
+}
+
+static void
+stop(int nworkers)
+{
+	for (int i = 0; i < nworkers; i++)
+		h_kill(workers[i], SIGTERM);
+	h_kill(kclawd, SIGTERM);
+	h_teardown();
+}
+
+static void
+test_tasks_api_events(void)
+{
+	char a[32], b[32], c[32];
+	Kclaw__StatusResponse *s;
+	Kclaw__ResultRequest rreq = KCLAW__RESULT_REQUEST__INIT;
+	Kclaw__ResultResponse *res;
+	Kclaw__ListRequest lreq = KCLAW__LIST_REQUEST__INIT;
+	Kclaw__ListResponse *list;
+	Kclaw__SubmitRequest bad = KCLAW__SUBMIT_REQUEST__INIT;
+	Kclaw__CancelRequest creq = KCLAW__CANCEL_REQUEST__INIT;
+	Kclaw__CancelResponse *cresp;
+	ProtobufCMessage *any;
+	bus_sub *sub;
+	char prefix[64], *topic;
+	void *data;
+	size_t len;
+	size_t ntasks;
+
+	start("e2e", "\"poll_ms\": 500");
+	KT_OK(bus_sub_open(&sub, h_cfg.events_url, 0));
+	KT_OK(bus_sub_subscribe(sub, "task."));
+	h_doubles(workers, 2, "0");
+
+	/* A: seed 2 correct; 1.0 promoted, 1.9 kept as history, 0.5 best. */
+	KT_OK(h_submit(
+	    h_spec("task_a",
+	        "seeds=wrong,ok:2.0,ok:3.0;opt=1.0,1.9,0.5;ref=4.0", 3),
+	    NULL, a));
+	/* B: no correct seed; the second repair works, then one opt. */
+	KT_OK(h_submit(h_spec("task_b",
+	                   "seeds=wrong,compile,compile;repair=wrong,ok:3.0;"
+	                   "opt=2.0",
+	                   3),
+	    NULL, b));
+
+	s = h_wait_final(a, 20000);
+	KT_EQ_STR(s->task->state, "DONE");
+	KT_EQ_INT(s->task->round, 3);
+	KT_ASSERT(s->task->best_ms == 0.5);
+	KT_ASSERT(s->task->reference_ms == 4.0);
+	KT_EQ_STR(s->task->best_id, s->task->base_id);
+	KT_CONTAINS(s->task->error, "round budget");
+	KT_EQ_STR(s->task->spec->name, "task_a");
+	KT_EQ_INT(s->task->tokens, 15 * 9); /* 1 gen, 2 feat, 3 plan, 3 opt */
+	kclaw__status_response__free_unpacked(s, NULL);
+	KT_EQ_INT(h_check_rounds(a), 3);
+
+	s = h_wait_final(b, 20000);
+	KT_EQ_STR(s->task->state, "DONE");
+	KT_EQ_INT(s->task->round, 3);
+	KT_ASSERT(s->task->best_ms == 2.0);
+	kclaw__status_response__free_unpacked(s, NULL);
+	KT_EQ_INT(h_check_rounds(b), 3);
+
+	/* Result: the best kernel with its evaluation, the whole history. */
+	rreq.task_id = a;
+	KT_OK(h_call("Result", &rreq.base, &kclaw__result_response__descriptor,
+	    (ProtobufCMessage **)&res));
+	KT_EQ_INT(res->n_history, 6);
+	KT_ASSERT(res->best != NULL && res->best->eval != NULL);
+	KT_EQ_INT(res->best->eval->status, KCLAW__EVAL_STATUS__OK);
+	KT_EQ_STR(res->best->candidate->source, "KC:ok:0.5");
+	KT_EQ_STR(res->best->candidate->origin, "optimizer");
+	KT_ASSERT(res->best->plan != NULL);
+	kclaw__result_response__free_unpacked(res, NULL);
+
+	/* Events were published with their topics and sequence numbers. */
+	snprintf(prefix, sizeof(prefix), "task.%s.", a);
+	{
+		bool seen = false;
+		for (int i = 0; i < 2000 && !seen; i++) {
+			Kclaw__Event *ev;
+			if (bus_sub_recv(sub, 200, &topic, &data, &len) != 0)
+				break;
+			ev = kclaw__event__unpack(NULL, len, data);
+			KT_ASSERT(ev != NULL && ev->seq > 0);
+			if (strncmp(topic, prefix, strlen(prefix)) == 0)
+				seen = true;
+			kclaw__event__free_unpacked(ev, NULL);
+			free(topic);
+			free(data);
+		}
+		KT_ASSERT(seen);
+	}
+	bus_sub_close(sub);
+
+	/* Bad requests are refused with a reason and change nothing. */
+	KT_OK(h_call("List", &lreq.base, &kclaw__list_response__descriptor,
+	    (ProtobufCMessage **)&list));
+	ntasks = list->n_tasks;
+	kclaw__list_response__free_unpacked(list, NULL);
+	KT_EQ_INT(ntasks, 2);
+	KT_EQ_INT(h_call("Submit", &bad.base,
+	              &kclaw__submit_response__descriptor, &any),
+	    KC_EINVAL);
+	KT_CONTAINS(kc_lasterr(), "bundle_dir");
+	bad.bundle_dir = "/nonexistent/bundle";
+	KT_ASSERT(h_call("Submit", &bad.base,
+	              &kclaw__submit_response__descriptor, &any) != 0);
+	KT_CONTAINS(kc_lasterr(), "/nonexistent/bundle");
+	KT_EQ_INT(h_submit(h_spec("bad name!", "", 3), NULL, NULL), KC_EINVAL);
+	KT_CONTAINS(kc_lasterr(), "task name");
+	KT_ASSERT(h_status("0000000000000000") == NULL);
+	KT_CONTAINS(kc_lasterr(), "no task");
+	creq.task_id = a;
+	KT_EQ_INT(h_call("Cancel", &creq.base,
+	              &kclaw__cancel_response__descriptor, &any),
+	    KC_EEXIST);
+	KT_EQ_INT(kc_api_call(h_api, "Frobnicate", &creq.base, NULL, 3000,
+	              &kclaw__cancel_response__descriptor, &any),
+	    KC_ENOTSUP);
+	KT_OK(h_call("List", &lreq.base, &kclaw__list_response__descriptor,
+	    (ProtobufCMessage **)&list));
+	KT_EQ_INT(list->n_tasks, ntasks);
+	kclaw__list_response__free_unpacked(list, NULL);
+
+	/* Idempotent resubmission by task_id. */
+	KT_OK(h_submit(h_spec("task_c", "seeds=ok:2.0;opt=1.9;ref=4.0", 1000),
+	    "mytask", c));
+	KT_EQ_STR(c, "mytask");
+	KT_OK(h_submit(h_spec("task_c", "seeds=ok:2.0;opt=1.9;ref=4.0", 1000),
+	    "mytask", c));
+	KT_EQ_INT(h_submit(h_spec("other", "", 3), "mytask", NULL), KC_EEXIST);
+
+	/* Cancel a running task: it stops and rounds stop counting. */
+	for (int i = 0; i < 200; i++) {
+		s = h_status(c);
+		if (s->task->round >= 3)
+			i = 1000;
+		kclaw__status_response__free_unpacked(s, NULL);
+		kc_sleep_ms(10);
+	}
+	creq.task_id = c;
+	KT_OK(h_call("Cancel", &creq.base, &kclaw__cancel_response__descriptor,
+	    (ProtobufCMessage **)&cresp));
+	KT_EQ_STR(cresp->state, "CANCELLED");
+	kclaw__cancel_response__free_unpacked(cresp, NULL);
+	s = h_status(c);
+	KT_EQ_STR(s->task->state, "CANCELLED");
+	{
+		uint32_t r = s->task->round;
+		kclaw__status_response__free_unpacked(s, NULL);
+		kc_sleep_ms(300);
+		s = h_status(c);
+		KT_EQ_INT(s->task->round, r);
+		KT_EQ_INT(h_check_rounds(c), r);
+		kclaw__status_response__free_unpacked(s, NULL);
+	}
+	stop(8);
+}
+
+static void
+test_worker_dies_holding_a_job(void)
+{
+	char id[32];
+	Kclaw__StatusResponse *s;
+	Kclaw__EventsResponse *ev;
+	pid_t planner;
+	bool retried = false;
+
+	start("e2e-die", "\"agent_timeout_ms\": 800, \"poll_ms\": 300");
+	/* Every role but the Planner; the only Planner dies with its job. */
+	workers[0] = h_spawn(
+	    "kc-double", "--role", "generator", "--home", h_home, (char *)NULL);
+	workers[1] = h_spawn(
+	    "kc-double", "--role", "feature", "--home", h_home, (char *)NULL);
+	workers[2] = h_spawn(
+	    "kc-double", "--role", "optimizer", "--home", h_home, (char *)NULL);
+	workers[3] = h_spawn(
+	    "kc-double", "--device", "0", "--home", h_home, (char *)NULL);
+	planner = h_spawn("kc-double", "--role", "planner", "--home", h_home,
+	    "--exit-after", "1", (char *)NULL);
+	KT_OK(h_submit(
+	    h_spec("dies", "seeds=ok:2.0;opt=1.0;ref=4.0", 1), NULL, id));
+	waitpid(planner, NULL, 0); /* it took the job and died */
+	for (int i = 0; i < 100 && !retried; i++) {
+		ev = h_events(id, 0);
+		for (size_t k = 0; k < ev->n_events; k++)
+			retried |= ev->events[k]->kind ==
+			    KCLAW__EVENT_KIND__JOB_RETRIED;
+		kclaw__events_response__free_unpacked(ev, NULL);
+		kc_sleep_ms(50);
+	}
+	KT_ASSERT(retried);
+	workers[4] = h_spawn(
+	    "kc-double", "--role", "planner", "--home", h_home, (char *)NULL);
+	s = h_wait_final(id, 20000);
+	KT_EQ_STR(s->task->state, "DONE");
+	KT_ASSERT(s->task->best_ms == 1.0);
+	kclaw__status_response__free_unpacked(s, NULL);
+	stop(5);
+}
+
+static void
+test_no_gpu(void)
+{
+	char id[32];
+	Kclaw__StatusResponse *s;
+
+	start("e2e-nogpu", NULL);
+	workers[0] = h_spawn(
+	    "kc-double", "--role", "generator", "--home", h_home, (char *)NULL);
+	workers[1] = h_spawn("kc-double", "--device", "0", "--no-device",
+	    "--home", h_home, (char *)NULL);
+	KT_OK(h_submit(h_spec("nogpu", "seeds=ok:1.0", 3), NULL, id));
+	s = h_wait_final(id, 20000);
+	KT_EQ_STR(s->task->state, "FAILED");
+	KT_CONTAINS(s->task->error, "NO_DEVICE");
+	kclaw__status_response__free_unpacked(s, NULL);
+	stop(2);
+}
+
+int
+main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	KT_RUN(test_tasks_api_events);
+	KT_RUN(test_worker_dies_holding_a_job);
+	KT_RUN(test_no_gpu);
+	return 0;
+}

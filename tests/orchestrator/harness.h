@@ -1,0 +1,279 @@
+/*
+ * harness.h - what the orchestrator's integration tests share: a temporary
+ * deployment home, the real kclawd and test-double workers as child
+ * processes, and API calls.
+ */
+#ifndef ORCH_HARNESS_H
+#define ORCH_HARNESS_H
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "kc_config.h"
+#include "kc_err.h"
+#include "kc_test.h"
+#include "kc_util.h"
+
+static char h_home[256];
+static kc_config h_cfg;
+static bus_client *h_api;
+
+/* A fresh home with kclaw.json's orchestrator settings (a JSON object's
+ * members, e.g. "\"agent_timeout_ms\": 1500"). */
+static void
+h_setup(const char *name, const char *orch_json)
+{
+	char path[512], text[1024];
+
+	snprintf(h_home, sizeof(h_home), "/tmp/kc-%s-XXXXXX", name);
+	KT_ASSERT(mkdtemp(h_home) != NULL);
+	snprintf(path, sizeof(path), "%s/kclaw.json", h_home);
+	snprintf(text, sizeof(text), "{\"orchestrator\": {%s}}\n",
+	    orch_json ? orch_json : "");
+	KT_OK(kc_write_file(path, text, strlen(text)));
+	setenv("KCLAW_HOME", h_home, 1);
+	KT_OK(kc_config_load(&h_cfg, h_home));
+	KT_OK(bus_client_open(&h_api, h_cfg.api_url, 0));
+}
+
+static pid_t
+h_spawn(const char *prog, ...)
+{
+	const char *bin = getenv("KCLAW_BIN");
+	char path[512], log[512];
+	char *argv[16];
+	va_list ap;
+	int argc = 0;
+	pid_t pid;
+
+	snprintf(path, sizeof(path), "%s/%s", bin ? bin : ".", prog);
+	argv[argc++] = path;
+	va_start(ap, prog);
+	while (argc < 15 && (argv[argc] = va_arg(ap, char *)) != NULL)
+		argc++;
+	va_end(ap);
+	argv[argc] = NULL;
+	snprintf(log, sizeof(log), "%s/children.log", h_home);
+	if ((pid = fork()) == 0) {
+		FILE *f = fopen(log, "a");
+		if (f) {
+			dup2(fileno(f), 1);
+			dup2(fileno(f), 2);
+		}
+		execv(path, argv);
+		_exit(127);
+	}
+	KT_ASSERT(pid > 0);
+	return pid;
+}
+
+static pid_t
+h_kclawd(void)
+{
+	return h_spawn("kclawd", "--home", h_home, (char *)NULL);
+}
+
+/* One double per agent role and n sandboxes (device 0..n-1). */
+static void
+h_doubles(pid_t *pids, int nsandbox, const char *delay_ms)
+{
+	static const char *roles[] = {"generator", "feature", "planner",
+	    "optimizer", "diagnoser", "repairer"};
+	int k = 0;
+
+	for (int i = 0; i < 6; i++)
+		pids[k++] = h_spawn("kc-double", "--role", roles[i], "--home",
+		    h_home, "--delay-ms", delay_ms, (char *)NULL);
+	for (int i = 0; i < nsandbox; i++) {
+		char dev[8];
+		snprintf(dev, sizeof(dev), "%d", i);
+		pids[k++] = h_spawn("kc-double", "--device", dev, "--home",
+		    h_home, "--delay-ms", delay_ms, (char *)NULL);
+	}
+}
+
+static void
+h_kill(pid_t pid, int sig)
+{
+	if (pid > 0) {
+		kill(pid, sig);
+		waitpid(pid, NULL, 0);
+	}
+}
+
+static int
+h_call(const char *method, const ProtobufCMessage *req,
+    const ProtobufCMessageDescriptor *d, ProtobufCMessage **resp)
+{
+	return kc_api_call(h_api, method, req, NULL, 3000, d, resp);
+}
+
+/* Waits until the orchestrator answers Health. */
+static void
+h_wait_up(void)
+{
+	Kclaw__HealthRequest req = KCLAW__HEALTH_REQUEST__INIT;
+	ProtobufCMessage *resp;
+
+	for (int i = 0; i < 100; i++) {
+		if (kc_api_call(h_api, "Health", &req.base, NULL, 300,
+		        &kclaw__health_response__descriptor, &resp) == 0) {
+			protobuf_c_message_free_unpacked(resp, NULL);
+			return;
+		}
+	}
+	KT_FAIL("kclawd did not answer Health (see %s/children.log)", h_home);
+}
+
+/* A minimal valid spec whose context is the doubles' script. */
+static Kclaw__TaskSpec *
+h_spec(const char *name, const char *script, uint32_t rounds)
+{
+	static Kclaw__TaskSpec spec;
+	static Kclaw__TensorSpec x, y;
+	static Kclaw__TensorSpec *tensors[2];
+	static Kclaw__Reference ref;
+	static Kclaw__Budget budget;
+	static char nbuf[64], sbuf[256];
+
+	kclaw__task_spec__init(&spec);
+	kclaw__tensor_spec__init(&x);
+	kclaw__tensor_spec__init(&y);
+	kclaw__reference__init(&ref);
+	kclaw__budget__init(&budget);
+	x.name = "x";
+	x.kind = KCLAW__TENSOR_KIND__INPUT;
+	y.name = "y";
+	y.kind = KCLAW__TENSOR_KIND__OUTPUT;
+	tensors[0] = &x;
+	tensors[1] = &y;
+	spec.tensors = tensors;
+	spec.n_tensors = 2;
+	ref.kind = KCLAW__REFERENCE__KIND__TENSORS;
+	ref.baseline_ms = 4.0;
+	spec.reference = &ref;
+	budget.rounds = rounds;
+	spec.budget = &budget;
+	snprintf(nbuf, sizeof(nbuf), "%s", name);
+	snprintf(sbuf, sizeof(sbuf), "%s", script);
+	spec.name = nbuf;
+	spec.context = sbuf;
+	return &spec;
+}
+
+static int
+h_submit(const Kclaw__TaskSpec *spec, const char *task_id, char *id_out)
+{
+	Kclaw__SubmitRequest req = KCLAW__SUBMIT_REQUEST__INIT;
+	Kclaw__SubmitResponse *resp;
+	int rv;
+
+	req.spec = (Kclaw__TaskSpec *)spec;
+	req.task_id = (char *)(task_id ? task_id : "");
+	rv = h_call("Submit", &req.base, &kclaw__submit_response__descriptor,
+	    (ProtobufCMessage **)&resp);
+	if (rv == 0) {
+		if (id_out)
+			strcpy(id_out, resp->task_id);
+		kclaw__submit_response__free_unpacked(resp, NULL);
+	}
+	return rv;
+}
+
+/* The task's record (caller frees), or NULL when the call failed. */
+static Kclaw__StatusResponse *
+h_status(const char *id)
+{
+	Kclaw__StatusRequest req = KCLAW__STATUS_REQUEST__INIT;
+	Kclaw__StatusResponse *resp;
+
+	req.task_id = (char *)id;
+	if (h_call("Status", &req.base, &kclaw__status_response__descriptor,
+	        (ProtobufCMessage **)&resp) != 0)
+		return NULL;
+	return resp;
+}
+
+static bool
+h_final(const char *state)
+{
+	return strcmp(state, "DONE") == 0 || strcmp(state, "FAILED") == 0 ||
+	    strcmp(state, "CANCELLED") == 0;
+}
+
+/* Waits up to timeout_ms for the task to end; returns its record. */
+static Kclaw__StatusResponse *
+h_wait_final(const char *id, int timeout_ms)
+{
+	uint64_t end = kc_mono_ms() + (uint64_t)timeout_ms;
+
+	while (kc_mono_ms() < end) {
+		Kclaw__StatusResponse *s = h_status(id);
+		if (s && h_final(s->task->state))
+			return s;
+		if (s)
+			kclaw__status_response__free_unpacked(s, NULL);
+		kc_sleep_ms(50);
+	}
+	KT_FAIL("task %s did not finish within %d ms (see %s/children.log)", id,
+	    timeout_ms, h_home);
+	return NULL;
+}
+
+static Kclaw__EventsResponse *
+h_events(const char *task_id, uint64_t since)
+{
+	Kclaw__EventsRequest req = KCLAW__EVENTS_REQUEST__INIT;
+	Kclaw__EventsResponse *resp;
+
+	req.task_id = (char *)(task_id ? task_id : "");
+	req.since_seq = since;
+	req.limit = 10000;
+	KT_OK(h_call("Events", &req.base, &kclaw__events_response__descriptor,
+	    (ProtobufCMessage **)&resp));
+	return resp;
+}
+
+/* Every ROUND_FINISHED of the task, in order, must count 1, 2, 3, ...: no
+ * round counted twice or skipped. Returns the number of rounds. */
+static uint32_t
+h_check_rounds(const char *task_id)
+{
+	Kclaw__EventsResponse *ev = h_events(task_id, 0);
+	uint32_t rounds = 0;
+	uint64_t seq = 0;
+
+	for (size_t i = 0; i < ev->n_events; i++) {
+		KT_ASSERT(ev->events[i]->seq > seq);
+		seq = ev->events[i]->seq;
+		if (ev->events[i]->kind != KCLAW__EVENT_KIND__ROUND_FINISHED)
+			continue;
+		if (ev->events[i]->round != rounds + 1)
+			KT_FAIL("task %s: ROUND_FINISHED %u after round %u",
+			    task_id, ev->events[i]->round, rounds);
+		rounds++;
+	}
+	kclaw__events_response__free_unpacked(ev, NULL);
+	return rounds;
+}
+
+static void
+h_teardown(void)
+{
+	char cmd[400];
+
+	bus_client_close(h_api);
+	if (getenv("KC_KEEP") == NULL) {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", h_home);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", h_home);
+	}
+}
+
+#endif
