@@ -85,6 +85,12 @@ typedef struct {
 	char *primary;   /* the highest-priority active class, or "none" */
 	char *trace;     /* the full trace as text */
 	int arch_sm;     /* from the evidence; 0 when unknown */
+	char **active;   /* active classes, highest priority first */
+	size_t nactive;
+	char **fired; /* rules that fired, in table order per class */
+	size_t nfired;
+	char **vetoes; /* vetoes whose condition held */
+	size_t nvetoes;
 } memlt_result;
 
 /*
