@@ -1,0 +1,449 @@
+#!/usr/bin/env python3
+"""kb2bundle: turn a KernelBench-style PyTorch problem into a kclaw task bundle.
+
+    kb2bundle.py PROBLEM.py OUT_DIR [--seeds 3] [--device cuda|cpu]
+
+A problem file defines `class Model(nn.Module)`, `get_inputs()` and
+`get_init_inputs()`. The tool builds `Model(*get_init_inputs())`, turns its
+state_dict into PARAMETER tensors (names mangled into C identifiers), draws
+the inputs for each seed with `torch.manual_seed(seed)` and stores them with
+the model's outputs as .npy files, times PyTorch eager and torch.compile on
+the same device, and writes task.json with a `tensors` reference and the
+problem's source as the agents' context (docs/bundle.md).
+
+Everything that does not need PyTorch (names, .npy files, task.json) lives
+in plain functions below and is tested without it
+(tests/tasks/kb2bundle_test.py); PyTorch is imported only by `convert`.
+"""
+import argparse
+import importlib.util
+import inspect
+import json
+import keyword
+import os
+import re
+import shutil
+import statistics
+import struct
+import sys
+import time
+
+# C and CUDA words a tensor may not be named after: a plan names tensors,
+# and agents write them as kernel parameter names.
+C_RESERVED = {
+    "auto", "bool", "break", "case", "char", "const", "continue", "default",
+    "do", "double", "else", "enum", "extern", "float", "for", "goto", "if",
+    "inline", "int", "long", "register", "restrict", "return", "short",
+    "signed", "sizeof", "static", "struct", "switch", "typedef", "union",
+    "unsigned", "void", "volatile", "while", "class", "delete", "new",
+    "operator", "private", "protected", "public", "template", "this",
+    "throw", "try", "catch", "namespace", "using", "virtual", "friend",
+    "half", "dim3", "threadIdx", "blockIdx", "blockDim", "gridDim",
+    "warpSize", "true", "false", "nullptr",
+}
+NAME_MAX = 63
+
+# kclaw dtype -> (.npy descr, bytes per element). bfloat16 has no NumPy type:
+# its raw 16-bit patterns travel as a 2-byte void type, as ml_dtypes saves it.
+DTYPES = {
+    "f32": ("<f4", 4), "f16": ("<f2", 2), "bf16": ("<V2", 2),
+    "f64": ("<f8", 8), "i32": ("<i4", 4), "i64": ("<i8", 8),
+    "i8": ("|i1", 1), "u8": ("|u1", 1),
+}
+TORCH_DTYPES = {
+    "torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16",
+    "torch.float64": "f64", "torch.int32": "i32", "torch.int64": "i64",
+    "torch.int8": "i8", "torch.uint8": "u8",
+}
+
+
+class BridgeError(Exception):
+    """A problem the user can fix; the message says what and how."""
+
+
+# ------------------------------------------------------------------- names
+
+def c_identifier(name, taken):
+    """Mangles a state_dict or argument name ("layers.0.weight") into a C
+    identifier ("layers_0_weight") not in `taken`, and adds it there."""
+    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    s = re.sub(r"_+", "_", s).strip("_") or "t"
+    if s[0].isdigit():
+        s = "t_" + s
+    if s in C_RESERVED or keyword.iskeyword(s) or s.startswith("__"):
+        s = "t_" + s
+    s = s[:NAME_MAX]
+    out, n = s, 2
+    while out in taken:
+        suffix = "_%d" % n
+        out = s[:NAME_MAX - len(suffix)] + suffix
+        n += 1
+    taken.add(out)
+    return out
+
+
+def task_name(path):
+    """A task name (letters, digits, '_', '-', '.') from a problem file."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    s = re.sub(r"[^A-Za-z0-9_.-]", "_", stem).lstrip(".")[:128]
+    return s or "problem"
+
+
+def forward_arg_names(fn, count):
+    """Names of the first `count` positional arguments of a forward method,
+    falling back to x0, x1, ... where the signature does not say (*args)."""
+    names = []
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    for p in params:
+        if p.name == "self":
+            continue
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.append(p.name)
+    if len(names) < count:
+        names = names + ["x%d" % i for i in range(len(names), count)]
+    return names[:count]
+
+
+# --------------------------------------------------------------------- npy
+
+def npy_header(descr, shape):
+    """A version 1.0 .npy header for C-ordered data, padded so the data
+    starts on a 64-byte boundary, as NumPy writes it."""
+    if descr not in {d for d, _ in DTYPES.values()}:
+        raise BridgeError("dtype descr %r is not one kclaw reads" % descr)
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise BridgeError("negative dimension in shape %r" % (shape,))
+    dims = ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "")
+    text = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, dims)
+    pad = 64 - (10 + len(text) + 1) % 64
+    text = text + " " * (pad % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode("latin1")
+
+
+def write_npy(path, descr, shape, data):
+    """Writes raw C-ordered little-endian bytes as a .npy file."""
+    sizes = {d: n for d, n in DTYPES.values()}
+    if descr not in sizes:
+        raise BridgeError("dtype descr %r is not one kclaw reads" % descr)
+    size = sizes[descr]
+    count = 1
+    for d in shape:
+        count *= int(d)
+    if len(data) != count * size:
+        raise BridgeError("%s: %d bytes of data for shape %r of %s (%d expected)"
+                          % (path, len(data), tuple(shape), descr, count * size))
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp.%d" % os.getpid()
+    with open(tmp, "wb") as f:
+        f.write(npy_header(descr, shape))
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def read_npy(path):
+    """Reads a .npy file written by write_npy or NumPy: (descr, shape, data)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:6] != b"\x93NUMPY":
+        raise BridgeError("%s is not a .npy file" % path)
+    if raw[6] == 1:
+        hlen, off = struct.unpack("<H", raw[8:10])[0], 10
+    else:
+        hlen, off = struct.unpack("<I", raw[8:12])[0], 12
+    hdr = raw[off:off + hlen].decode("latin1")
+    m = re.search(r"'descr':\s*'([^']+)'", hdr)
+    s = re.search(r"'shape':\s*\(([^)]*)\)", hdr)
+    if not m or not s or "'fortran_order': False" not in hdr:
+        raise BridgeError("%s has a header kclaw does not read: %s" % (path, hdr))
+    shape = tuple(int(d) for d in s.group(1).replace(",", " ").split())
+    return m.group(1), shape, raw[off + hlen:]
+
+
+# --------------------------------------------------------------- the bundle
+
+class Tensor:
+    """One named tensor of the task with its bytes per input set."""
+
+    def __init__(self, name, kind, dtype, shape, source_name=None):
+        if dtype not in DTYPES:
+            raise BridgeError("tensor %s: dtype %s is not one of %s"
+                              % (name, dtype, ", ".join(DTYPES)))
+        self.name, self.kind, self.dtype = name, kind, dtype
+        self.shape = [int(d) for d in shape] or [1]
+        self.source_name = source_name or name
+
+
+def write_bundle(out_dir, name, description, context, tensors, params, sets,
+                 tolerance, baseline_ms, torch_compile_ms=None, budget=None,
+                 provenance=None):
+    """Writes a bundle with a `tensors` reference.
+
+    tensors: list of Tensor (inputs, parameters, outputs, in that order of
+    appearance in task.json); params: {name: bytes} for the parameters;
+    sets: list of (seed, {input name: bytes}, {output name: bytes}).
+    provenance: facts about how the data was made, kept in kb2bundle.json.
+    Returns the path of task.json.
+    """
+    if not sets:
+        raise BridgeError("no input sets: ask for at least one seed")
+    if not any(t.kind == "output" for t in tensors):
+        raise BridgeError("the model returned no tensor")
+    if not baseline_ms or baseline_ms <= 0:
+        raise BridgeError("baseline_ms must be a positive time")
+    os.makedirs(out_dir, exist_ok=True)
+    by_name = {t.name: t for t in tensors}
+    for pname, data in params.items():
+        t = by_name[pname]
+        write_npy(os.path.join(out_dir, "params", pname + ".npy"),
+                  DTYPES[t.dtype][0], t.shape, data)
+    jsets = []
+    for i, (seed, inputs, outputs) in enumerate(sets):
+        jin, jout = {}, {}
+        for t in tensors:
+            if t.kind == "parameter":
+                jin[t.name] = "params/%s.npy" % t.name
+                continue
+            src = inputs if t.kind == "input" else outputs
+            if t.name not in src:
+                raise BridgeError("set %d has no data for %s %s" % (i, t.kind, t.name))
+            rel = "set%d/%s.npy" % (i, t.name)
+            write_npy(os.path.join(out_dir, rel), DTYPES[t.dtype][0], t.shape, src[t.name])
+            (jin if t.kind == "input" else jout)[t.name] = rel
+        jsets.append({"seed": int(seed), "inputs": jin, "expected": jout})
+    reference = {"kind": "tensors", "sets": jsets, "baseline_ms": float(baseline_ms)}
+    if torch_compile_ms:
+        reference["torch_compile_ms"] = float(torch_compile_ms)
+    task = {
+        "name": name,
+        "description": description,
+        "tensors": [{"name": t.name, "kind": t.kind, "dtype": t.dtype, "shape": t.shape}
+                    for t in tensors],
+        "tolerance": tolerance,
+        "budget": budget or {"rounds": 15},
+        "trials": len(sets),
+        "seed": int(sets[0][0]),
+        "reference": reference,
+    }
+    if context is not None:
+        with open(os.path.join(out_dir, "context.py"), "w") as f:
+            f.write(context)
+        task["context"] = "context.py"
+    # Provenance beside task.json (the loader reads only what task.json
+    # names): which module attribute or argument each tensor came from.
+    with open(os.path.join(out_dir, "kb2bundle.json"), "w") as f:
+        json.dump({"sources": {t.name: t.source_name for t in tensors},
+                   "provenance": provenance or {}}, f, indent=1)
+        f.write("\n")
+    path = os.path.join(out_dir, "task.json")
+    with open(path, "w") as f:
+        json.dump(task, f, indent=1)
+        f.write("\n")
+    return path
+
+
+def describe(problem, tensors):
+    """One paragraph for the agents: where the task came from and which
+    module attribute each parameter tensor is."""
+    parts = ["KernelBench problem %s, evaluated as Model(*get_init_inputs())"
+             ".eval() under torch.no_grad()." % os.path.basename(problem)]
+    ins = [t for t in tensors if t.kind == "input"]
+    outs = [t for t in tensors if t.kind == "output"]
+    ps = [t for t in tensors if t.kind == "parameter"]
+    fmt = lambda t: "%s %s%s" % (t.name, t.dtype, t.shape)
+    parts.append("Inputs (forward's arguments in order): %s." % ", ".join(map(fmt, ins)))
+    if ps:
+        parts.append("Parameters (tensor <- state_dict entry): %s." % ", ".join(
+            "%s <- %s" % (fmt(t), t.source_name) for t in ps))
+    parts.append("Outputs (forward's results in order): %s." % ", ".join(map(fmt, outs)))
+    return " ".join(parts)
+
+
+# ------------------------------------------------------------ with PyTorch
+
+def _torch_bytes(t):
+    """Raw little-endian C-ordered bytes of a tensor and its kclaw dtype."""
+    import torch
+
+    dtype = TORCH_DTYPES.get(str(t.dtype))
+    if dtype is None:
+        raise BridgeError("dtype %s is not one kclaw handles (%s); convert it in "
+                          "the problem" % (t.dtype, ", ".join(TORCH_DTYPES)))
+    t = t.detach().to("cpu").contiguous()
+    if t.dim() == 0:
+        t = t.reshape(1)
+    if dtype == "bf16":
+        t = t.view(torch.int16)
+    return dtype, list(t.shape), t.numpy().tobytes()
+
+
+def _load_problem(path):
+    spec = importlib.util.spec_from_file_location("kb_problem", path)
+    if spec is None:
+        raise BridgeError("%s is not a Python file" % path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for attr in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(mod, attr):
+            raise BridgeError("%s defines no %s; a KernelBench problem defines "
+                              "class Model, get_inputs() and get_init_inputs()"
+                              % (path, attr))
+    return mod
+
+
+def _outputs(result):
+    import torch
+
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, (tuple, list)) and all(isinstance(r, torch.Tensor) for r in result):
+        return list(result)
+    raise BridgeError("forward returned %s; kclaw compares tensors, so return a "
+                      "tensor or a tuple of tensors" % type(result).__name__)
+
+
+def _time_ms(fn, device, warmup, iters):
+    """Median wall time of fn in ms: CUDA events on a GPU, the clock on CPU."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        for _ in range(iters):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+    else:
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def convert(problem, out_dir, seeds=3, device="cuda", base_seed=1, compile_=True,
+            warmup=5, iters=50, tolerance=None, log=print):
+    """Converts one problem file into a bundle in out_dir; returns task.json's
+    path. Needs PyTorch (and a GPU when device is cuda)."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise BridgeError("--device cuda but PyTorch sees no GPU; run where one is "
+                          "or pass --device cpu")
+    mod = _load_problem(problem)
+    torch.manual_seed(base_seed)
+    model = mod.Model(*mod.get_init_inputs()).to(device).eval()
+
+    taken, tensors, params = set(), [], {}
+    first_inputs = None
+    sets = []
+    for s in range(seeds):
+        seed = base_seed + s
+        torch.manual_seed(seed)
+        inputs = mod.get_inputs()
+        bad = [type(x).__name__ for x in inputs if not isinstance(x, torch.Tensor)]
+        if bad:
+            raise BridgeError("get_inputs() returned non-tensors (%s); kclaw inputs "
+                              "are tensors, so move constants into Model's "
+                              "get_init_inputs()" % ", ".join(bad))
+        inputs = [x.to(device) for x in inputs]
+        saved = [_torch_bytes(x) for x in inputs]  # before forward may mutate them
+        with torch.no_grad():
+            outs = _outputs(model(*inputs))
+        if first_inputs is None:
+            first_inputs = inputs
+            names = forward_arg_names(model.forward, len(inputs))
+            for n, (dt, shape, _) in zip(names, saved):
+                tensors.append(Tensor(c_identifier(n, taken), "input", dt, shape, n))
+            for key, p in model.state_dict().items():
+                dt, shape, data = _torch_bytes(p)
+                t = Tensor(c_identifier(key, taken), "parameter", dt, shape, key)
+                tensors.append(t)
+                params[t.name] = data
+            onames = ["out"] if len(outs) == 1 else ["out%d" % i for i in range(len(outs))]
+            for n, o in zip(onames, outs):
+                dt, shape, _ = _torch_bytes(o)
+                tensors.append(Tensor(c_identifier(n, taken), "output", dt, shape, n))
+        ins = [t for t in tensors if t.kind == "input"]
+        outt = [t for t in tensors if t.kind == "output"]
+        if len(outs) != len(outt):
+            raise BridgeError("forward returned %d tensors for seed %d but %d for "
+                              "seed %d" % (len(outs), seed, len(outt), base_seed))
+        sets.append((seed, {t.name: d for t, (_, _, d) in zip(ins, saved)},
+                     {t.name: _torch_bytes(o)[2] for t, o in zip(outt, outs)}))
+
+    with torch.no_grad():
+        eager_ms = _time_ms(lambda: model(*first_inputs), device, warmup, iters)
+    log("eager: %.4f ms on %s" % (eager_ms, device))
+    compile_ms = None
+    if compile_:
+        try:
+            compiled = torch.compile(model)
+            with torch.no_grad():
+                compile_ms = _time_ms(lambda: compiled(*first_inputs), device,
+                                      warmup, iters)
+            log("torch.compile: %.4f ms" % compile_ms)
+        except Exception as e:  # any backend failure only loses the number
+            log("torch.compile unavailable here, skipped: %s" % str(e).splitlines()[0][:200])
+
+    with open(problem) as f:
+        context = f.read()
+    prov = {"problem": os.path.abspath(problem), "device": device,
+            "device_name": (torch.cuda.get_device_name() if device.startswith("cuda")
+                            else "cpu"),
+            "torch": torch.__version__, "seeds": [st[0] for st in sets],
+            "eager_ms": eager_ms, "torch_compile_ms": compile_ms,
+            "timing": "median of %d runs after %d warm-up runs" % (iters, warmup)}
+    return write_bundle(out_dir, task_name(problem), describe(problem, tensors), context,
+                        tensors, params, sets,
+                        tolerance or {"atol": 1e-2, "rtol": 1e-2, "max_rel_norm": 1e-2},
+                        eager_ms, compile_ms, provenance=prov)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        description="Turn a KernelBench-style problem (class Model, get_inputs, "
+                    "get_init_inputs) into a kclaw task bundle.")
+    ap.add_argument("problem", help="the problem's .py file")
+    ap.add_argument("out_dir", help="the bundle folder to write (created)")
+    ap.add_argument("--seeds", type=int, default=3, help="input sets (default 3)")
+    ap.add_argument("--device", default="cuda", help="cuda or cpu (default cuda)")
+    ap.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile timing")
+    ap.add_argument("--iters", type=int, default=50, help="timed iterations")
+    ap.add_argument("--atol", type=float, default=1e-2)
+    ap.add_argument("--rtol", type=float, default=1e-2)
+    ap.add_argument("--max-rel-norm", type=float, default=1e-2)
+    ap.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
+    a = ap.parse_args(argv)
+    if a.seeds < 1 or a.seeds > 64:
+        ap.error("--seeds must be 1 to 64")
+    if os.path.exists(a.out_dir) and os.listdir(a.out_dir):
+        if not a.force:
+            ap.error("%s exists and is not empty; pass --force to replace it" % a.out_dir)
+        shutil.rmtree(a.out_dir)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        sys.exit("kb2bundle: PyTorch is not installed here; run it where PyTorch is "
+                 "(pip install torch), then copy the bundle")
+    try:
+        path = convert(a.problem, a.out_dir, a.seeds, a.device, a.seed, not a.no_compile,
+                       iters=a.iters,
+                       tolerance={"atol": a.atol, "rtol": a.rtol,
+                                  "max_rel_norm": a.max_rel_norm})
+    except BridgeError as e:
+        sys.exit("kb2bundle: %s" % e)
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
