@@ -1,6 +1,7 @@
 /*
  * examples_test.c - every shipped example under examples/ loads as a bundle,
- * and its reference and every hand-written candidate compile with NVRTC for
+ * and its reference and every hand-written candidate (correct ones under
+ * candidates/, broken ones under broken/) compile with NVRTC for
  * sm_90 (no GPU needed). Each kernel a plan launches must be an entry of the
  * compiled PTX whose parameters match the step's arguments in number, size
  * and kind, and each launch must fit the hardware's block and shared-memory
@@ -234,12 +235,41 @@ list_dirs(const char *dir, char ***out)
 	return n;
 }
 
+/*
+ * Loads and compiles every candidate folder under dir/sub; returns how many.
+ * Broken ones (examples/<name>/broken/) compile too: their fault is one the
+ * sandbox's verification must catch, not the compiler.
+ */
+static int
+check_candidates(const Kclaw__TaskSpec *spec, const char *dir, const char *sub,
+    const char *name)
+{
+	char cands[PATH_MAX], cdir[PATH_MAX * 2], where[PATH_MAX * 2 + 16];
+	char **names = NULL;
+	int n;
+
+	snprintf(cands, sizeof(cands), "%s/%s", dir, sub);
+	n = list_dirs(cands, &names);
+	for (int i = 0; i < n; i++) {
+		Kclaw__Candidate *c = NULL;
+		snprintf(cdir, sizeof(cdir), "%s/%s", cands, names[i]);
+		snprintf(where, sizeof(where), "%s %s/%s", name, sub, names[i]);
+		KT_OK(kc_candidate_load(cdir, &c));
+		KT_OK(kc_plan_check(spec, c->plan_json, where, 1));
+		compile_and_check(where, c->source, c->plan_json);
+		fprintf(stderr, "   %s: ok\n", where);
+		kclaw__candidate__free_unpacked(c, NULL);
+		free(names[i]);
+	}
+	free(names);
+	return n;
+}
+
 static void
 check_example(const char *dir, const char *name)
 {
 	Kclaw__TaskSpec *spec = NULL;
-	char cands[PATH_MAX], cdir[PATH_MAX * 2], where[PATH_MAX * 2 + 16];
-	char **names = NULL;
+	char where[PATH_MAX];
 	int n;
 
 	KT_OK(kc_bundle_load(dir, &spec));
@@ -249,24 +279,13 @@ check_example(const char *dir, const char *name)
 	snprintf(where, sizeof(where), "%s reference", name);
 	compile_and_check(where, spec->reference->cuda->source,
 	    spec->reference->cuda->plan_json);
-
-	snprintf(cands, sizeof(cands), "%s/candidates", dir);
-	n = list_dirs(cands, &names);
-	if (n < 2)
-		KT_FAIL("%s has %d candidates; ship at least 2", cands, n);
-	for (int i = 0; i < n; i++) {
-		Kclaw__Candidate *c = NULL;
-		snprintf(cdir, sizeof(cdir), "%s/%s", cands, names[i]);
-		snprintf(
-		    where, sizeof(where), "%s candidate %s", name, names[i]);
-		KT_OK(kc_candidate_load(cdir, &c));
-		KT_OK(kc_plan_check(spec, c->plan_json, where, 1));
-		compile_and_check(where, c->source, c->plan_json);
-		fprintf(stderr, "   %s: ok\n", where);
-		kclaw__candidate__free_unpacked(c, NULL);
-		free(names[i]);
-	}
-	free(names);
+	if ((n = check_candidates(spec, dir, "candidates", name)) < 2)
+		KT_FAIL(
+		    "%s/candidates has %d candidates; ship at least 2", dir, n);
+	if ((n = check_candidates(spec, dir, "broken", name)) < 1)
+		KT_FAIL("%s/broken has %d candidates; ship at least 1 (for "
+		        "repairs)",
+		    dir, n);
 	kclaw__task_spec__free_unpacked(spec, NULL);
 }
 

@@ -12,7 +12,8 @@ checked unchanged afterwards, the task's tolerance applied.
     python3 tests/tasks/gpu_check_examples.py [examples/NAME ...]
 
 Prints one line per kernel with its median time and speed-up over the
-reference, and exits non-zero if any candidate is wrong.
+reference, and exits non-zero if any candidate under candidates/ is wrong or
+any under broken/ is not caught.
 """
 import ctypes
 import ctypes.util
@@ -234,18 +235,21 @@ def check_example(r, d, iters):
     plan = json.load(open(os.path.join(d, ref["plan"])))
     expected, ref_ms = run(src, plan)
     ok = True
-    print("%-18s reference     %9.4f ms" % (task["name"], ref_ms))
+    print("%-18s %-9s %9.4f ms" % (task["name"], "reference", ref_ms))
     for t in outs:
         if np.isnan(expected[t["name"]]).any():
             print("  reference left NaN in %s" % t["name"])
             ok = False
-    for cd in sorted(glob.glob(os.path.join(d, "candidates", "*"))):
+    cands = [(c, False) for c in sorted(glob.glob(os.path.join(d, "candidates", "*")))]
+    cands += [(c, True) for c in sorted(glob.glob(os.path.join(d, "broken", "*")))]
+    for cd, broken in cands:
+        label = ("broken/" if broken else "") + os.path.basename(cd)
         src = open(os.path.join(cd, "kernel.cu")).read()
         plan = json.load(open(os.path.join(cd, "plan.json")))
         try:
             got, ms = run(src, plan)
         except RuntimeError as e:
-            print("%-18s candidate %-3s FAILED: %s" % (task["name"], os.path.basename(cd), e))
+            print("%-18s %-9s FAILED: %s" % (task["name"], label, e))
             ok = False
             continue
         verdict = "ok"
@@ -260,12 +264,18 @@ def check_example(r, d, iters):
                     t["name"], int(bad.sum()), rel, idx,
                     None if idx is None else float(g[tuple(idx)]),
                     None if idx is None else float(e[tuple(idx)]))
-                ok = False
+                if not broken:
+                    ok = False
         if digest() != before:
             verdict = "WROTE ITS INPUTS"
             ok = False
-        print("%-18s candidate %-3s %9.4f ms  %6.2fx  %s" % (
-            task["name"], os.path.basename(cd), ms, ref_ms / ms, verdict))
+        if broken:
+            # A broken candidate must be caught; that it is, is the success.
+            caught = verdict != "ok"
+            ok &= caught
+            verdict = ("caught: " if caught else "NOT CAUGHT: ") + verdict
+        print("%-18s %-9s %9.4f ms  %6.2fx  %s" % (
+            task["name"], label, ms, ref_ms / ms, verdict))
     for b in bufs.values():
         cuda.cuMemFree_v2(b)
     return ok
