@@ -411,6 +411,45 @@ test_tensor_sets(void)
 #undef TASK_FMT
 }
 
+/* bfloat16 travels as the 2-byte void type, as ml_dtypes and npy.c save it. */
+static void
+test_bf16_npy(void)
+{
+	static const char task[] =
+	    "{\"name\":\"b\",\"tensors\":["
+	    "{\"name\":\"x\",\"kind\":\"input\",\"dtype\":\"bf16\","
+	    "\"shape\":[8]},"
+	    "{\"name\":\"w\",\"kind\":\"parameter\",\"dtype\":\"u8\","
+	    "\"shape\":[2]},"
+	    "{\"name\":\"y\",\"kind\":\"output\",\"dtype\":\"bf16\","
+	    "\"shape\":[8]}],"
+	    "\"tolerance\":{\"atol\":0,\"rtol\":0,\"max_rel_norm\":0},"
+	    "\"reference\":{\"kind\":\"tensors\",\"baseline_ms\":1,"
+	    "\"sets\":[{\"inputs\":{\"x\":\"x.npy\",\"w\":\"w.npy\"},"
+	    "\"expected\":{\"y\":\"y.npy\"}}]}}";
+	char dir[PATH_MAX];
+	Kclaw__TaskSpec *s = NULL;
+
+	new_dir(dir);
+	put_text(dir, "task.json", task);
+	put_npy(dir, "x.npy", "<V2", "(8,)", 16);
+	put_npy(dir, "y.npy", "|V2", "(8,)", 16);
+	put_npy(dir, "w.npy", "|u1", "(2,)", 2);
+	KT_OK(kc_bundle_load(dir, &s));
+	KT_EQ_INT(s->tensors[0]->dtype, KCLAW__DTYPE__BF16);
+	kclaw__task_spec__free_unpacked(s, NULL);
+
+	put_npy(dir, "x.npy", "<u2", "(8,)", 16);
+	KT_CONTAINS(refused(dir), "holds dtype '<u2' but the tensor is bf16");
+	put_npy(dir, "x.npy", ">V2", "(8,)", 16);
+	KT_CONTAINS(refused(dir), "'>V2'");
+
+	/* An empty parameter file is refused by name. */
+	put_npy(dir, "x.npy", "<V2", "(8,)", 16);
+	put_text(dir, "w.npy", "");
+	KT_CONTAINS(refused(dir), "'w.npy' is not a .npy file");
+}
+
 static void
 test_refusals(void)
 {
@@ -673,6 +712,7 @@ main(void)
 	KT_RUN(test_tensor_bundle);
 	KT_RUN(test_npy_mismatch);
 	KT_RUN(test_tensor_sets);
+	KT_RUN(test_bf16_npy);
 	KT_RUN(test_refusals);
 	KT_RUN(test_reference_plan);
 	KT_RUN(test_candidate);
