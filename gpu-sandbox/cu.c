@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kc_err.h"
@@ -22,10 +23,16 @@ sbx_cu_load(sbx_cu *cu)
 	CUdriverProcAddressQueryResult st;
 	void *fn;
 
+	const char *path = getenv("KCLAW_CUDA_DRIVER");
+
+	/* KCLAW_CUDA_DRIVER names a driver library elsewhere (or none, to
+	 * run as if the machine had no GPU). */
+	if (path == NULL || *path == '\0')
+		path = "libcuda.so.1";
 	memset(cu, 0, sizeof(*cu));
-	if ((cu->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) == NULL)
+	if ((cu->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL)) == NULL)
 		return kc_seterr(KC_ENODEV,
-		    "no NVIDIA driver: libcuda.so.1 cannot be loaded (%s)",
+		    "no NVIDIA driver: %s cannot be loaded (%s)", path,
 		    dlerror());
 	getproc = (cu_getproc_fn)dlsym(cu->lib, "cuGetProcAddress_v2");
 	if (getproc == NULL)

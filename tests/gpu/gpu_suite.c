@@ -128,7 +128,9 @@ static const gcase cases[] = {
     {"illegal_address", &vec_task,
         "extern \"C\" __global__ void mul(const float *x, const float *w, "
         "float *y, int n) {\n  int i = blockIdx.x * blockDim.x + "
-        "threadIdx.x;\n  y[i + 1000000000] = x[i];\n}\n",
+        "threadIdx.x;\n  asm volatile(\"st.global.f32 [%0], %1;\" :: \"l\"(y + "
+        "i + "
+        "(1ll << 30)), \"f\"(x[i]));\n}\n",
         vec_plan, KCLAW__EVAL_STATUS__RUNTIME_FAULT,
         "CUDA_ERROR_ILLEGAL_ADDRESS", 0, 0},
     {"misaligned_address", &vec_task,
@@ -155,8 +157,8 @@ static const gcase cases[] = {
         vec_plan, KCLAW__EVAL_STATUS__RUNTIME_FAULT, "CUDA_ERROR", 0, 0},
     {"never_ends", &vec_task,
         "extern \"C\" __global__ void mul(const float *x, const float *w, "
-        "float *y, int n) {\n  volatile int spin = 1;\n  while (spin) { }\n"
-        "}\n",
+        "float *y, int n) {\n  while (clock64() >= 0) __nanosleep(1000);\n"
+        "  y[0] = x[0];\n}\n",
         vec_plan, KCLAW__EVAL_STATUS__TIMEOUT, "did not finish", 4000, 0},
     {"too_much_shared", &vec_task,
         "extern \"C\" __global__ void mul(const float *x, const float *w, "

@@ -1,0 +1,75 @@
+/*
+ * script_child.c - a sandbox child whose "GPU" follows a script: the test
+ * double at the process boundary (gpu-sandbox's backend seam). The first
+ * word of the candidate's source says what to do:
+ *
+ *   ok           answer OK (message "pid N", so tests see replacements)
+ *   crash        die of SIGABRT mid-evaluation
+ *   hang         never answer
+ *   fault NAME   answer RUNTIME_FAULT with fault NAME, then exit (as the
+ *                real child does after a kernel fault)
+ *   exit N       exit with status N without answering
+ *
+ * With SBX_SCRIPT_NODEV=1 in the environment it starts without a device.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kc_err.h"
+#include "sandbox.h"
+
+static int
+script_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
+{
+	(void)cfg;
+	*state = NULL;
+	if (getenv("SBX_SCRIPT_NODEV") != NULL)
+		return kc_seterr(KC_ENODEV, "scripted: no GPU here");
+	sbx_result_set(&ready->device_name, "scripted GPU");
+	sbx_result_set(&ready->arch, "sm_90");
+	return 0;
+}
+
+static void
+script_evaluate(void *state, const Kclaw__EvalRequest *req,
+    Kclaw__EvalResult *res, int *fatal)
+{
+	const char *src = req->candidate ? req->candidate->source : "";
+	char name[64];
+
+	(void)state;
+	if (strncmp(src, "ok", 2) == 0) {
+		sbx_result_status(
+		    res, KCLAW__EVAL_STATUS__OK, "pid %d", (int)getpid());
+	} else if (strncmp(src, "crash", 5) == 0) {
+		abort();
+	} else if (strncmp(src, "hang", 4) == 0) {
+		for (;;)
+			pause();
+	} else if (sscanf(src, "fault %63s", name) == 1) {
+		sbx_result_set(&res->fault_name, "%s", name);
+		sbx_result_status(res, KCLAW__EVAL_STATUS__RUNTIME_FAULT,
+		    "scripted fault %s", name);
+		*fatal = 1;
+	} else if (strncmp(src, "exit ", 5) == 0) {
+		_exit(atoi(src + 5));
+	} else {
+		sbx_result_status(res, KCLAW__EVAL_STATUS__INTERNAL_ERROR,
+		    "script: unknown command");
+	}
+}
+
+static const sbx_backend script_backend = {
+    .name = "script",
+    .init = script_init,
+    .evaluate = script_evaluate,
+};
+
+int
+main(int argc, char **argv)
+{
+	return sbx_child_main(&script_backend, argc, argv);
+}

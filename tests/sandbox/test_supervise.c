@@ -1,0 +1,172 @@
+/*
+ * test_supervise.c - the real kclaw-sandbox, driven as its orchestrator
+ * over a private ipc:// address, supervising
+ *  - a scripted child that crashes, hangs, faults or exits on command:
+ *    each gets the right status and a fresh child serves the next request;
+ *  - the real child on a machine without a GPU driver (KCLAW_CUDA_DRIVER
+ *    points nowhere): NO_DEVICE, while compile-only requests still work.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kc_err.h"
+#include "kc_test.h"
+#include "kc_util.h"
+#include "sandbox.h"
+#include "sandbox_client.h"
+
+static char home[] = "/tmp/kc-sbx-home-XXXXXX";
+static char script_child[1024];
+
+static Kclaw__EvalResult *
+eval(sbx_session *s, const char *src, const char *plan, unsigned timeout_ms,
+    int compile_only, const char *arch)
+{
+	Kclaw__EvalRequest req = KCLAW__EVAL_REQUEST__INIT;
+	Kclaw__Candidate c = KCLAW__CANDIDATE__INIT;
+	Kclaw__EvalOptions o = KCLAW__EVAL_OPTIONS__INIT;
+	Kclaw__TaskSpec t = KCLAW__TASK_SPEC__INIT;
+	Kclaw__TensorSpec y = KCLAW__TENSOR_SPEC__INIT;
+	Kclaw__TensorSpec *yp = &y;
+	int64_t shape[1] = {256};
+	Kclaw__EvalResult *r = NULL;
+
+	y.name = "y";
+	y.kind = KCLAW__TENSOR_KIND__OUTPUT;
+	y.dtype = KCLAW__DTYPE__F32;
+	y.n_shape = 1;
+	y.shape = shape;
+	t.name = "t";
+	t.n_tensors = 1;
+	t.tensors = &yp;
+	c.source = (char *)src;
+	c.plan_json = (char *)(plan ? plan : "");
+	o.timeout_ms = timeout_ms;
+	o.compile_only = compile_only;
+	o.arch = (char *)(arch ? arch : "");
+	req.task = &t;
+	req.candidate = &c;
+	req.options = &o;
+	KT_OK(sbx_session_eval(s, &req, 30000, &r));
+	free(req.job_id);
+	return r;
+}
+
+static int
+ok_pid(sbx_session *s)
+{
+	Kclaw__EvalResult *r = eval(s, "ok", NULL, 5000, 0, NULL);
+	int pid;
+
+	KT_EQ_STR(sbx_status_name(r->status), "OK");
+	KT_EQ_STR(r->device_name, "scripted GPU");
+	KT_ASSERT(sscanf(r->message, "pid %d", &pid) == 1);
+	kclaw__eval_result__free_unpacked(r, NULL);
+	return pid;
+}
+
+static void
+test_scripted_child_is_replaced(void)
+{
+	sbx_client_opts o = {.child_path = script_child, .home = home};
+	Kclaw__EvalResult *r;
+	sbx_session *s;
+	uint64_t t0;
+	int a, b, c, d, e;
+
+	KT_OK(sbx_session_open(&s, &o));
+	a = ok_pid(s);
+	KT_EQ_INT(ok_pid(s), a); /* one child serves many requests */
+
+	r = eval(s, "crash", NULL, 5000, 0, NULL);
+	KT_EQ_STR(sbx_status_name(r->status), "RUNTIME_FAULT");
+	KT_EQ_STR(r->fault_name, "SIGABRT");
+	KT_CONTAINS(r->message, "a fresh one was started");
+	kclaw__eval_result__free_unpacked(r, NULL);
+	b = ok_pid(s);
+	KT_ASSERT(b != a);
+
+	t0 = kc_mono_ms();
+	r = eval(s, "hang", NULL, 700, 0, NULL);
+	KT_EQ_STR(sbx_status_name(r->status), "TIMEOUT");
+	KT_CONTAINS(r->message, "did not finish within 700 ms");
+	KT_ASSERT(kc_mono_ms() - t0 < 5000);
+	kclaw__eval_result__free_unpacked(r, NULL);
+	c = ok_pid(s);
+	KT_ASSERT(c != b);
+
+	r = eval(s, "fault CUDA_ERROR_ILLEGAL_ADDRESS", NULL, 5000, 0, NULL);
+	KT_EQ_STR(sbx_status_name(r->status), "RUNTIME_FAULT");
+	KT_EQ_STR(r->fault_name, "CUDA_ERROR_ILLEGAL_ADDRESS");
+	kclaw__eval_result__free_unpacked(r, NULL);
+	d = ok_pid(s);
+	KT_ASSERT(d != c);
+
+	r = eval(s, "exit 7", NULL, 5000, 0, NULL);
+	KT_EQ_STR(sbx_status_name(r->status), "RUNTIME_FAULT");
+	KT_EQ_STR(r->fault_name, "EXIT_7");
+	kclaw__eval_result__free_unpacked(r, NULL);
+	e = ok_pid(s);
+	KT_ASSERT(e != d);
+	sbx_session_close(s);
+}
+
+static void
+test_no_device(void)
+{
+	sbx_client_opts o = {.home = home};
+	Kclaw__EvalResult *r;
+	sbx_session *s;
+	const char *src = "extern \"C\" __global__ void k(float *y, int n) { "
+	                  "y[threadIdx.x] = n; }\n";
+	const char *plan = "{\"steps\":[{\"kernel\":\"k\",\"grid\":[1],"
+	                   "\"block\":[256],\"args\":[\"y\",{\"i32\":3}]}]}";
+
+	/* The real child; the test's environment hides the driver. */
+	KT_OK(sbx_session_open(&s, &o));
+	r = eval(s, src, plan, 20000, 0, NULL);
+	KT_EQ_STR(sbx_status_name(r->status), "NO_DEVICE");
+	KT_CONTAINS(r->message, "no NVIDIA driver");
+	kclaw__eval_result__free_unpacked(r, NULL);
+
+	r = eval(s, src, plan, 20000, 1, "sm_90");
+	KT_EQ_STR(sbx_status_name(r->status), "OK");
+	KT_CONTAINS(r->message, "not run: compile-only");
+	KT_EQ_STR(r->arch, "sm_90");
+	KT_EQ_INT(r->n_kernels, 1);
+	KT_EQ_STR(r->kernels[0]->kernel, "k");
+	KT_ASSERT(r->kernels[0]->registers > 0);
+	kclaw__eval_result__free_unpacked(r, NULL);
+
+	/* The plan is checked against the compiled signature. */
+	r = eval(s, src,
+	    "{\"steps\":[{\"kernel\":\"k\",\"grid\":[1],\"block\":[256],"
+	    "\"args\":[\"y\",{\"f64\":3}]}]}",
+	    20000, 1, "sm_90");
+	KT_EQ_STR(sbx_status_name(r->status), "PLAN_ERROR");
+	KT_CONTAINS(r->message, "argument 1 is f64 (8 bytes)");
+	kclaw__eval_result__free_unpacked(r, NULL);
+
+	r = eval(s, "extern \"C\" __global__ void k( { }\n", plan, 20000, 1,
+	    "sm_90");
+	KT_EQ_STR(sbx_status_name(r->status), "COMPILE_ERROR");
+	KT_CONTAINS(r->compile_log, "error");
+	kclaw__eval_result__free_unpacked(r, NULL);
+	sbx_session_close(s);
+}
+
+int
+main(void)
+{
+	const char *bin = getenv("KCLAW_BIN");
+
+	KT_ASSERT(bin != NULL);
+	KT_ASSERT(mkdtemp(home) != NULL);
+	snprintf(
+	    script_child, sizeof(script_child), "%s/sbx_script_child", bin);
+	KT_RUN(test_scripted_child_is_replaced);
+	KT_RUN(test_no_device);
+	return 0;
+}
