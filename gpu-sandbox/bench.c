@@ -227,6 +227,9 @@ main(int argc, char **argv)
 		       "%.1f ms\n",
 		    i, wall, kernels, r->timing->median_ms,
 		    r->baseline->median_ms, per, wall - kernels);
+		for (size_t m = 0; m < r->n_metrics; m++)
+			printf("  %s %.1f %s\n", r->metrics[m]->name,
+			    r->metrics[m]->value, r->metrics[m]->unit);
 		kclaw__eval_result__free_unpacked(r, NULL);
 	}
 

@@ -66,6 +66,7 @@ typedef struct {
 	sbx_cu cu;
 	int have_device;
 	char nodev_reason[512];
+	int device;
 	CUdevice dev;
 	CUcontext ctx;
 	CUstream stream;
@@ -220,6 +221,7 @@ gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 	    cfg->cache_dir ? cfg->cache_dir : "");
 	snprintf(g->arch_override, sizeof(g->arch_override), "%s",
 	    cfg->arch ? cfg->arch : "");
+	g->device = cfg->device;
 	g->nthreads = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	if (g->nthreads > 16)
 		g->nthreads = 16;
@@ -1350,7 +1352,8 @@ ev_profile(ev *e)
 	}
 	if (*e->fatal || res->status != KCLAW__EVAL_STATUS__OK)
 		return;
-	if (sbx_prof_range(e->g->ctx, ev_profile_run, e, res) == 0)
+	if (sbx_prof_range(e->g->ctx, e->g->device, ev_profile_run, e, res) ==
+	    0)
 		res->counters_available = 1;
 }
 

@@ -43,7 +43,7 @@ typedef int (*sbx_prof_run_fn)(void *arg);
  * counters cannot be read, sets res->counters_note and returns KC_ENOTSUP;
  * the evaluation goes on.
  */
-int sbx_prof_range(
-    CUcontext ctx, sbx_prof_run_fn run, void *arg, Kclaw__EvalResult *res);
+int sbx_prof_range(CUcontext ctx, int device, sbx_prof_run_fn run, void *arg,
+    Kclaw__EvalResult *res);
 
 #endif

@@ -221,6 +221,15 @@ has_text(const Kclaw__EvalResult *r, const char *want)
 	        strstr(r->mismatch->note, want));
 }
 
+static int
+has_metric(const Kclaw__EvalResult *r, const char *name)
+{
+	for (size_t m = 0; m < r->n_metrics; m++)
+		if (strcmp(r->metrics[m]->name, name) == 0)
+			return 1;
+	return 0;
+}
+
 static void
 check_case(const gcase *gc)
 {
@@ -240,8 +249,18 @@ check_case(const gcase *gc)
 	if (strcmp(gc->name, "correct") == 0)
 		ok = ok && r->baseline != NULL && r->speedup > 0 &&
 		    r->n_kernels == 1 && r->kernels[0]->registers > 0;
-	if (gc->profile)
-		ok = ok && r->n_activities > 0;
+	if (gc->profile) {
+		/* Activity records always; metrics when counters can be
+		 * read, and a note either way. */
+		ok = ok && r->n_activities > 0 && r->counters_note &&
+		    *r->counters_note &&
+		    (!r->counters_available ||
+		        has_metric(r, "dram_throughput"));
+		fprintf(stderr, "  counters: %s\n", r->counters_note);
+		for (size_t m = 0; m < r->n_metrics; m++)
+			fprintf(stderr, "  %s = %.4g %s\n", r->metrics[m]->name,
+			    r->metrics[m]->value, r->metrics[m]->unit);
+	}
 	fprintf(stderr, "%-20s %-14s %s%s%s (%.0f ms)%s\n", gc->name,
 	    sbx_status_name(r->status), r->fault_name ? r->fault_name : "",
 	    r->fault_name && *r->fault_name ? " " : "",
