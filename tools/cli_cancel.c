@@ -2,17 +2,77 @@
  * cli_cancel.c - `kclaw cancel TASK_ID`.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
+#include "client.h"
+#include "kc_err.h"
+
+static void
+cancel_usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: kclaw cancel TASK_ID [--json] [--home DIR]\n\n"
+	    "Cancels a task: its jobs are dropped and it ends CANCELLED, "
+	    "keeping what it\nfound so far. Cancelling a CANCELLED task is "
+	    "fine; a DONE or FAILED one is\nrefused (exit 1). Exit 3: no such "
+	    "task.\n");
+}
 
 int
 cli_cancel(int argc, char **argv)
 {
-	if (cli_wants_help(argc, argv)) {
-		printf("usage: kclaw cancel TASK_ID [--json]\n\nCancels a "
-		       "task.\n");
-		return CLI_OK;
+	const char *task = NULL;
+	bool json = false;
+	Kclaw__CancelRequest req = KCLAW__CANCEL_REQUEST__INIT;
+	Kclaw__CancelResponse *resp;
+	kc_config cfg;
+	orch_client c;
+	int rv, code = CLI_OK;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0 ||
+		    strcmp(argv[i], "-h") == 0) {
+			cancel_usage(stdout);
+			return CLI_OK;
+		} else if (strcmp(argv[i], "--json") == 0) {
+			json = true;
+		} else if (strcmp(argv[i], "--home") == 0 && i + 1 < argc) {
+			i++;
+		} else if (argv[i][0] != '-' && task == NULL) {
+			task = argv[i];
+		} else {
+			fprintf(stderr,
+			    "kclaw cancel: unknown argument '%s'\n\n", argv[i]);
+			cancel_usage(stderr);
+			return CLI_USAGE;
+		}
 	}
-	fprintf(stderr, "kclaw cancel: not implemented yet\n");
-	return CLI_NOT_IMPLEMENTED;
+	if (task == NULL) {
+		fprintf(stderr,
+		    "kclaw cancel: which task? (`kclaw status` "
+		    "lists them)\n\n");
+		cancel_usage(stderr);
+		return CLI_USAGE;
+	}
+	if ((rv = cli_config(argc, argv, &cfg)) != 0 ||
+	    (rv = orch_client_open(&c, &cfg)) != 0)
+		return cli_fail("cancel", rv);
+	req.task_id = (char *)task;
+	rv = orch_client_call(&c, "Cancel", &req.base,
+	    &kclaw__cancel_response__descriptor, (ProtobufCMessage **)&resp);
+	if (rv != 0) {
+		code = cli_fail("cancel", rv);
+		if (code == CLI_USAGE)
+			code = CLI_FAIL;
+	} else {
+		if (json)
+			printf("{\"task_id\":\"%s\",\"state\":\"%s\"}\n", task,
+			    resp->state);
+		else
+			printf("%s %s\n", task, resp->state);
+		kclaw__cancel_response__free_unpacked(resp, NULL);
+	}
+	orch_client_close(&c);
+	return code;
 }

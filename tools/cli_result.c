@@ -1,19 +1,152 @@
 /*
- * cli_result.c - `kclaw result TASK_ID`.
+ * cli_result.c - `kclaw result TASK_ID`: the best kernel, its plan, its
+ * measurements and the whole history.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
+#include "client.h"
+#include "kc_err.h"
+#include "kc_util.h"
+#include "pbjson.h"
+
+static void
+result_usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: kclaw result TASK_ID [--json] [--out DIR] [--home DIR]\n\n"
+	    "Shows the task's best kernel (source, launch plan, timing) and "
+	    "every candidate\nit tried. --out DIR writes the best kernel as "
+	    "DIR/kernel.cu and DIR/plan.json\n(a candidate folder `kclaw "
+	    "eval` accepts). --json prints the ResultResponse.\nExit codes: 0 "
+	    "ok, 1 the task has no correct kernel (yet), 3 no such task.\n");
+}
+
+static const char *
+result_status(const Kclaw__EvalResult *e)
+{
+	const ProtobufCEnumValue *v;
+
+	if (e == NULL)
+		return "-";
+	v = protobuf_c_enum_descriptor_get_value(
+	    &kclaw__eval_status__descriptor, e->status);
+	return v ? v->name : "?";
+}
+
+static int
+result_write(const char *dir, const Kclaw__Candidate *c)
+{
+	char path[KC_PATH_MAX];
+	int rv;
+
+	if ((rv = kc_mkdirs(dir, 0755)) != 0)
+		return rv;
+	snprintf(path, sizeof(path), "%s/kernel.cu", dir);
+	if ((rv = kc_write_file(path, c->source, strlen(c->source))) != 0)
+		return rv;
+	snprintf(path, sizeof(path), "%s/plan.json", dir);
+	return kc_write_file(path, c->plan_json, strlen(c->plan_json));
+}
 
 int
 cli_result(int argc, char **argv)
 {
-	if (cli_wants_help(argc, argv)) {
-		printf(
-		    "usage: kclaw result TASK_ID [--json]\n\nPrints the best "
-		    "kernel, its plan, its measurements and the history.\n");
-		return CLI_OK;
+	const char *task = NULL, *out = NULL;
+	bool json = false;
+	Kclaw__ResultRequest req = KCLAW__RESULT_REQUEST__INIT;
+	Kclaw__ResultResponse *r;
+	kc_config cfg;
+	orch_client c;
+	int rv, code = CLI_OK;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0 ||
+		    strcmp(argv[i], "-h") == 0) {
+			result_usage(stdout);
+			return CLI_OK;
+		} else if (strcmp(argv[i], "--json") == 0) {
+			json = true;
+		} else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+			out = argv[++i];
+		} else if (strcmp(argv[i], "--home") == 0 && i + 1 < argc) {
+			i++;
+		} else if (argv[i][0] != '-' && task == NULL) {
+			task = argv[i];
+		} else {
+			fprintf(stderr,
+			    "kclaw result: unknown argument '%s'\n\n", argv[i]);
+			result_usage(stderr);
+			return CLI_USAGE;
+		}
 	}
-	fprintf(stderr, "kclaw result: not implemented yet\n");
-	return CLI_NOT_IMPLEMENTED;
+	if (task == NULL) {
+		fprintf(stderr,
+		    "kclaw result: which task? (`kclaw status` "
+		    "lists them)\n\n");
+		result_usage(stderr);
+		return CLI_USAGE;
+	}
+	if ((rv = cli_config(argc, argv, &cfg)) != 0 ||
+	    (rv = orch_client_open(&c, &cfg)) != 0)
+		return cli_fail("result", rv);
+	req.task_id = (char *)task;
+	rv = orch_client_call(&c, "Result", &req.base,
+	    &kclaw__result_response__descriptor, (ProtobufCMessage **)&r);
+	orch_client_close(&c);
+	if (rv != 0)
+		return cli_fail("result", rv);
+	if (json) {
+		char *s = kc_pb_to_json_text(&r->base);
+		printf("%s\n", s ? s : "null");
+		free(s);
+	} else {
+		const Kclaw__TaskRecord *t = r->task;
+		printf("task %s (%s): %s, round %u, reference %.4f ms\n", t->id,
+		    t->spec ? t->spec->name : "", t->state, t->round,
+		    t->reference_ms);
+		if (t->error && *t->error)
+			printf("  %s\n", t->error);
+		if (r->best) {
+			const Kclaw__Candidate *b = r->best->candidate;
+			const Kclaw__Timing *tm =
+			    r->best->eval ? r->best->eval->timing : NULL;
+			printf("\nbest %s (%s%s%s): median %.4f ms, min %.4f, "
+			       "stddev %.4f, %.3fx\n",
+			    b->id, b->origin, *b->method ? ", " : "", b->method,
+			    tm ? tm->median_ms : 0, tm ? tm->min_ms : 0,
+			    tm ? tm->stddev_ms : 0,
+			    tm && tm->median_ms > 0 && t->reference_ms > 0
+			        ? t->reference_ms / tm->median_ms
+			        : 0);
+			printf("\nplan: %s\n\n%s\n", b->plan_json, b->source);
+		}
+		printf("\n%-24s %-10s %-24s %-14s %10s  %s\n", "CANDIDATE",
+		    "ORIGIN", "PARENT", "STATUS", "MEDIAN ms", "METHOD");
+		for (size_t i = 0; i < r->n_history; i++) {
+			const Kclaw__CandidateRecord *h = r->history[i];
+			printf("%-24s %-10s %-24s %-14s %10.4f  %s\n",
+			    h->candidate->id, h->candidate->origin,
+			    *h->candidate->parent_id ? h->candidate->parent_id
+			                             : "-",
+			    result_status(h->eval),
+			    h->eval && h->eval->timing
+			        ? h->eval->timing->median_ms
+			        : 0,
+			    h->candidate->method);
+		}
+	}
+	if (out && r->best && (rv = result_write(out, r->best->candidate)) != 0)
+		code = cli_fail("result", rv);
+	else if (r->best == NULL)
+		code = CLI_FAIL;
+	if (out && r->best == NULL)
+		fprintf(stderr,
+		    "kclaw result: task %s has no correct kernel "
+		    "to write\n",
+		    task);
+	kclaw__result_response__free_unpacked(r, NULL);
+	return code;
 }

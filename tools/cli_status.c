@@ -1,18 +1,161 @@
 /*
- * cli_status.c - `kclaw status`.
+ * cli_status.c - `kclaw status [TASK_ID] [--json]`: the deployment's
+ * processes and tasks, or one task.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
+#include "client.h"
+#include "kc_err.h"
+#include "pbjson.h"
+
+static void
+status_usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: kclaw status [TASK_ID] [--json] [--home DIR]\n\n"
+	    "Shows the orchestrator, the processes `kclaw up` supervises and "
+	    "the tasks\n(newest first), or one task in detail. --json prints "
+	    "one JSON document:\n{\"health\": HealthResponse, \"tasks\": "
+	    "[TaskRecord]} or the TaskRecord.\nExit codes: 0 ok, 3 no such "
+	    "task, 4 no orchestrator running.\n");
+}
+
+static double
+status_speedup(const Kclaw__TaskRecord *t)
+{
+	return t->best_ms > 0 && t->reference_ms > 0
+	    ? t->reference_ms / t->best_ms
+	    : 0;
+}
+
+static void
+status_task(const Kclaw__TaskRecord *t)
+{
+	printf("task %s (%s)\n", t->id,
+	    t->spec && t->spec->name ? t->spec->name : "");
+	printf("  state      %s\n", t->state);
+	printf("  round      %u\n", t->round);
+	printf("  reference  %.4f ms\n", t->reference_ms);
+	printf("  base       %s  %.4f ms\n", *t->base_id ? t->base_id : "-",
+	    t->base_ms);
+	printf("  best       %s  %.4f ms  %.3fx\n",
+	    *t->best_id ? t->best_id : "-", t->best_ms, status_speedup(t));
+	printf("  tokens     %llu\n", (unsigned long long)t->tokens);
+	if (t->error && *t->error)
+		printf("  why        %s\n", t->error);
+}
 
 int
 cli_status(int argc, char **argv)
 {
-	if (cli_wants_help(argc, argv)) {
-		printf("usage: kclaw status [TASK_ID] [--json]\n\nShows the "
-		       "processes and the tasks, or one task.\n");
-		return CLI_OK;
+	const char *task = NULL;
+	bool json = false;
+	kc_config cfg;
+	orch_client c;
+	int rv, code = CLI_OK;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0 ||
+		    strcmp(argv[i], "-h") == 0) {
+			status_usage(stdout);
+			return CLI_OK;
+		} else if (strcmp(argv[i], "--json") == 0) {
+			json = true;
+		} else if (strcmp(argv[i], "--home") == 0 && i + 1 < argc) {
+			i++;
+		} else if (argv[i][0] != '-' && task == NULL) {
+			task = argv[i];
+		} else {
+			fprintf(stderr,
+			    "kclaw status: unknown argument '%s'\n\n", argv[i]);
+			status_usage(stderr);
+			return CLI_USAGE;
+		}
 	}
-	fprintf(stderr, "kclaw status: not implemented yet\n");
-	return CLI_NOT_IMPLEMENTED;
+	if ((rv = cli_config(argc, argv, &cfg)) != 0 ||
+	    (rv = orch_client_open(&c, &cfg)) != 0)
+		return cli_fail("status", rv);
+	if (task) {
+		Kclaw__StatusRequest req = KCLAW__STATUS_REQUEST__INIT;
+		Kclaw__StatusResponse *resp;
+		req.task_id = (char *)task;
+		rv = orch_client_call(&c, "Status", &req.base,
+		    &kclaw__status_response__descriptor,
+		    (ProtobufCMessage **)&resp);
+		if (rv != 0) {
+			code = cli_fail("status", rv);
+		} else {
+			if (json) {
+				char *s = kc_pb_to_json_text(&resp->task->base);
+				printf("%s\n", s ? s : "null");
+				free(s);
+			} else {
+				status_task(resp->task);
+			}
+			kclaw__status_response__free_unpacked(resp, NULL);
+		}
+	} else {
+		Kclaw__HealthRequest hreq = KCLAW__HEALTH_REQUEST__INIT;
+		Kclaw__ListRequest lreq = KCLAW__LIST_REQUEST__INIT;
+		Kclaw__HealthResponse *h = NULL;
+		Kclaw__ListResponse *l = NULL;
+		if ((rv = orch_client_call(&c, "Health", &hreq.base,
+		         &kclaw__health_response__descriptor,
+		         (ProtobufCMessage **)&h)) != 0 ||
+		    (rv = orch_client_call(&c, "List", &lreq.base,
+		         &kclaw__list_response__descriptor,
+		         (ProtobufCMessage **)&l)) != 0) {
+			code = cli_fail("status", rv);
+		} else if (json) {
+			cJSON *root = cJSON_CreateObject(), *arr;
+			char *s;
+			cJSON_AddItemToObject(
+			    root, "health", kc_pb_to_json(&h->base));
+			arr = cJSON_AddArrayToObject(root, "tasks");
+			for (size_t i = 0; i < l->n_tasks; i++)
+				cJSON_AddItemToArray(
+				    arr, kc_pb_to_json(&l->tasks[i]->base));
+			s = cJSON_PrintUnformatted(root);
+			printf("%s\n", s ? s : "null");
+			free(s);
+			cJSON_Delete(root);
+		} else {
+			printf("orchestrator %s: up %llu s, %u active of %u "
+			       "tasks, last event %llu, %u workers waiting\n",
+			    h->version,
+			    (unsigned long long)(h->uptime_ms / 1000),
+			    h->tasks_active, h->tasks_total,
+			    (unsigned long long)h->last_seq,
+			    h->workers_waiting);
+			if (h->n_processes) {
+				printf("\n%-24s %-8s %-11s %8s\n", "PROCESS",
+				    "PID", "STATE", "RESTARTS");
+				for (size_t i = 0; i < h->n_processes; i++)
+					printf("%-24s %-8u %-11s %8u\n",
+					    h->processes[i]->name,
+					    h->processes[i]->pid,
+					    h->processes[i]->state,
+					    h->processes[i]->restarts);
+			}
+			printf("\n%-18s %-20s %-13s %5s %10s %8s\n", "TASK",
+			    "NAME", "STATE", "ROUND", "BEST ms", "SPEEDUP");
+			for (size_t i = 0; i < l->n_tasks; i++) {
+				const Kclaw__TaskRecord *t = l->tasks[i];
+				printf(
+				    "%-18s %-20.20s %-13s %5u %10.4f %7.3fx\n",
+				    t->id, t->spec ? t->spec->name : "",
+				    t->state, t->round, t->best_ms,
+				    status_speedup(t));
+			}
+		}
+		if (h)
+			kclaw__health_response__free_unpacked(h, NULL);
+		if (l)
+			kclaw__list_response__free_unpacked(l, NULL);
+	}
+	orch_client_close(&c);
+	return code;
 }

@@ -1,19 +1,151 @@
 /*
- * cli_submit.c - `kclaw submit BUNDLE_DIR`.
+ * cli_submit.c - `kclaw submit BUNDLE_DIR`: loads and checks the bundle
+ * here (so mistakes are reported before anything is sent), submits its
+ * content and prints the task's id.
  */
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "bundle.h"
 #include "cli.h"
+#include "client.h"
+#include "kc_err.h"
+#include "kc_util.h"
+#include "pbjson.h"
+
+static void
+submit_usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: kclaw submit BUNDLE_DIR [--task-id ID] [--remote] [--wait]"
+	    " [--json]\n            [--home DIR]\n\n"
+	    "Submits a task bundle (a folder with task.json) to the running "
+	    "orchestrator\nand prints the task's id. The bundle is loaded and "
+	    "checked here; --remote\nsends only its path, for an orchestrator "
+	    "that reads the same folder.\n--task-id makes the submission "
+	    "idempotent (1-16 letters, digits or '_').\n--wait waits for the "
+	    "task to end and exits 0 when it is DONE, 1 otherwise.\n--json "
+	    "prints {\"task_id\": ...} (with --wait, the final TaskRecord).\n");
+}
+
+static bool
+submit_final(const char *s)
+{
+	return strcmp(s, "DONE") == 0 || strcmp(s, "FAILED") == 0 ||
+	    strcmp(s, "CANCELLED") == 0;
+}
+
+static int
+submit_wait(orch_client *c, const char *id, bool json)
+{
+	for (;;) {
+		Kclaw__StatusRequest req = KCLAW__STATUS_REQUEST__INIT;
+		Kclaw__StatusResponse *resp;
+		int rv, code;
+		req.task_id = (char *)id;
+		if ((rv = orch_client_call(c, "Status", &req.base,
+		         &kclaw__status_response__descriptor,
+		         (ProtobufCMessage **)&resp)) != 0)
+			return cli_fail("submit", rv);
+		if (!submit_final(resp->task->state)) {
+			kclaw__status_response__free_unpacked(resp, NULL);
+			kc_sleep_ms(200);
+			continue;
+		}
+		if (json) {
+			char *s = kc_pb_to_json_text(&resp->task->base);
+			printf("%s\n", s ? s : "null");
+			free(s);
+		} else {
+			printf("%s %s round %u best %.4f ms%s%s\n", id,
+			    resp->task->state, resp->task->round,
+			    resp->task->best_ms, *resp->task->error ? ": " : "",
+			    resp->task->error);
+		}
+		code =
+		    strcmp(resp->task->state, "DONE") == 0 ? CLI_OK : CLI_FAIL;
+		kclaw__status_response__free_unpacked(resp, NULL);
+		return code;
+	}
+}
 
 int
 cli_submit(int argc, char **argv)
 {
-	if (cli_wants_help(argc, argv)) {
-		printf(
-		    "usage: kclaw submit BUNDLE_DIR [--json]\n\nSubmits a task "
-		    "bundle to the running orchestrator and prints its id.\n");
-		return CLI_OK;
+	const char *dir = NULL, *task_id = NULL;
+	bool json = false, wait = false, remote = false;
+	Kclaw__SubmitRequest req = KCLAW__SUBMIT_REQUEST__INIT;
+	Kclaw__SubmitResponse *resp;
+	Kclaw__TaskSpec *spec = NULL;
+	char abs[PATH_MAX];
+	kc_config cfg;
+	orch_client c;
+	int rv, code;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0 ||
+		    strcmp(argv[i], "-h") == 0) {
+			submit_usage(stdout);
+			return CLI_OK;
+		} else if (strcmp(argv[i], "--json") == 0) {
+			json = true;
+		} else if (strcmp(argv[i], "--wait") == 0) {
+			wait = true;
+		} else if (strcmp(argv[i], "--remote") == 0) {
+			remote = true;
+		} else if (strcmp(argv[i], "--task-id") == 0 && i + 1 < argc) {
+			task_id = argv[++i];
+		} else if (strcmp(argv[i], "--home") == 0 && i + 1 < argc) {
+			i++;
+		} else if (argv[i][0] != '-' && dir == NULL) {
+			dir = argv[i];
+		} else {
+			fprintf(stderr,
+			    "kclaw submit: unknown argument '%s'\n\n", argv[i]);
+			submit_usage(stderr);
+			return CLI_USAGE;
+		}
 	}
-	fprintf(stderr, "kclaw submit: not implemented yet\n");
-	return CLI_NOT_IMPLEMENTED;
+	if (dir == NULL) {
+		fprintf(
+		    stderr, "kclaw submit: which bundle? give its folder\n\n");
+		submit_usage(stderr);
+		return CLI_USAGE;
+	}
+	if (remote) {
+		if (realpath(dir, abs) == NULL)
+			snprintf(abs, sizeof(abs), "%s", dir);
+		req.bundle_dir = abs;
+	} else if ((rv = kc_bundle_load(dir, &spec)) != 0) {
+		code = cli_fail("submit", rv);
+		return code == CLI_USAGE ? CLI_FAIL : code;
+	}
+	req.spec = spec;
+	req.task_id = (char *)(task_id ? task_id : "");
+	if ((rv = cli_config(argc, argv, &cfg)) != 0 ||
+	    (rv = orch_client_open(&c, &cfg)) != 0) {
+		code = cli_fail("submit", rv);
+		goto out;
+	}
+	rv = orch_client_call(&c, "Submit", &req.base,
+	    &kclaw__submit_response__descriptor, (ProtobufCMessage **)&resp);
+	if (rv != 0) {
+		code = cli_fail("submit", rv);
+		if (code == CLI_USAGE)
+			code = CLI_FAIL; /* the bundle, not the command line */
+	} else {
+		if (!wait && json)
+			printf("{\"task_id\":\"%s\"}\n", resp->task_id);
+		else if (!wait)
+			printf("%s\n", resp->task_id);
+		code = wait ? submit_wait(&c, resp->task_id, json) : CLI_OK;
+		kclaw__submit_response__free_unpacked(resp, NULL);
+	}
+	orch_client_close(&c);
+out:
+	if (spec)
+		kclaw__task_spec__free_unpacked(spec, NULL);
+	return code;
 }

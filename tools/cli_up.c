@@ -1,20 +1,276 @@
 /*
- * cli_up.c - `kclaw up`.
+ * cli_up.c - `kclaw up`: start and supervise a deployment on this host
+ * (orchestrator/supervisor.h), in the foreground or detached.
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "client.h"
+#include "kc_err.h"
+#include "kc_log.h"
+#include "kc_util.h"
+#include "supervisor.h"
+
+static volatile sig_atomic_t up_stop;
+
+static void
+up_on_signal(int sig)
+{
+	(void)sig;
+	up_stop = 1;
+}
+
+static void
+up_usage(FILE *f)
+{
+	fprintf(f,
+	    "usage: kclaw up [--detach] [--agents N] [--role-agents "
+	    "ROLE=N,...] [--gpus N]\n                [--home DIR]\n"
+	    "       kclaw up --stop [--home DIR]\n\n"
+	    "Starts the orchestrator (kclawd), the agent processes (N per "
+	    "role, default 1)\nand one sandbox per visible GPU (one anyway "
+	    "without a GPU: tasks then fail\nsaying so), on ipc:// addresses "
+	    "in DIR/run (kclaw.json or KCLAW_*_URL may\nmake them tcp://). A "
+	    "process that dies is restarted with exponential backoff\nand a "
+	    "PROCESS_RESTARTED event. SIGINT or SIGTERM stop everything "
+	    "cleanly.\n\n"
+	    "  --detach        run in the background (log: DIR/run/up.log); "
+	    "returns once\n                  the orchestrator answers\n"
+	    "  --stop          stop a detached deployment and wait for it\n"
+	    "  --agents N      agent processes per role\n"
+	    "  --role-agents   per role, e.g. planner=2,generator=3 (also "
+	    "kclaw.json\n                  \"up\": {\"agents\": {...}})\n"
+	    "  --gpus N        sandboxes to start instead of one per GPU "
+	    "found\n\n"
+	    "`kclaw status` shows the processes and the tasks. Exit codes: 0 "
+	    "ok, 1 failure,\n2 usage, 3 (--stop) not running.\n");
+}
+
+static void
+up_pid_path(const kc_config *cfg, char *path, size_t n)
+{
+	snprintf(path, n, "%s/up.pid", cfg->run_dir);
+}
+
+/* The pid of a running supervisor of this home, or 0. */
+static pid_t
+up_running(const kc_config *cfg)
+{
+	char path[KC_PATH_MAX], *text;
+	size_t len;
+	pid_t pid = 0;
+
+	up_pid_path(cfg, path, sizeof(path));
+	if (kc_read_file(path, 64, &text, &len) == 0) {
+		pid = (pid_t)atoi(text);
+		free(text);
+		if (pid > 0 && kill(pid, 0) != 0)
+			pid = 0;
+	}
+	kc_clearerr();
+	return pid;
+}
+
+static int
+up_stop_running(const kc_config *cfg)
+{
+	pid_t pid = up_running(cfg);
+
+	if (pid == 0) {
+		fprintf(stderr, "kclaw up --stop: no deployment runs in %s\n",
+		    cfg->home);
+		return CLI_NOT_FOUND;
+	}
+	kill(pid, SIGTERM);
+	for (int i = 0; i < 300 && kill(pid, 0) == 0; i++)
+		kc_sleep_ms(50);
+	if (kill(pid, 0) == 0) {
+		fprintf(stderr,
+		    "kclaw up --stop: the supervisor (pid %d) did "
+		    "not stop within 15 s\n",
+		    (int)pid);
+		return CLI_FAIL;
+	}
+	printf("stopped\n");
+	return CLI_OK;
+}
+
+/* Waits until the orchestrator answers (or the child gave up). */
+static int
+up_wait_ready(const kc_config *cfg, pid_t child)
+{
+	Kclaw__HealthRequest req = KCLAW__HEALTH_REQUEST__INIT;
+	orch_client c;
+	int rv;
+
+	if ((rv = orch_client_open(&c, cfg)) != 0)
+		return rv;
+	for (int i = 0; i < 60; i++) {
+		ProtobufCMessage *resp;
+		if (kc_api_call(c.bus, "Health", &req.base, cfg->token, 250,
+		        &kclaw__health_response__descriptor, &resp) == 0) {
+			protobuf_c_message_free_unpacked(resp, NULL);
+			orch_client_close(&c);
+			return 0;
+		}
+		if (waitpid(child, NULL, WNOHANG) == child)
+			break;
+	}
+	orch_client_close(&c);
+	return kc_seterr(KC_ETIMEDOUT,
+	    "the orchestrator did not come up; see %s/up.log and "
+	    "%s/kclawd.log",
+	    cfg->run_dir, cfg->run_dir);
+}
+
+static int
+up_supervise(const sup_options *opt)
+{
+	char path[KC_PATH_MAX], text[32];
+	struct sigaction sa;
+	int rv;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = up_on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	up_pid_path(&opt->cfg, path, sizeof(path));
+	snprintf(text, sizeof(text), "%d\n", (int)getpid());
+	if ((rv = kc_write_file(path, text, strlen(text))) != 0)
+		return rv;
+	rv = sup_run(opt, &up_stop);
+	unlink(path);
+	return rv;
+}
 
 int
 cli_up(int argc, char **argv)
 {
+	bool detach = false, stop = false;
+	kc_config cfg;
+	sup_options opt;
+	pid_t pid;
+	int rv;
+
 	if (cli_wants_help(argc, argv)) {
-		printf("usage: kclaw up [--home DIR] [--agents N] "
-		       "[--foreground]\n\nStarts the orchestrator, the agent "
-		       "processes and one sandbox per visible GPU, and "
-		       "supervises them.\n");
+		up_usage(stdout);
 		return CLI_OK;
 	}
-	fprintf(stderr, "kclaw up: not implemented yet\n");
-	return CLI_NOT_IMPLEMENTED;
+	if ((rv = cli_config(argc, argv, &cfg)) != 0 ||
+	    (rv = sup_options_load(&opt, &cfg)) != 0)
+		return cli_fail("up", rv);
+	for (int i = 1; i < argc; i++) {
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		char *end;
+		if (strcmp(argv[i], "--detach") == 0) {
+			detach = true;
+		} else if (strcmp(argv[i], "--stop") == 0) {
+			stop = true;
+		} else if (strcmp(argv[i], "--home") == 0 && v) {
+			i++;
+		} else if (strcmp(argv[i], "--agents") == 0 && v) {
+			unsigned long n = strtoul(v, &end, 10);
+			if (*end || n > 64) {
+				fprintf(stderr,
+				    "kclaw up: --agents takes a "
+				    "number 0..64\n");
+				return CLI_USAGE;
+			}
+			sup_set_agents(&opt, "all", (unsigned)n);
+			i++;
+		} else if (strcmp(argv[i], "--role-agents") == 0 && v) {
+			char *list = strdup(v), *tok, *save = NULL;
+			for (tok = strtok_r(list, ",", &save); tok;
+			     tok = strtok_r(NULL, ",", &save)) {
+				char *eq = strchr(tok, '=');
+				unsigned long n =
+				    eq ? strtoul(eq + 1, &end, 10) : 0;
+				if (eq == NULL || *end || n > 64) {
+					fprintf(stderr,
+					    "kclaw up: --role-agents takes "
+					    "ROLE=N,... (N 0..64), not '%s'\n",
+					    tok);
+					free(list);
+					return CLI_USAGE;
+				}
+				*eq = '\0';
+				if (sup_set_agents(&opt, tok, (unsigned)n) !=
+				    0) {
+					free(list);
+					return cli_fail("up", KC_EINVAL);
+				}
+			}
+			free(list);
+			i++;
+		} else if (strcmp(argv[i], "--gpus") == 0 && v) {
+			long n = strtol(v, &end, 10);
+			if (*end || n < 0 || n > 64) {
+				fprintf(stderr,
+				    "kclaw up: --gpus takes a "
+				    "number 0..64\n");
+				return CLI_USAGE;
+			}
+			opt.gpus = (int)n;
+			i++;
+		} else {
+			fprintf(stderr, "kclaw up: unknown argument '%s'\n\n",
+			    argv[i]);
+			up_usage(stderr);
+			return CLI_USAGE;
+		}
+	}
+	if (stop)
+		return up_stop_running(&cfg);
+	if ((pid = up_running(&cfg)) != 0) {
+		fprintf(stderr,
+		    "kclaw up: a deployment already runs in %s "
+		    "(supervisor pid %d); stop it with `kclaw up "
+		    "--stop`\n",
+		    cfg.home, (int)pid);
+		return CLI_FAIL;
+	}
+	if ((rv = kc_config_prepare(&cfg)) != 0)
+		return cli_fail("up", rv);
+	kc_log_init("kclaw-up");
+	if (!detach) {
+		rv = up_supervise(&opt);
+		return rv == 0 ? CLI_OK : cli_fail("up", rv);
+	}
+	if ((pid = fork()) < 0)
+		return cli_fail(
+		    "up", kc_seterr(KC_EIO, "fork: %s", strerror(errno)));
+	if (pid == 0) {
+		char log[KC_PATH_MAX];
+		int fd;
+		setsid();
+		snprintf(log, sizeof(log), "%s/up.log", cfg.run_dir);
+		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+			close(fd);
+		}
+		fd = open("/dev/null", O_RDONLY);
+		if (fd >= 0) {
+			dup2(fd, 0);
+			close(fd);
+		}
+		_exit(up_supervise(&opt) == 0 ? 0 : 1);
+	}
+	if ((rv = up_wait_ready(&cfg, pid)) != 0)
+		return cli_fail("up", rv) == CLI_UNREACHABLE ? CLI_FAIL
+		                                             : CLI_FAIL;
+	printf("kclaw up: running in the background (supervisor pid %d); "
+	       "`kclaw status` shows it, `kclaw up --stop` stops it\n",
+	    (int)pid);
+	return CLI_OK;
 }

@@ -21,6 +21,22 @@
 #include "kc_util.h"
 
 static char h_home[256];
+static pid_t h_children[64];
+static int h_nchildren;
+
+/* A failed check exits: the children must not outlive the test. */
+static void
+h_reap_all(void)
+{
+	if (getenv("KC_KEEP"))
+		return; /* leave them running for a post-mortem */
+	for (int i = 0; i < h_nchildren; i++)
+		if (h_children[i] > 0) {
+			kill(h_children[i], SIGKILL);
+			waitpid(h_children[i], NULL, 0);
+		}
+	h_nchildren = 0;
+}
 static kc_config h_cfg;
 static bus_client *h_api;
 
@@ -70,6 +86,17 @@ h_spawn(const char *prog, ...)
 		_exit(127);
 	}
 	KT_ASSERT(pid > 0);
+	static bool registered;
+	if (!registered)
+		atexit(h_reap_all);
+	registered = true;
+	for (int i = 0; i < h_nchildren; i++)
+		if (h_children[i] == 0) {
+			h_children[i] = pid;
+			return pid;
+		}
+	if (h_nchildren < 64)
+		h_children[h_nchildren++] = pid;
 	return pid;
 }
 
@@ -104,6 +131,9 @@ h_kill(pid_t pid, int sig)
 	if (pid > 0) {
 		kill(pid, sig);
 		waitpid(pid, NULL, 0);
+		for (int i = 0; i < h_nchildren; i++)
+			if (h_children[i] == pid)
+				h_children[i] = 0;
 	}
 }
 

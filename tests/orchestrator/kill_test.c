@@ -1,0 +1,131 @@
+/*
+ * kill_test.c - durability: several tasks run once without interruption,
+ * then again while kclawd is killed with SIGKILL at random moments and
+ * restarted, many times. Both runs must end with the same results (state,
+ * rounds, tokens, base and best kernels, every candidate and its
+ * evaluation), and no round may be counted twice.
+ */
+#include "harness.h"
+
+#define NTASKS 4
+
+static const struct {
+	const char *id, *name, *script;
+	uint32_t rounds;
+} tasks[NTASKS] = {
+    {"t_opt", "opt",
+        "seeds=wrong,ok:2.0,ok:3.0;opt=1.0,1.9,0.5,compile,"
+        "0.45,0.2;repair=ok:0.9;ref=4.0",
+        8},
+    {"t_repair", "repair",
+        "seeds=wrong,compile,fault;repair=wrong,ok:3.0,"
+        "ok:2.5;opt=2.0,wrong,1.0;ref=4.0",
+        8},
+    {"t_ties", "ties", "seeds=ok:1.0,ok:1.0,ok:1.1;opt=0.95,0.9,0.5;ref=2.0",
+        6},
+    {"t_fail", "fail", "seeds=compile,compile,wrong;repair=compile;ref=4.0", 8},
+};
+
+/* Everything that must not depend on crashes, as one string. */
+static char *
+summary(const char *id)
+{
+	Kclaw__ResultRequest req = KCLAW__RESULT_REQUEST__INIT;
+	Kclaw__ResultResponse *r;
+	kc_str s = {0};
+
+	req.task_id = (char *)id;
+	KT_OK(h_call("Result", &req.base, &kclaw__result_response__descriptor,
+	    (ProtobufCMessage **)&r));
+	kc_str_printf(&s, "%s %s round=%u tokens=%llu base=%s best=%s %.3f\n",
+	    id, r->task->state, r->task->round,
+	    (unsigned long long)r->task->tokens, r->task->base_id,
+	    r->task->best_id, r->task->best_ms);
+	for (size_t i = 0; i < r->n_history; i++) {
+		const Kclaw__CandidateRecord *c = r->history[i];
+		kc_str_printf(&s, "  %s %s parent=%s %s %d %.3f\n",
+		    c->candidate->id, c->candidate->source,
+		    c->candidate->parent_id, c->candidate->origin,
+		    c->eval ? (int)c->eval->status : -1,
+		    c->eval && c->eval->timing ? c->eval->timing->median_ms
+		                               : 0);
+	}
+	kclaw__result_response__free_unpacked(r, NULL);
+	return kc_str_take(&s);
+}
+
+static void
+submit_all(void)
+{
+	for (int i = 0; i < NTASKS; i++) {
+		int rv = h_submit(
+		    h_spec(tasks[i].name, tasks[i].script, tasks[i].rounds),
+		    tasks[i].id, NULL);
+		if (rv != 0 && rv != KC_ETIMEDOUT)
+			KT_FAIL("submit %s: %s", tasks[i].id, kc_lasterr());
+	}
+}
+
+static void
+run(bool kill_it, char **out)
+{
+	pid_t workers[8], kclawd;
+	int kills = 0;
+
+	h_setup(kill_it ? "kill" : "nokill", "\"poll_ms\": 200");
+	h_doubles(workers, 2, kill_it ? "25" : "0");
+	kclawd = h_kclawd();
+	h_wait_up();
+	submit_all();
+	if (kill_it) {
+		srand((unsigned)kc_now_ms());
+		for (; kills < 40; kills++) {
+			bool all_done = true;
+			kc_sleep_ms(20 + (uint32_t)(rand() % 200));
+			h_kill(kclawd, SIGKILL);
+			kclawd = h_kclawd();
+			h_wait_up();
+			submit_all(); /* idempotent; some may not be in yet */
+			for (int i = 0; i < NTASKS; i++) {
+				Kclaw__StatusResponse *s =
+				    h_status(tasks[i].id);
+				all_done &= s && h_final(s->task->state);
+				if (s)
+					kclaw__status_response__free_unpacked(
+					    s, NULL);
+			}
+			if (all_done)
+				break;
+		}
+		fprintf(stderr, "killed kclawd %d times\n", kills);
+		KT_ASSERT(kills >= 3);
+	}
+	for (int i = 0; i < NTASKS; i++) {
+		Kclaw__StatusResponse *s = h_wait_final(tasks[i].id, 60000);
+		kclaw__status_response__free_unpacked(s, NULL);
+		out[i] = summary(tasks[i].id);
+		KT_EQ_INT(h_check_rounds(tasks[i].id),
+		    atoi(strstr(out[i], "round=") + 6));
+	}
+	for (int i = 0; i < 8; i++)
+		h_kill(workers[i], SIGTERM);
+	h_kill(kclawd, SIGTERM);
+	h_teardown();
+}
+
+int
+main(void)
+{
+	char *ref[NTASKS], *got[NTASKS];
+
+	signal(SIGPIPE, SIG_IGN);
+	run(false, ref);
+	run(true, got);
+	for (int i = 0; i < NTASKS; i++) {
+		fprintf(stderr, "%s", ref[i]);
+		KT_EQ_STR(got[i], ref[i]);
+		free(ref[i]);
+		free(got[i]);
+	}
+	return 0;
+}
