@@ -29,14 +29,20 @@ int memory_cmd_import(store *s, const char *dir, bool json, char **out);
 int memory_cmd_export(store *s, const char *dir, bool json, char **out);
 /* Learned statistics (signature NULL: all), with all-signature rows. */
 int memory_cmd_stats(store *s, const char *signature, bool json, char **out);
-/* The methods of the head knowledge, with their learned totals. */
-int memory_cmd_methods(store *s, bool json, char **out);
-/* Retrieval trace for a stored candidate's evaluation and features
- * (KC_ENOENT when no CandidateRecord has that id). */
+/* The methods of k (NULL: the store's head), with their learned totals. */
+int memory_cmd_methods(store *s, const kb *k, bool json, char **out);
+/*
+ * Retrieval trace for a stored candidate's evaluation and features
+ * (KC_ENOENT when no CandidateRecord has that id), under k (NULL: the
+ * store's head knowledge).
+ */
 int memory_cmd_explain_candidate(
-    store *s, const char *candidate_id, bool json, char **out);
-/* Retrieval trace for evidence given as JSON (memlt_evidence_add_json). */
+    store *s, const kb *k, const char *candidate_id, bool json, char **out);
+/*
+ * Retrieval trace for evidence given as JSON (memlt_evidence_add_json).
+ * s may be NULL when k is given: no learned statistics then.
+ */
 int memory_cmd_explain_evidence(
-    store *s, const char *evidence_json, bool json, char **out);
+    store *s, const kb *k, const char *evidence_json, bool json, char **out);
 
 #endif

@@ -1,19 +1,303 @@
 /*
- * cli_memory.c - `kclaw memory import|export|explain|stats ...`.
+ * cli_memory.c - `kclaw memory import|export|stats|methods|explain`: the
+ * long-term memory from the command line (store/memory.h does the work).
+ *
+ * At run time only the orchestrator opens the store; when it holds the
+ * store, these commands say so instead of waiting.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
+#include "kc_err.h"
+#include "kc_util.h"
+#include "memory.h"
+
+static const char cli_memory_usage[] =
+    "usage: kclaw [--home DIR] memory <command> [options]\n"
+    "\n"
+    "The two memories of kclaw (docs/memory.md): expert knowledge and the\n"
+    "statistics learned from every optimisation attempt.\n"
+    "\n"
+    "commands:\n"
+    "  import [DIR]        validate DIR/policy.json and DIR/methods.json "
+    "and store\n"
+    "                      them as a new knowledge version (default: the\n"
+    "                      shipped store/knowledge)\n"
+    "  export DIR          write the current knowledge to DIR\n"
+    "  stats [--signature SIG]\n"
+    "                      what has been learned, per evidence signature "
+    "and method\n"
+    "  methods             the optimisation methods of the knowledge\n"
+    "  explain CANDIDATE_ID\n"
+    "                      the retrieval trace for a stored candidate\n"
+    "  explain --evidence FILE.json [--knowledge DIR]\n"
+    "                      the retrieval trace for evidence in a file\n"
+    "\n"
+    "options: --json (one JSON document on stdout), --help.\n"
+    "`kclaw memory <command> --help` describes each command.\n";
+
+static const struct cli_memory_help {
+	const char *cmd;
+	const char *text;
+} cli_memory_helps[] = {
+    {"import",
+        "usage: kclaw memory import [DIR] [--json]\n\n"
+        "Validates DIR/policy.json and DIR/methods.json (default: the "
+        "shipped\nknowledge, or $KCLAW_KNOWLEDGE) and stores them as a new "
+        "knowledge\nversion unless the current version holds the same "
+        "content. An invalid\nfile is refused with the file, the place and "
+        "the problem.\n"},
+    {"export",
+        "usage: kclaw memory export DIR [--json]\n\n"
+        "Writes the current knowledge version to DIR/policy.json and\n"
+        "DIR/methods.json; importing them again gives the same content.\n"},
+    {"stats",
+        "usage: kclaw memory stats [--signature SIG] [--json]\n\n"
+        "Shows the learned statistics: per evidence signature and method, "
+        "the\nattempts, the correct ones, the ones at least 3% faster than "
+        "their\nbase, the mean gain and the best speedup; then the same over "
+        "all\nsignatures.\n"},
+    {"methods",
+        "usage: kclaw memory methods [--knowledge DIR] [--json]\n\n"
+        "Lists the optimisation methods of the stored knowledge (or of "
+        "DIR),\nwith what was learned about each.\n"},
+    {"explain",
+        "usage: kclaw memory explain CANDIDATE_ID [--json]\n"
+        "       kclaw memory explain --evidence FILE.json [--knowledge DIR] "
+        "[--json]\n\n"
+        "Prints the retrieval trace: normalised evidence fields, derived "
+        "fields,\npredicates, bottleneck classes, the rules that fired, the "
+        "vetoes and\nthe ranking. FILE.json holds {\"metrics\": {...}, "
+        "\"runtime\": {...},\n\"features\": {...}} or one object of name: "
+        "number. With --knowledge the\nknowledge comes from DIR instead of "
+        "the store.\n"},
+};
+
+/* Options shared by the memory commands. */
+typedef struct {
+	bool json;
+	const char *arg;       /* the positional argument */
+	const char *evidence;  /* --evidence FILE */
+	const char *knowledge; /* --knowledge DIR */
+	const char *signature; /* --signature SIG */
+} cli_memory_opts;
+
+static int
+cli_memory_parse(int argc, char **argv, cli_memory_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	for (int i = 1; i < argc; i++) {
+		const char **want = NULL;
+		if (strcmp(argv[i], "--json") == 0) {
+			o->json = true;
+			continue;
+		}
+		if (strcmp(argv[i], "--home") == 0) {
+			i++;
+			continue;
+		}
+		if (strcmp(argv[i], "--evidence") == 0)
+			want = &o->evidence;
+		else if (strcmp(argv[i], "--knowledge") == 0)
+			want = &o->knowledge;
+		else if (strcmp(argv[i], "--signature") == 0)
+			want = &o->signature;
+		if (want != NULL) {
+			if (i + 1 >= argc) {
+				fprintf(stderr,
+				    "kclaw memory %s: %s needs a value\n",
+				    argv[0], argv[i]);
+				return CLI_USAGE;
+			}
+			*want = argv[++i];
+			continue;
+		}
+		if (argv[i][0] == '-' && argv[i][1] != '\0') {
+			fprintf(stderr,
+			    "kclaw memory %s: unknown option %s (see kclaw "
+			    "memory %s --help)\n",
+			    argv[0], argv[i], argv[0]);
+			return CLI_USAGE;
+		}
+		if (o->arg != NULL) {
+			fprintf(stderr,
+			    "kclaw memory %s: unexpected argument '%s'\n",
+			    argv[0], argv[i]);
+			return CLI_USAGE;
+		}
+		o->arg = argv[i];
+	}
+	return CLI_OK;
+}
+
+/*
+ * Opens the store of the configured home. create: make the home first
+ * (import); otherwise a missing store is KC_ENOENT with advice.
+ */
+static int
+cli_memory_open(int argc, char **argv, bool create, store **out)
+{
+	kc_config cfg;
+	struct stat st;
+	int rv;
+
+	*out = NULL;
+	if ((rv = cli_config(argc, argv, &cfg)) != 0)
+		return rv;
+	if (!create && stat(cfg.db_dir, &st) != 0)
+		return kc_seterr(KC_ENOENT,
+		    "no store at %s: nothing imported or learned yet (run "
+		    "`kclaw memory import`, or pass --home DIR)",
+		    cfg.db_dir);
+	if (create && (rv = kc_config_prepare(&cfg)) != 0)
+		return rv;
+	rv = store_open(out, cfg.db_dir);
+	if (rv == KC_EBUSY)
+		return kc_seterr(KC_EBUSY,
+		    "the store %s is held by the running orchestrator; stop "
+		    "the service or use the API (Memory rpc) instead",
+		    cfg.db_dir);
+	return rv;
+}
+
+static int
+cli_memory_print(const char *cmd, int rv, char *text)
+{
+	if (rv != 0) {
+		char prefix[64];
+		int code;
+		free(text);
+		snprintf(prefix, sizeof(prefix), "memory %s", cmd);
+		code = cli_fail(prefix, rv);
+		/* Invalid files are a failure of their content, not of how
+		 * the command was called. */
+		return rv == KC_EINVAL ? CLI_FAIL : code;
+	}
+	fputs(text, stdout);
+	free(text);
+	return CLI_OK;
+}
+
+static int
+cli_memory_explain(int argc, char **argv, const cli_memory_opts *o)
+{
+	store *s = NULL;
+	kb *k = NULL;
+	char *text = NULL, *ev = NULL;
+	size_t len;
+	int rv = 0;
+
+	if ((o->arg == NULL) == (o->evidence == NULL)) {
+		fprintf(stderr,
+		    "kclaw memory explain: give a CANDIDATE_ID or --evidence "
+		    "FILE.json (see --help)\n");
+		return CLI_USAGE;
+	}
+	if (o->evidence != NULL &&
+	    (rv = kc_read_file(o->evidence, 1 << 20, &ev, &len)) != 0) {
+		kc_seterr(rv, "cannot read evidence file %s: %s", o->evidence,
+		    kc_strerror(rv));
+		return cli_memory_print("explain", rv, NULL);
+	}
+	if (o->knowledge != NULL && (rv = kb_load_dir(o->knowledge, &k)) != 0) {
+		free(ev);
+		return cli_memory_print("explain", rv, NULL);
+	}
+	rv = cli_memory_open(argc, argv, false, &s);
+	if (rv != 0 && k != NULL && o->evidence != NULL) {
+		/* Knowledge from files needs no store: explain without the
+		 * learned statistics rather than not at all. */
+		fprintf(stderr,
+		    "kclaw memory explain: learned statistics not shown: "
+		    "%s\n",
+		    kc_lasterr());
+		rv = 0;
+	}
+	if (rv == 0 && o->evidence != NULL)
+		rv = memory_cmd_explain_evidence(s, k, ev, o->json, &text);
+	else if (rv == 0)
+		rv = memory_cmd_explain_candidate(s, k, o->arg, o->json, &text);
+	store_close(s);
+	kb_free(k);
+	free(ev);
+	return cli_memory_print("explain", rv, text);
+}
+
+static int
+cli_memory_methods(int argc, char **argv, const cli_memory_opts *o)
+{
+	store *s = NULL;
+	kb *k = NULL;
+	char *text = NULL;
+	int rv;
+
+	if (o->knowledge != NULL && (rv = kb_load_dir(o->knowledge, &k)) != 0)
+		return cli_memory_print("methods", rv, NULL);
+	rv = cli_memory_open(argc, argv, false, &s);
+	if (rv != 0 && k != NULL)
+		rv = 0; /* files alone are enough for a listing */
+	if (rv == 0)
+		rv = memory_cmd_methods(s, k, o->json, &text);
+	store_close(s);
+	kb_free(k);
+	return cli_memory_print("methods", rv, text);
+}
 
 int
 cli_memory(int argc, char **argv)
 {
-	if (cli_wants_help(argc, argv)) {
-		printf("usage: kclaw memory import|export|explain|stats ... "
-		       "[--json]\n\nImports, exports and inspects the "
-		       "long-term memory.\n");
-		return CLI_OK;
+	cli_memory_opts o;
+	const char *cmd;
+	store *s = NULL;
+	char *text = NULL;
+	int rv;
+
+	/* kclaw memory [--home DIR] <command> ...: find the command. */
+	int c = 1;
+	while (c < argc && strcmp(argv[c], "--home") == 0)
+		c += 2;
+	if (c >= argc || strcmp(argv[c], "--help") == 0 ||
+	    strcmp(argv[c], "-h") == 0) {
+		fputs(cli_memory_usage, c >= argc ? stderr : stdout);
+		return c >= argc ? CLI_USAGE : CLI_OK;
 	}
-	fprintf(stderr, "kclaw memory: not implemented yet\n");
-	return CLI_NOT_IMPLEMENTED;
+	cmd = argv[c];
+	for (size_t i = 0; i < KC_ARRAY_LEN(cli_memory_helps); i++)
+		if (strcmp(cli_memory_helps[i].cmd, cmd) == 0 &&
+		    cli_wants_help(argc - c, argv + c)) {
+			fputs(cli_memory_helps[i].text, stdout);
+			return CLI_OK;
+		}
+	if ((rv = cli_memory_parse(argc - c, argv + c, &o)) != CLI_OK)
+		return rv;
+	if (strcmp(cmd, "explain") == 0)
+		return cli_memory_explain(argc, argv, &o);
+	if (strcmp(cmd, "methods") == 0)
+		return cli_memory_methods(argc, argv, &o);
+	if (strcmp(cmd, "export") == 0 && o.arg == NULL) {
+		fprintf(stderr,
+		    "kclaw memory export: give the folder to write "
+		    "to (kclaw memory export DIR)\n");
+		return CLI_USAGE;
+	}
+	if (strcmp(cmd, "import") != 0 && strcmp(cmd, "export") != 0 &&
+	    strcmp(cmd, "stats") != 0) {
+		fprintf(stderr, "kclaw memory: unknown command '%s'\n\n%s", cmd,
+		    cli_memory_usage);
+		return CLI_USAGE;
+	}
+	if ((rv = cli_memory_open(
+	         argc, argv, strcmp(cmd, "import") == 0, &s)) != 0)
+		return cli_memory_print(cmd, rv, NULL);
+	if (strcmp(cmd, "import") == 0)
+		rv = memory_cmd_import(s, o.arg, o.json, &text);
+	else if (strcmp(cmd, "export") == 0)
+		rv = memory_cmd_export(s, o.arg, o.json, &text);
+	else
+		rv = memory_cmd_stats(s, o.signature, o.json, &text);
+	store_close(s);
+	return cli_memory_print(cmd, rv, text);
 }
