@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,6 +52,8 @@ kt_llm_start(kt_llm_server *s)
 	snprintf(port_file, sizeof(port_file), "%s/port", s->dir);
 	snprintf(script, sizeof(script), "%s/tests/agents/llm_server.py", src);
 	if ((s->pid = fork()) == 0) {
+		/* A test that fails exits at once: take the server along. */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		execlp("python3", "python3", script, "--port-file", port_file,
 		    (char *)NULL);
 		_exit(127);

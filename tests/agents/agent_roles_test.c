@@ -1,0 +1,680 @@
+/*
+ * agent_roles_test.c - every role through the runtime and the real HTTP
+ * path against the scripted test server: prompts rendered from the template
+ * files, replies validated into AgentReplys, re-asks with the parse error
+ * (no code block, unclosed block, invalid plan JSON, unknown kernel, unknown
+ * method), the bound on re-asks, LLM failures, and replay of a recording
+ * giving a byte-identical reply.
+ */
+#include <protobuf-c/protobuf-c.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent.h"
+#include "agent_testlib.h"
+#include "api.h"
+#include "kc_err.h"
+#include "kc_test.h"
+#include "kc_util.h"
+
+static kt_llm_server srv;
+static char prompts[512];
+
+#define ADD_SRC                                                                \
+	"extern \"C\" __global__ void add(const float *x, const float *y, "    \
+	"float *out, int n)\n{\n\tint i = blockIdx.x * blockDim.x + "          \
+	"threadIdx.x;\n\tif (i < n)\n\t\tout[i] = x[i] + y[i];\n}\n"
+#define ADD_PLAN                                                               \
+	"{\"steps\": [{\"kernel\": \"add\", \"grid\": [4, 1, 1], \"block\": "  \
+	"[256, 1, 1], \"args\": [\"x\", \"y\", \"out\", {\"i32\": 1024}]}]}"
+#define ADD_REPLY                                                              \
+	"### Candidate 1: simple\n```cuda\n" ADD_SRC "```\n```json\n" ADD_PLAN \
+	"\n```\n"
+#define ADD4_SRC                                                               \
+	"extern \"C\" __global__ void add4(const float4 *x, const float4 *y, " \
+	"float4 *out, int n)\n{\n\tint i = blockIdx.x * blockDim.x + "         \
+	"threadIdx.x;\n\tif (i < n) {\n\t\tfloat4 a = x[i];\n\t\tfloat4 b = "  \
+	"y[i];\n\t\tout[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, "    \
+	"a.w + b.w);\n\t}\n}\n"
+#define ADD4_PLAN                                                              \
+	"{\"steps\": [{\"kernel\": \"add4\", \"grid\": [1, 1, 1], \"block\": " \
+	"[256, 1, 1], \"args\": [\"x\", \"y\", \"out\", {\"i32\": 256}]}]}"
+#define ADD4_REPLY                                                             \
+	"### Candidate 2: float4\n```cuda\n" ADD4_SRC                          \
+	"```\n```json\n" ADD4_PLAN "\n```\n"
+
+/* ---- a task and jobs, built as the orchestrator would send them ---- */
+
+static Kclaw__TensorSpec tx, ty, tout;
+static Kclaw__TensorSpec *tensors[] = {&tx, &ty, &tout};
+static int64_t shape[] = {1024};
+static Kclaw__Tolerance tol = KCLAW__TOLERANCE__INIT;
+static Kclaw__Candidate ref = KCLAW__CANDIDATE__INIT;
+static Kclaw__Reference reference = KCLAW__REFERENCE__INIT;
+static Kclaw__TaskSpec task = KCLAW__TASK_SPEC__INIT;
+static Kclaw__Candidate base = KCLAW__CANDIDATE__INIT;
+static Kclaw__EvalResult base_eval = KCLAW__EVAL_RESULT__INIT;
+static Kclaw__Timing base_timing = KCLAW__TIMING__INIT;
+
+static void
+tensor(Kclaw__TensorSpec *t, const char *name, Kclaw__TensorKind kind)
+{
+	kclaw__tensor_spec__init(t);
+	t->name = (char *)name;
+	t->kind = kind;
+	t->dtype = KCLAW__DTYPE__F32;
+	t->n_shape = 1;
+	t->shape = shape;
+}
+
+static void
+setup_task(void)
+{
+	tensor(&tx, "x", KCLAW__TENSOR_KIND__INPUT);
+	tensor(&ty, "y", KCLAW__TENSOR_KIND__INPUT);
+	tensor(&tout, "out", KCLAW__TENSOR_KIND__OUTPUT);
+	tol.atol = 1e-5;
+	tol.rtol = 1e-5;
+	ref.source = ADD_SRC;
+	ref.plan_json = ADD_PLAN;
+	reference.kind = KCLAW__REFERENCE__KIND__CUDA;
+	reference.cuda = &ref;
+	task.name = "vec_add";
+	task.description = "out = x + y for 1024 floats";
+	task.n_tensors = 3;
+	task.tensors = tensors;
+	task.tolerance = &tol;
+	task.reference = &reference;
+	base.id = "cbase";
+	base.source = ADD_SRC;
+	base.plan_json = ADD_PLAN;
+	base.method = "seed";
+	base_timing.median_ms = 0.0123;
+	base_timing.iterations = 50;
+	base_eval.status = KCLAW__EVAL_STATUS__OK;
+	base_eval.timing = &base_timing;
+	base_eval.speedup = 1.0;
+}
+
+static Kclaw__AgentJob
+job_for(Kclaw__Role role, const char *key)
+{
+	Kclaw__AgentJob j = KCLAW__AGENT_JOB__INIT;
+
+	j.job_id = "job-1";
+	j.task_id = "t-1";
+	j.role = role;
+	j.task = &task;
+	j.replay_key = (char *)key;
+	return j;
+}
+
+static llm_client *
+http_client(void)
+{
+	llm_client *c;
+	llm_config cfg;
+
+	kt_llm_config(&cfg, &srv);
+	KT_OK(llm_http_open(&c, &cfg));
+	return c;
+}
+
+static Kclaw__AgentReply *
+run(llm_client *c, const Kclaw__AgentJob *job)
+{
+	agent_ctx ctx = {c, prompts, 3};
+	Kclaw__AgentReply *r = NULL;
+
+	KT_OK(agent_handle(&ctx, job, &r));
+	KT_ASSERT(r != NULL);
+	KT_EQ_STR(r->job_id, job->job_id);
+	return r;
+}
+
+/* The content of message i of logged request n. */
+static const char *
+logged_msg(cJSON *log, int n, int i)
+{
+	cJSON *body = cJSON_GetObjectItem(cJSON_GetArrayItem(log, n), "body");
+	cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(body, "messages"), i);
+
+	KT_ASSERT(m != NULL);
+	return cJSON_GetObjectItem(m, "content")->valuestring;
+}
+
+static int
+logged_count(void)
+{
+	cJSON *log = kt_llm_log(&srv);
+	int n = cJSON_GetArraySize(log);
+
+	cJSON_Delete(log);
+	return n;
+}
+
+/* ------------------------------------------------------------- tests */
+
+static void
+test_generator(void)
+{
+	llm_client *c = http_client();
+	Kclaw__AgentJob j =
+	    job_for(KCLAW__ROLE__GENERATOR, "vec_add/generator/0");
+	Kclaw__AgentReply *r;
+	cJSON *log;
+
+	j.count = 2;
+	kt_llm_script(
+	    &srv, kt_reply("Two seeds.\n" ADD_REPLY ADD4_REPLY), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_INT(r->role, KCLAW__ROLE__GENERATOR);
+	KT_EQ_INT(r->n_candidates, 2);
+	KT_EQ_STR(r->candidates[0]->source, ADD_SRC);
+	KT_EQ_STR(r->candidates[0]->plan_json, ADD_PLAN);
+	KT_EQ_STR(r->candidates[1]->source, ADD4_SRC);
+	KT_EQ_STR(r->candidates[0]->origin, "generator");
+	KT_ASSERT(strcmp(r->candidates[0]->id, r->candidates[1]->id) != 0);
+	KT_EQ_INT(r->usage->calls, 1);
+	KT_EQ_INT(r->usage->prompt_tokens, 100);
+	KT_ASSERT(r->usage->completion_tokens > 0);
+	KT_ASSERT(r->usage->latency_ms > 0);
+	KT_EQ_STR(r->exchange_id, "chatcmpl-test-0");
+
+	log = kt_llm_log(&srv);
+	KT_EQ_INT(cJSON_GetArraySize(log), 1);
+	KT_CONTAINS(logged_msg(log, 0, 0), "You are the Generator of kclaw");
+	KT_CONTAINS(logged_msg(log, 0, 0), "extern \"C\" __global__");
+	KT_CONTAINS(logged_msg(log, 0, 0), "docs/plan.md");
+	KT_CONTAINS(logged_msg(log, 0, 0), "- out: output f32 [1024]");
+	KT_CONTAINS(logged_msg(log, 0, 1), "# Task: vec_add");
+	KT_CONTAINS(logged_msg(log, 0, 1), "Write 2 candidate");
+	KT_CONTAINS(logged_msg(log, 0, 1), "A CUDA reference");
+	KT_ASSERT(strstr(logged_msg(log, 0, 1), "{{") == NULL);
+	cJSON_Delete(log);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+}
+
+/* Re-asks: the second request holds the bad reply and the parse error. */
+static void
+expect_reask(const char *bad, const char *error_part)
+{
+	llm_client *c = http_client();
+	Kclaw__AgentJob j =
+	    job_for(KCLAW__ROLE__GENERATOR, "vec_add/generator/1");
+	Kclaw__AgentReply *r;
+	cJSON *log;
+
+	kt_llm_script(&srv, kt_reply(bad), kt_reply(ADD_REPLY), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_INT(r->n_candidates, 1);
+	KT_EQ_INT(r->usage->calls, 2);
+	KT_EQ_STR(r->exchange_id, "chatcmpl-test-1");
+	log = kt_llm_log(&srv);
+	KT_EQ_INT(cJSON_GetArraySize(log), 2);
+	KT_EQ_STR(logged_msg(log, 1, 2), bad);
+	KT_CONTAINS(logged_msg(log, 1, 3), "could not be used");
+	KT_CONTAINS(logged_msg(log, 1, 3), error_part);
+	cJSON_Delete(log);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+}
+
+static void
+test_reasks(void)
+{
+	expect_reask(
+	    "I would tile it in shared memory.", "no ```cuda code block found");
+	expect_reask("```cuda\n" ADD_SRC, "is never closed");
+	expect_reask("```cuda\n" ADD_SRC
+	             "```\n```json\n{\"steps\": [{\"kernel\": "
+	             "\"add\",]}\n```\n",
+	    "not valid JSON");
+	expect_reask("```cuda\n" ADD_SRC
+	             "```\n```json\n{\"steps\": [{\"kernel\": "
+	             "\"add2\", \"grid\": [1], \"block\": [256], \"args\": "
+	             "[\"x\", \"y\", \"out\"]}]}\n```\n",
+	    "kernel 'add2', which the source does not define");
+	expect_reask("```cuda\n" ADD_SRC "```\n", "has no ```json launch plan");
+	expect_reask(
+	    "```cuda\n__global__ void add(float *out) {}\n```\n```json\n"
+	    "{\"steps\": [{\"kernel\": \"add\", \"grid\": [1], "
+	    "\"block\": [1], \"args\": [\"out\"]}]}\n```\n",
+	    "is not extern \"C\"");
+	expect_reask("```cuda\n#include <stdio.h>\n" ADD_SRC
+	             "```\n```json\n" ADD_PLAN "\n```\n",
+	    "host header");
+	expect_reask("```cuda\n" ADD_SRC
+	             "```\n```json\n{\"steps\": [{\"kernel\": "
+	             "\"add\", \"grid\": [4], \"block\": [256], \"args\": "
+	             "[\"x\", \"y\", \"z\"]}]}\n```\n",
+	    "names 'z'");
+}
+
+static void
+test_reask_bounded(void)
+{
+	llm_client *c = http_client();
+	Kclaw__AgentJob j =
+	    job_for(KCLAW__ROLE__GENERATOR, "vec_add/generator/2");
+	Kclaw__AgentReply *r;
+
+	kt_llm_script(&srv, kt_reply("no code 1"), kt_reply("no code 2"),
+	    kt_reply("no code 3"), kt_reply(ADD_REPLY), NULL);
+	r = run(c, &j);
+	KT_ASSERT(!r->ok);
+	KT_CONTAINS(r->error, "not usable 3 times");
+	KT_CONTAINS(r->error, "no ```cuda code block");
+	KT_EQ_INT(r->usage->calls, 3);
+	KT_EQ_INT(r->n_candidates, 0);
+	KT_EQ_INT(logged_count(), 3);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+
+	/* Fewer seeds than asked: re-asked, and accepted on the last ask. */
+	j.count = 2;
+	kt_llm_script(&srv, kt_reply(ADD_REPLY), kt_reply(ADD_REPLY),
+	    kt_reply(ADD4_REPLY), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_INT(r->usage->calls, 3);
+	KT_EQ_INT(r->n_candidates, 1);
+	KT_EQ_STR(r->candidates[0]->source, ADD4_SRC);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+}
+
+static void
+test_llm_failure(void)
+{
+	llm_client *c = http_client();
+	Kclaw__AgentJob j = job_for(KCLAW__ROLE__PLANNER, "vec_add/planner/0");
+	Kclaw__AgentReply *r;
+
+	j.base_kernel = &base;
+	kt_llm_script(&srv, kt_status(500, NULL), kt_status(500, NULL),
+	    kt_status(500, NULL), NULL);
+	r = run(c, &j);
+	KT_ASSERT(!r->ok);
+	KT_CONTAINS(r->error, "the LLM call failed");
+	KT_CONTAINS(r->error, "after 3 tries");
+	KT_ASSERT(r->plan == NULL);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+
+	/* A job without what its role needs fails before any LLM call. */
+	j = job_for(KCLAW__ROLE__OPTIMIZER, "vec_add/optimizer/0");
+	j.base_kernel = &base;
+	kt_llm_script(&srv, kt_reply(ADD_REPLY), NULL);
+	r = run(c, &j);
+	KT_ASSERT(!r->ok);
+	KT_CONTAINS(r->error, "has no plan");
+	KT_EQ_INT(logged_count(), 0);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+}
+
+static void
+test_feature(void)
+{
+	llm_client *c = http_client();
+	Kclaw__AgentJob j = job_for(KCLAW__ROLE__FEATURE, "vec_add/feature/0");
+	Kclaw__AgentReply *r;
+	size_t i;
+	int seen_rule = 0, seen_llm = 0;
+	cJSON *log;
+
+	j.base_kernel = &base;
+	j.base_eval = &base_eval;
+	kt_llm_script(&srv,
+	    kt_reply("```json\n{\"features\": [{\"name\": \"coalescing\", "
+	             "\"value\": 1}, {\"name\": \"bounds_checks\", \"value\": "
+	             "3}]}\n```"),
+	    kt_reply("```json\n{\"features\": [{\"name\": \"coalescing\", "
+	             "\"value\": 0.95, \"note\": \"unit stride\"}, {\"name\": "
+	             "\"memory_bound\", \"value\": true}]}\n```"),
+	    NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	for (i = 0; i < r->n_features; i++) {
+		const Kclaw__Feature *f = r->features[i];
+		if (strcmp(f->name, "kernels") == 0) {
+			KT_EQ_STR(f->source, "rule");
+			KT_ASSERT(f->value == 1);
+			seen_rule++;
+		}
+		if (strcmp(f->name, "bounds_checks") == 0) {
+			KT_ASSERT(f->value == 1);
+			seen_rule++;
+		}
+		if (strcmp(f->name, "coalescing") == 0) {
+			KT_EQ_STR(f->source, "llm");
+			KT_ASSERT(f->value == 0.95);
+			KT_EQ_STR(f->note, "unit stride");
+			seen_llm++;
+		}
+		if (strcmp(f->name, "memory_bound") == 0) {
+			KT_ASSERT(f->value == 1);
+			seen_llm++;
+		}
+	}
+	KT_EQ_INT(seen_rule, 2);
+	KT_EQ_INT(seen_llm, 2);
+	log = kt_llm_log(&srv);
+	KT_CONTAINS(logged_msg(log, 0, 1), "- bounds_checks = 1");
+	KT_CONTAINS(logged_msg(log, 0, 1), "median 0.0123 ms");
+	KT_CONTAINS(logged_msg(log, 1, 3), "'bounds_checks' is a rule feature");
+	cJSON_Delete(log);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+}
+
+static Kclaw__Recommendation m1 = KCLAW__RECOMMENDATION__INIT;
+static Kclaw__Recommendation m2 = KCLAW__RECOMMENDATION__INIT;
+static Kclaw__Recommendation *methods[] = {&m1, &m2};
+
+static Kclaw__AgentJob
+planner_job(const char *key)
+{
+	Kclaw__AgentJob j = job_for(KCLAW__ROLE__PLANNER, key);
+
+	m1.method = "vectorize_memory";
+	m1.score = 0.8;
+	m1.rule = "R2";
+	m1.knowledge = "use float4 loads when aligned";
+	m1.attempts = 4;
+	m1.successes = 3;
+	m1.mean_gain = 1.4;
+	m2.method = "grid_stride";
+	m2.score = 0.4;
+	j.base_kernel = &base;
+	j.base_eval = &base_eval;
+	j.methods = methods;
+	j.n_methods = 2;
+	j.opt_history = "round 1: smem_tiling -> slower (no reuse)";
+	return j;
+}
+
+#define PLAN_OK                                                                \
+	"```json\n{\"method\": \"vectorize_memory\", \"steps\": [\"1. load "   \
+	"float4\", \"2. quarter the grid\"], \"rationale\": \"memory "         \
+	"bound\", "                                                            \
+	"\"expected_effect\": \"1.5x\"}\n```"
+
+static void
+test_planner(void)
+{
+	llm_client *c = http_client();
+	Kclaw__AgentJob j = planner_job("vec_add/planner/1");
+	Kclaw__AgentReply *r;
+	cJSON *log;
+
+	kt_llm_script(&srv,
+	    kt_reply("```json\n{\"method\": \"loop_unroll\", \"steps\": "
+	             "[\"a\"], \"rationale\": \"r\"}\n```"),
+	    kt_reply("{\"method\": \"vectorize_memory\", \"steps\": [\"a\"],}"),
+	    kt_reply(PLAN_OK), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_ASSERT(r->plan != NULL);
+	KT_EQ_STR(r->plan->method, "vectorize_memory");
+	KT_EQ_INT(r->plan->n_steps, 2);
+	KT_EQ_STR(r->plan->steps[1], "2. quarter the grid");
+	KT_EQ_STR(r->plan->rationale, "memory bound");
+	KT_EQ_STR(r->plan->expected_effect, "1.5x");
+	KT_EQ_INT(r->usage->calls, 3);
+	log = kt_llm_log(&srv);
+	KT_CONTAINS(logged_msg(log, 0, 1),
+	    "1. vectorize_memory (score 0.800, rule R2, learned: 3 of 4");
+	KT_CONTAINS(logged_msg(log, 0, 1), "knowledge: use float4 loads");
+	KT_CONTAINS(logged_msg(log, 0, 1), "round 1: smem_tiling -> slower");
+	KT_CONTAINS(
+	    logged_msg(log, 0, 1), "from: vectorize_memory, grid_stride");
+	KT_CONTAINS(logged_msg(log, 1, 3),
+	    "'loop_unroll' is not one of the retrieved methods");
+	KT_CONTAINS(logged_msg(log, 2, 5), "not valid JSON");
+	cJSON_Delete(log);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+}
+
+static void
+test_optimizer(void)
+{
+	llm_client *c = http_client();
+	Kclaw__AgentJob j =
+	    job_for(KCLAW__ROLE__OPTIMIZER, "vec_add/optimizer/1");
+	Kclaw__OptPlan plan = KCLAW__OPT_PLAN__INIT;
+	char *steps[] = {"1. load float4", "2. quarter the grid"};
+	Kclaw__AgentReply *r;
+	cJSON *log;
+
+	plan.method = "vectorize_memory";
+	plan.n_steps = 2;
+	plan.steps = steps;
+	j.base_kernel = &base;
+	j.base_eval = &base_eval;
+	j.plan = &plan;
+	j.round = 2;
+	kt_llm_script(&srv, kt_reply(ADD4_REPLY), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_INT(r->n_candidates, 1);
+	KT_EQ_STR(r->candidates[0]->source, ADD4_SRC);
+	KT_EQ_STR(r->candidates[0]->origin, "optimizer");
+	KT_EQ_STR(r->candidates[0]->parent_id, "cbase");
+	KT_EQ_STR(r->candidates[0]->method, "vectorize_memory");
+	KT_EQ_INT(r->candidates[0]->round, 2);
+	log = kt_llm_log(&srv);
+	KT_CONTAINS(
+	    logged_msg(log, 0, 1), "method: vectorize_memory\n1. 1. load");
+	KT_CONTAINS(logged_msg(log, 0, 1), ADD_SRC);
+	cJSON_Delete(log);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+}
+
+static Kclaw__EvalResult failure = KCLAW__EVAL_RESULT__INIT;
+static Kclaw__Candidate failing = KCLAW__CANDIDATE__INIT;
+
+static void
+setup_failure(void)
+{
+	failing.id = "cbad";
+	failing.source = "extern \"C\" __global__ void add(const float *x, "
+	                 "const float *y, float *out, int n)\n{\n\tout[i] = "
+	                 "x[i] + y[i];\n}\n";
+	failing.plan_json = ADD_PLAN;
+	failing.method = "vectorize_memory";
+	failure.status = KCLAW__EVAL_STATUS__COMPILE_ERROR;
+	failure.message = "compilation failed";
+	failure.compile_log = "kernel.cu(3): error: identifier \"i\" is "
+	                      "undefined";
+}
+
+static void
+test_diagnoser(void)
+{
+	llm_client *c = http_client();
+	Kclaw__AgentJob j =
+	    job_for(KCLAW__ROLE__DIAGNOSER, "vec_add/diagnoser/0");
+	Kclaw__AgentReply *r;
+	cJSON *log;
+
+	j.failing = &failing;
+	j.failure = &failure;
+	j.repair_chain = "attempt 1: declared i as int -> still failed";
+	kt_llm_script(&srv,
+	    kt_reply("```json\n{\"category\": \"syntax\", \"root_cause\": "
+	             "\"x\", \"fix\": \"y\"}\n```"),
+	    kt_reply("```json\n{\"category\": \"compile\", \"root_cause\": "
+	             "\"i is used but never declared\", \"fix\": \"declare int "
+	             "i = blockIdx.x * blockDim.x + threadIdx.x and guard i < "
+	             "n\"}\n```"),
+	    NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_ASSERT(r->diagnosis != NULL);
+	KT_EQ_STR(r->diagnosis->category, "compile");
+	KT_EQ_STR(r->diagnosis->root_cause, "i is used but never declared");
+	KT_CONTAINS(r->diagnosis->fix, "guard i < n");
+	log = kt_llm_log(&srv);
+	KT_CONTAINS(logged_msg(log, 0, 1), "status: COMPILE_ERROR");
+	KT_CONTAINS(logged_msg(log, 0, 1), "identifier \"i\" is undefined");
+	KT_CONTAINS(logged_msg(log, 0, 1), "attempt 1: declared i as int");
+	KT_CONTAINS(logged_msg(log, 1, 3), "\"category\" 'syntax' is unknown");
+	cJSON_Delete(log);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+}
+
+static void
+test_repairer(void)
+{
+	llm_client *c = http_client();
+	Kclaw__AgentJob j =
+	    job_for(KCLAW__ROLE__REPAIRER, "vec_add/repairer/0");
+	Kclaw__Diagnosis d = KCLAW__DIAGNOSIS__INIT;
+	Kclaw__AgentReply *r;
+	cJSON *log;
+
+	d.category = "compile";
+	d.root_cause = "i is never declared";
+	d.fix = "declare i";
+	j.failing = &failing;
+	j.failure = &failure;
+	j.diagnosis = &d;
+	kt_llm_script(&srv, kt_reply(ADD_REPLY), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_INT(r->n_candidates, 1);
+	KT_EQ_STR(r->candidates[0]->origin, "repairer");
+	KT_EQ_STR(r->candidates[0]->parent_id, "cbad");
+	log = kt_llm_log(&srv);
+	KT_CONTAINS(logged_msg(log, 0, 1), "root cause: i is never declared");
+	cJSON_Delete(log);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+}
+
+/* Recording a job and replaying it gives the same bytes. */
+static void
+test_replay_byte_identical(void)
+{
+	Kclaw__AgentJob j = planner_job("vec_add/planner/2");
+	Kclaw__AgentReply *r;
+	uint8_t *b1, *b2, *b3;
+	size_t l1, l2, l3;
+	llm_client *c, *http;
+	llm_config cfg;
+	char dir[256];
+
+	kt_tmpdir(dir, "kt-replay");
+	kt_llm_config(&cfg, &srv);
+	KT_OK(llm_http_open(&http, &cfg));
+	KT_OK(llm_record_open(&c, http, dir, &cfg));
+	kt_llm_script(&srv, kt_status(429, "0"),
+	    kt_reply("{\"method\": \"grid_stride\"}"), kt_reply(PLAN_OK), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_INT(r->usage->calls, 2);
+	KT_EQ_INT(r->usage->retries, 1);
+	KT_EQ_STR(r->exchange_id, "vec_add/planner/2.reask1");
+	KT_OK(kc_pb_pack(&r->base, &b1, &l1));
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+
+	kt_llm_script(&srv, NULL);
+	KT_OK(llm_replay_open(&c, dir, true));
+	r = run(c, &j);
+	KT_OK(kc_pb_pack(&r->base, &b2, &l2));
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	r = run(c, &j);
+	KT_OK(kc_pb_pack(&r->base, &b3, &l3));
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+	KT_EQ_INT(logged_count(), 0);
+	KT_EQ_INT(l2, l1);
+	KT_ASSERT(memcmp(b1, b2, l1) == 0);
+	KT_EQ_INT(l3, l1);
+	KT_ASSERT(memcmp(b1, b3, l1) == 0);
+	free(b1);
+	free(b2);
+	free(b3);
+
+	/* A job that was never recorded fails clearly in replay. */
+	KT_OK(llm_replay_open(&c, dir, false));
+	j.replay_key = "vec_add/planner/3";
+	r = run(c, &j);
+	KT_ASSERT(!r->ok);
+	KT_CONTAINS(r->error, "no recorded reply for key 'vec_add/planner/3'");
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+	kt_rmtree(dir);
+}
+
+/* Templates are read per job: an edit shows in the next prompt, and a typo
+ * is reported with the file and the variable. */
+static void
+test_edited_templates(void)
+{
+	char dir[256], cmd[1024], path[600];
+	static const char *edited = "EDITED {{task_name}} {{#opt_history}}"
+	                            "history: {{opt_history}}{{/opt_history}}"
+	                            "{{^context}} no context{{/context}}";
+	llm_client *c = http_client();
+	Kclaw__AgentJob j = planner_job("vec_add/planner/4");
+	agent_ctx ctx = {c, dir, 2};
+	Kclaw__AgentReply *r;
+	cJSON *log;
+
+	kt_tmpdir(dir, "kt-prompts");
+	snprintf(cmd, sizeof(cmd), "cp %s/*.md %s/", prompts, dir);
+	KT_ASSERT(system(cmd) == 0);
+	snprintf(path, sizeof(path), "%s/planner.md", dir);
+	KT_OK(kc_write_file(path, edited, strlen(edited)));
+	kt_llm_script(&srv, kt_reply(PLAN_OK), NULL);
+	KT_OK(agent_handle(&ctx, &j, &r));
+	KT_ASSERT(r->ok);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	log = kt_llm_log(&srv);
+	KT_EQ_STR(logged_msg(log, 0, 1),
+	    "EDITED vec_add history: round 1: smem_tiling -> slower (no "
+	    "reuse) no context");
+	cJSON_Delete(log);
+
+	KT_OK(kc_write_file(path, "line one\n{{task_nmae}}", 22));
+	kt_llm_script(&srv, kt_reply(PLAN_OK), NULL);
+	KT_OK(agent_handle(&ctx, &j, &r));
+	KT_ASSERT(!r->ok);
+	KT_CONTAINS(r->error, "planner.md:2: unknown variable 'task_nmae'");
+	KT_EQ_INT(logged_count(), 0);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+	kt_rmtree(dir);
+}
+
+int
+main(void)
+{
+	snprintf(
+	    prompts, sizeof(prompts), "%s/agents/prompts", getenv("KCLAW_SRC"));
+	setup_task();
+	setup_failure();
+	kt_llm_start(&srv);
+	KT_RUN(test_generator);
+	KT_RUN(test_reasks);
+	KT_RUN(test_reask_bounded);
+	KT_RUN(test_llm_failure);
+	KT_RUN(test_feature);
+	KT_RUN(test_planner);
+	KT_RUN(test_optimizer);
+	KT_RUN(test_diagnoser);
+	KT_RUN(test_repairer);
+	KT_RUN(test_replay_byte_identical);
+	KT_RUN(test_edited_templates);
+	kt_llm_stop(&srv);
+	return 0;
+}
