@@ -265,8 +265,8 @@ test_evidence_from_eval(void)
 	m1.value = 91;
 	m2.name = "SM_THROUGHPUT_PCT"; /* names compare case-insensitively */
 	m2.value = 22;
-	m3.name = "achieved_occupancy"; /* a fraction: scaled to percent */
-	m3.value = 0.5;
+	m3.name = "achieved_occupancy"; /* the sandbox's name, in percent */
+	m3.value = 50;
 	r.metrics = ms;
 	r.n_metrics = 3;
 	k.kernel = "k";
@@ -307,6 +307,31 @@ test_evidence_from_eval(void)
 	KT_EQ_STR(res.primary, "memory_bandwidth");
 	KT_EQ_STR(res.signature, "memory_bandwidth@sm90");
 	KT_EQ_STR(res.recs[0]->method, "vectorized_access");
+	memlt_result_free(&res);
+	memlt_evidence_free(ev);
+
+	/* The names gpu-sandbox's range profiler reports (profile_range.cc)
+	 * all normalise. */
+	static const struct {
+		const char *name, *field;
+		double v;
+	} sbx[] = {
+	    {"duration", "kernel_us                  = 812", 812},
+	    {"dram_throughput", "dram_pct                   = 71", 71},
+	    {"sm_throughput", "sm_pct                     = 33", 33},
+	    {"achieved_occupancy", "achieved_occupancy_pct     = 44", 44},
+	    {"l1_hit_rate", "l1_hit_pct                 = 12", 12},
+	    {"l2_hit_rate", "l2_hit_pct                 = 61", 61},
+	    {"dram_bytes_read", "dram_read_bytes            = 4096", 4096},
+	    {"dram_bytes_written", "dram_write_bytes           = 1024", 1024},
+	};
+	KT_OK(memlt_evidence_new(&ev));
+	for (size_t i = 0; i < KC_ARRAY_LEN(sbx); i++)
+		KT_OK(memlt_evidence_set(
+		    ev, KB_SRC_METRIC, sbx[i].name, sbx[i].v));
+	KT_OK(memlt_retrieve(NULL, shipped, ev, NULL, &res));
+	for (size_t i = 0; i < KC_ARRAY_LEN(sbx); i++)
+		KT_CONTAINS(res.trace, sbx[i].field);
 	memlt_result_free(&res);
 	memlt_evidence_free(ev);
 }
