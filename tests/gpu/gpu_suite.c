@@ -128,9 +128,9 @@ static const gcase cases[] = {
     {"illegal_address", &vec_task,
         "extern \"C\" __global__ void mul(const float *x, const float *w, "
         "float *y, int n) {\n  int i = blockIdx.x * blockDim.x + "
-        "threadIdx.x;\n  asm volatile(\"st.global.f32 [%0], %1;\" :: \"l\"(y + "
-        "i + "
-        "(1ll << 30)), \"f\"(x[i]));\n}\n",
+        "threadIdx.x;\n  /* null at run time; the compiler cannot know */\n"
+        "  float *bad = (float *)(unsigned long long)(w[0] > 100.f);\n"
+        "  bad[i] = x[i] * w[i];\n}\n",
         vec_plan, KCLAW__EVAL_STATUS__RUNTIME_FAULT,
         "CUDA_ERROR_ILLEGAL_ADDRESS", 0, 0},
     {"misaligned_address", &vec_task,
