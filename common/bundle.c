@@ -118,25 +118,6 @@ struct bundle_arena {
 	size_t n, cap;
 };
 
-static void *
-bundle_alloc(struct bundle_arena *a, size_t size)
-{
-	void *p;
-
-	if (a->n == a->cap) {
-		size_t cap = a->cap ? a->cap * 2 : 64;
-		void **np = realloc(a->ptrs, cap * sizeof(*np));
-		if (np == NULL)
-			return NULL;
-		a->ptrs = np;
-		a->cap = cap;
-	}
-	if ((p = calloc(1, size ? size : 1)) == NULL)
-		return NULL;
-	a->ptrs[a->n++] = p;
-	return p;
-}
-
 /* Takes p (malloc'd) into the arena; frees it if that fails. */
 static int
 bundle_adopt(struct bundle_arena *a, void *p)
@@ -153,6 +134,17 @@ bundle_adopt(struct bundle_arena *a, void *p)
 	}
 	a->ptrs[a->n++] = p;
 	return 0;
+}
+
+/* Zeroed memory owned by the arena, or NULL. */
+static void *
+bundle_alloc(struct bundle_arena *a, size_t size)
+{
+	void *p = calloc(1, size ? size : 1);
+
+	if (p == NULL || bundle_adopt(a, p) != 0)
+		return NULL;
+	return p;
 }
 
 static char *
