@@ -175,13 +175,77 @@ agent_count_control(const char *src, unsigned *k_loops, unsigned *bounds)
 	}
 }
 
-/* Statements moving vector types to or from memory (see the file
- * comment: syntax only). */
+#define AGENT_VEC_NAMES 64
+
+typedef struct {
+	char names[AGENT_VEC_NAMES][48];
+	unsigned n;
+} agent_vec_names;
+
+/* Names declared with a vector type: "float4 *x", "const float4 v". */
+static void
+agent_collect_vec_names(const char *src, agent_vec_names *v)
+{
+	const char *const *t;
+	const char *p, *q;
+	size_t n;
+
+	v->n = 0;
+	for (t = agent_vec_types; *t != NULL; t++) {
+		n = strlen(*t);
+		for (p = src; (p = strstr(p, *t)) != NULL; p += n) {
+			if ((p > src && agent_idc(p[-1])) || agent_idc(p[n]))
+				continue;
+			for (q = p + n;;) {
+				while (isspace((unsigned char)*q) ||
+				    *q == '*' || *q == '&')
+					q++;
+				if (strncmp(q, "const", 5) == 0 &&
+				    !agent_idc(q[5]))
+					q += 5;
+				else if (strncmp(q, "__restrict__", 12) == 0)
+					q += 12;
+				else
+					break;
+			}
+			for (n = 0; agent_idc(q[n]); n++)
+				;
+			if (n > 0 && n < 48 && v->n < AGENT_VEC_NAMES) {
+				memcpy(v->names[v->n], q, n);
+				v->names[v->n++][n] = '\0';
+			}
+			n = strlen(*t);
+		}
+	}
+}
+
+/* Does [s, e) mention a vector type or a name declared with one? */
+static bool
+agent_mentions_vec(const char *s, const char *e, const agent_vec_names *v)
+{
+	unsigned i;
+
+	if (agent_count_any(s, e, agent_vec_types) > 0)
+		return true;
+	for (i = 0; i < v->n; i++)
+		if (agent_count_word(s, e, v->names[i]) > 0)
+			return true;
+	return false;
+}
+
+/*
+ * Statements moving vector types to or from memory: an assignment whose
+ * indexed or dereferenced side is the memory and whose other side holds a
+ * vector type or a name declared with one. Syntax only, as the file's
+ * comment says.
+ */
 static void
 agent_count_vector_io(const char *src, unsigned *loads, unsigned *stores)
 {
 	const char *p = src, *end, *eq, *q;
+	agent_vec_names vn;
 
+	agent_collect_vec_names(src, &vn);
 	*loads = *stores = 0;
 	while (*p != '\0') {
 		bool lhs_vec, rhs_vec, lhs_mem, rhs_mem;
@@ -199,9 +263,8 @@ agent_count_vector_io(const char *src, unsigned *loads, unsigned *stores)
 			const char *l = p;
 			while (l < eq && isspace((unsigned char)*l))
 				l++;
-			lhs_vec = agent_count_any(l, eq, agent_vec_types) > 0;
-			rhs_vec =
-			    agent_count_any(eq + 1, end, agent_vec_types) > 0;
+			lhs_vec = agent_mentions_vec(l, eq, &vn);
+			rhs_vec = agent_mentions_vec(eq + 1, end, &vn);
 			lhs_mem = memchr(l, '[', (size_t)(eq - l)) != NULL ||
 			    *l == '*' || agent_count_sub(l, eq, "->") > 0;
 			rhs_mem = memchr(eq + 1, '[', (size_t)(end - eq - 1)) !=
@@ -209,7 +272,7 @@ agent_count_vector_io(const char *src, unsigned *loads, unsigned *stores)
 			    agent_count_sub(eq + 1, end, "__ldg") > 0 ||
 			    agent_count_sub(eq + 1, end, "*reinterpret_cast") >
 			        0;
-			if (lhs_mem && (lhs_vec || rhs_vec))
+			if (lhs_mem && lhs_vec)
 				(*stores)++;
 			else if (rhs_mem && (lhs_vec || rhs_vec))
 				(*loads)++;
