@@ -933,6 +933,66 @@ memlt_make_rec(const memlt_ctx *ctx, const memlt_cands *cs, const memlt_cand *c,
 	return r->knowledge != NULL ? 0 : KC_ENOMEM;
 }
 
+/*
+ * Evaluates the rules of one active class and allows their methods. The
+ * prior falls with the class's rank among the active ones, with the rule's
+ * rank among the class's fired rules and with the method's position in
+ * the rule's list: the authors' order is the preference.
+ */
+static int
+memlt_class_rules(const memlt_ctx *ctx, const kb_class *cls, size_t rank,
+    memlt_cands *cs, memlt_result *out, kc_str *t)
+{
+	const kb *k = ctx->k;
+	size_t nfired = 0;
+	char buf[32];
+	int rv = 0, mem = 0;
+
+	for (size_t ri = 0; ri < k->nrules; ri++) {
+		const kb_rule *r = &k->rules[ri];
+		expr_value w = {true, 1.0};
+		kc_str vals = {0};
+		if (strcmp(r->cls, cls->name) != 0)
+			continue;
+		if (r->when != NULL &&
+		    ((rv = expr_eval(r->when, memlt_lookup, (void *)ctx, &w)) !=
+		            0 ||
+		        (rv = memlt_expr_values(ctx, r->when, &vals)) != 0)) {
+			kc_str_free(&vals);
+			return rv;
+		}
+		expr_value_str(w, true, buf, sizeof(buf));
+		mem |= kc_str_printf(t, "  %s %-22s [%s] when %s = %s%s%s%s\n",
+		    expr_is_true(w) ? "fired" : "     ", r->name, r->cls,
+		    r->when ? expr_source(r->when) : "(always)", buf,
+		    vals.buf ? " (" : "", vals.buf ? vals.buf : "",
+		    vals.buf ? ")" : "");
+		kc_str_free(&vals);
+		if (!expr_is_true(w))
+			continue;
+		if ((rv = memlt_push(&out->fired, &out->nfired, r->name)) != 0)
+			return rv;
+		mem |= kc_str_printf(t, "        allows");
+		for (size_t j = 0; j < r->nallow; j++) {
+			memlt_cand *c = memlt_cand_get(cs, r->allow[j]);
+			double p = (1.0 / (1.0 + 0.25 * (double)rank)) *
+			    fmax(0.5, 1.0 - 0.1 * (double)nfired) *
+			    fmax(0.5, 1.0 - 0.02 * (double)j);
+			if (c == NULL)
+				return KC_ENOMEM;
+			mem |= kc_str_printf(t, " %s", r->allow[j]);
+			if (p > c->prior) {
+				c->prior = p;
+				c->rule = r;
+				c->cls = cls;
+			}
+		}
+		mem |= kc_str_printf(t, "\n        why: %s\n", r->why);
+		nfired++;
+	}
+	return mem != 0 ? KC_ENOMEM : 0;
+}
+
 int
 memlt_retrieve(store *s, const kb *k, const memlt_evidence *ev,
     const memlt_options *opt, memlt_result *out)
@@ -1086,84 +1146,26 @@ memlt_retrieve(store *s, const kb *k, const memlt_evidence *ev,
 	mem |= kc_str_printf(
 	    &t, "primary: %s; signature: %s\n", out->primary, out->signature);
 
-	/* 4. The decision table: rules of active classes. The prior falls
-	 * with the class's rank among the active ones, with the rule's rank
-	 * among the class's fired rules and with the method's position in
-	 * the rule's list: the authors' order is the preference. */
+	/* 4. The decision table: the rules of the active classes. */
 	mem |= kc_str_printf(&t, "\nrules:\n");
 	{
 		size_t rank = 0;
 		for (size_t ci = 0; ci < k->nclasses; ci++) {
-			size_t nfired = 0;
 			if (!active[ci])
 				continue;
-			for (size_t ri = 0; ri < k->nrules; ri++) {
-				const kb_rule *r = &k->rules[ri];
-				expr_value w = {true, 1.0};
-				kc_str vals = {0};
-				if (strcmp(r->cls, k->classes[ci].name) != 0)
-					continue;
-				if (r->when != NULL &&
-				    (rv = expr_eval(
-				         r->when, memlt_lookup, &ctx, &w)) != 0)
-					goto out;
-				if (r->when != NULL &&
-				    (rv = memlt_expr_values(
-				         &ctx, r->when, &vals)) != 0) {
-					kc_str_free(&vals);
-					goto out;
-				}
-				expr_value_str(w, true, buf, sizeof(buf));
-				mem |= kc_str_printf(&t,
-				    "  %s %-22s [%s] when %s = %s%s%s%s\n",
-				    expr_is_true(w) ? "fired" : "     ",
-				    r->name, r->cls,
-				    r->when ? expr_source(r->when) : "(always)",
-				    buf, vals.buf ? " (" : "",
-				    vals.buf ? vals.buf : "",
-				    vals.buf ? ")" : "");
-				kc_str_free(&vals);
-				if (!expr_is_true(w))
-					continue;
-				if ((rv = memlt_push(&out->fired, &out->nfired,
-				         r->name)) != 0)
-					goto out;
-				mem |= kc_str_printf(&t, "        allows");
-				for (size_t j = 0; j < r->nallow; j++) {
-					memlt_cand *c =
-					    memlt_cand_get(&cs, r->allow[j]);
-					double p = (1.0 / (1.0 + 0.25 * rank)) *
-					    fmax(0.5,
-					        1.0 - 0.1 * (double)nfired) *
-					    fmax(0.5, 1.0 - 0.02 * (double)j);
-					if (c == NULL) {
-						rv = KC_ENOMEM;
-						goto out;
-					}
-					mem |= kc_str_printf(
-					    &t, " %s", r->allow[j]);
-					if (p > c->prior) {
-						c->prior = p;
-						c->rule = r;
-						c->cls = &k->classes[ci];
-					}
-				}
-				mem |= kc_str_printf(
-				    &t, "\n        why: %s\n", r->why);
-				nfired++;
-			}
-			rank++;
+			if ((rv = memlt_class_rules(&ctx, &k->classes[ci],
+			         rank++, &cs, out, &t)) != 0)
+				goto out;
 		}
+		mem |= kc_str_printf(&t, "  not active:");
 		for (size_t ci = 0; ci < k->nclasses; ci++)
 			if (!active[ci])
 				for (size_t ri = 0; ri < k->nrules; ri++)
 					if (strcmp(k->rules[ri].cls,
 					        k->classes[ci].name) == 0)
-						mem |= kc_str_printf(&t,
-						    "  -     %-22s [%s] class "
-						    "not active\n",
-						    k->rules[ri].name,
-						    k->rules[ri].cls);
+						mem |= kc_str_printf(&t, " %s",
+						    k->rules[ri].name);
+		mem |= kc_str_printf(&t, "\n");
 	}
 
 	/* 5. Vetoes. */
