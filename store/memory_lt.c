@@ -209,6 +209,20 @@ memlt_evidence_add_eval(memlt_evidence *ev, const Kclaw__EvalResult *r)
 }
 
 int
+memlt_evidence_add_task(memlt_evidence *ev, const Kclaw__TaskSpec *task)
+{
+	int rv = 0;
+
+	if (task == NULL || task->tolerance == NULL)
+		return 0;
+	if (task->tolerance->rtol > 0)
+		rv = memlt_set_runtime(ev, "rtol", task->tolerance->rtol);
+	if (rv == 0 && task->tolerance->atol > 0)
+		rv = memlt_set_runtime(ev, "atol", task->tolerance->atol);
+	return rv;
+}
+
+int
 memlt_evidence_add_features(
     memlt_evidence *ev, Kclaw__Feature *const *f, size_t n)
 {
@@ -899,11 +913,13 @@ memlt_make_rec(const memlt_ctx *ctx, const memlt_cands *cs, const memlt_cand *c,
 	/* The learned line first: the method text gets what is left of the
 	 * budget, so the whole knowledge stays within kbytes. */
 	kc_str learned = {0};
-	if (c->stat.attempts == 0)
+	rv = kc_str_printf(&learned, "allowed by rule %s (%s): %s\n",
+	    c->rule->name, c->cls->name, c->rule->why);
+	if (rv == 0 && c->stat.attempts == 0)
 		rv = kc_str_printf(&learned,
 		    "learned (%s): never tried for this signature",
 		    res->signature);
-	else
+	else if (rv == 0)
 		rv = kc_str_printf(&learned,
 		    "learned (%s): %u attempts, %u correct, %u faster by "
 		    ">=%.0f%%, mean gain %+.1f%%, best %.2fx",

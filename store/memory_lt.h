@@ -55,6 +55,9 @@ int memlt_evidence_set(
  * grid_blocks, num_launches, arch_sm, speedup).
  */
 int memlt_evidence_add_eval(memlt_evidence *ev, const Kclaw__EvalResult *r);
+/* Adds what the task says (KB_SRC_RUNTIME: rtol, atol from its
+ * tolerance), so rules can ask whether lower precision is acceptable. */
+int memlt_evidence_add_task(memlt_evidence *ev, const Kclaw__TaskSpec *task);
 /* Adds static features (KB_SRC_FEATURE) from the Feature Extractor. */
 int memlt_evidence_add_features(
     memlt_evidence *ev, Kclaw__Feature *const *f, size_t n);

@@ -229,6 +229,8 @@ test_trace(void)
 	KT_CONTAINS(r->knowledge, "Hopper (sm_90) cues:");
 	KT_ASSERT(strstr(r->knowledge, "Ampere (sm_80/86) cues:") == NULL);
 	KT_CONTAINS(r->knowledge, "never tried for this signature");
+	KT_CONTAINS(r->knowledge,
+	    "allowed by rule static_matmul (no_profile): Without counters");
 	KT_ASSERT(rec_of(&res, "tensor_core_mma") == NULL);
 	memlt_result_free(&res);
 
@@ -294,7 +296,17 @@ test_evidence_from_eval(void)
 	KT_OK(memlt_evidence_new(&ev));
 	KT_OK(memlt_evidence_add_eval(ev, &r));
 	KT_OK(memlt_evidence_add_features(ev, fs, 2));
+	{
+		Kclaw__TaskSpec task = KCLAW__TASK_SPEC__INIT;
+		Kclaw__Tolerance tol = KCLAW__TOLERANCE__INIT;
+		tol.rtol = 0.01;
+		tol.atol = 0.001;
+		task.tolerance = &tol;
+		KT_OK(memlt_evidence_add_task(ev, &task));
+	}
 	KT_OK(memlt_retrieve(NULL, shipped, ev, NULL, &res));
+	KT_CONTAINS(res.trace, "rtol                       = 0.01");
+	KT_CONTAINS(res.trace, "fired bandwidth_precision");
 	KT_CONTAINS(res.trace, "dram_pct                   = 91");
 	KT_CONTAINS(res.trace, "from metric SM_THROUGHPUT_PCT");
 	KT_CONTAINS(res.trace, "achieved_occupancy_pct     = 50");
