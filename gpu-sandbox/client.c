@@ -189,6 +189,10 @@ sbx_session_open(sbx_session **out, const sbx_client_opts *o)
 		argv[argc++] = "--home";
 		argv[argc++] = (char *)o->home;
 	}
+	if (o->events_url != NULL) {
+		argv[argc++] = "--events-url";
+		argv[argc++] = (char *)o->events_url;
+	}
 	if (o->child_path != NULL) {
 		argv[argc++] = "--child";
 		argv[argc++] = (char *)o->child_path;

@@ -115,6 +115,13 @@ int sbx_super_open(sbx_super **out, const sbx_super_config *cfg);
  */
 int sbx_super_eval(sbx_super *s, const Kclaw__EvalRequest *req, int timeout_ms,
     Kclaw__EvalResult **res);
+/*
+ * Makes fd the evaluation's abort switch: when it becomes readable while a
+ * request is in the child, the child is killed and the result is CANCELLED
+ * (a task cancelled or a shutdown announced by the orchestrator). The
+ * caller drains fd; -1 turns it off.
+ */
+void sbx_super_set_cancel_fd(sbx_super *s, int fd);
 /* The latest ready frame's device name and arch ("" before the first). */
 const char *sbx_super_device_name(const sbx_super *s);
 /* Number of children started so far (1 after the first start). */

@@ -18,9 +18,10 @@ typedef struct {
 	                            one beside this executable */
 	const char *child_path;  /* NULL: the sandbox's default child */
 	int device;
-	const char *arch;     /* --arch for the sandbox, or NULL */
-	const char *home;     /* --home for the sandbox (its compile cache) */
-	int start_timeout_ms; /* default 60000 */
+	const char *arch;       /* --arch for the sandbox, or NULL */
+	const char *home;       /* --home for the sandbox (its compile cache) */
+	const char *events_url; /* --events-url (control events), or NULL */
+	int start_timeout_ms;   /* default 60000 */
 } sbx_client_opts;
 
 typedef struct sbx_session sbx_session;

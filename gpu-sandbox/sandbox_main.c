@@ -3,9 +3,16 @@
  * the orchestrator (common/worker.h) and runs each in the GPU child.
  *
  *   kclaw-sandbox [--device N] [--arch sm_XX] [--work-url URL] [--home DIR]
- *                 [--child PATH]
+ *                 [--events-url URL] [--child PATH]
+ *
+ * It also listens to the orchestrator's events (DESIGN.md "Processes"): a
+ * cancelled task aborts its evaluation in flight (CANCELLED) and a
+ * shutdown stops the sandbox, instead of either running to its deadline.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bus.h"
 #include "kc_config.h"
 #include "kc_err.h"
 #include "kc_log.h"
@@ -27,6 +35,101 @@
 
 static volatile sig_atomic_t sandbox_stop;
 
+/* The control-event listener: a thread that turns "task.<id>.
+ * task_cancelled" for the task in flight, or "system.shutdown", into a
+ * byte on a pipe that the supervision loop polls. */
+typedef struct {
+	bus_sub *sub;
+	pthread_t thread;
+	pthread_mutex_t mtx;
+	char task_id[160]; /* the evaluation in flight; "" when idle */
+	int pipe[2];
+	volatile int quit;
+} sandbox_ctl;
+
+static void *
+sandbox_ctl_run(void *arg)
+{
+	sandbox_ctl *c = arg;
+
+	while (!c->quit) {
+		char *topic = NULL, want[200];
+		void *data = NULL;
+		size_t len;
+		int fire = 0;
+
+		if (bus_sub_recv(c->sub, 200, &topic, &data, &len) != 0)
+			continue;
+		if (strcmp(topic, "system.shutdown") == 0) {
+			sandbox_stop = 1;
+			fire = 1;
+		} else {
+			pthread_mutex_lock(&c->mtx);
+			snprintf(want, sizeof(want), "task.%s.task_cancelled",
+			    c->task_id);
+			fire =
+			    c->task_id[0] != '\0' && strcmp(topic, want) == 0;
+			pthread_mutex_unlock(&c->mtx);
+		}
+		if (fire && write(c->pipe[1], "x", 1) < 0 && errno != EAGAIN)
+			KC_WARN("control pipe: %s", strerror(errno));
+		free(topic);
+		free(data);
+	}
+	return NULL;
+}
+
+static int
+sandbox_ctl_open(sandbox_ctl *c, const char *url)
+{
+	memset(c, 0, sizeof(*c));
+	c->pipe[0] = c->pipe[1] = -1;
+	pthread_mutex_init(&c->mtx, NULL);
+	if (pipe2(c->pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+		return kc_seterr(KC_EIO, "pipe: %s", strerror(errno));
+	if (bus_sub_open(&c->sub, url, 0) != 0 ||
+	    bus_sub_subscribe(c->sub, "task.") != 0 ||
+	    bus_sub_subscribe(c->sub, "system.shutdown") != 0 ||
+	    pthread_create(&c->thread, NULL, sandbox_ctl_run, c) != 0) {
+		if (c->sub != NULL)
+			bus_sub_close(c->sub);
+		c->sub = NULL;
+		close(c->pipe[0]);
+		close(c->pipe[1]);
+		c->pipe[0] = c->pipe[1] = -1;
+		return kc_seterr(KC_EBUS, "cannot listen to %s", url);
+	}
+	return 0;
+}
+
+/* Names the task in flight (NULL: none) and forgets earlier signals. */
+static void
+sandbox_ctl_track(sandbox_ctl *c, const char *task_id)
+{
+	char junk[64];
+
+	pthread_mutex_lock(&c->mtx);
+	snprintf(c->task_id, sizeof(c->task_id), "%s", task_id ? task_id : "");
+	pthread_mutex_unlock(&c->mtx);
+	while (c->pipe[0] >= 0 && read(c->pipe[0], junk, sizeof(junk)) > 0)
+		;
+}
+
+static void
+sandbox_ctl_close(sandbox_ctl *c)
+{
+	if (c->sub != NULL) {
+		c->quit = 1;
+		pthread_join(c->thread, NULL);
+		bus_sub_close(c->sub);
+	}
+	if (c->pipe[0] >= 0) {
+		close(c->pipe[0]);
+		close(c->pipe[1]);
+	}
+	pthread_mutex_destroy(&c->mtx);
+}
+
 static void
 sandbox_on_signal(int sig)
 {
@@ -39,7 +142,9 @@ sandbox_usage(FILE *f)
 {
 	fprintf(f,
 	    "usage: kclaw-sandbox [--device N] [--arch sm_XX] [--work-url "
-	    "URL] [--home DIR] [--child PATH]\n\n"
+	    "URL] [--home DIR]\n                     [--events-url URL] "
+	    "[--child "
+	    "PATH]\n\n"
 	    "Serves GPU evaluations for the orchestrator at URL (default: the "
 	    "deployment's work address). Without a GPU it still starts and "
 	    "answers NO_DEVICE (compile-only requests are served).\n");
@@ -67,7 +172,9 @@ int
 main(int argc, char **argv)
 {
 	const char *work_url = NULL, *home = NULL, *arch = NULL;
-	const char *child_path = NULL;
+	const char *child_path = NULL, *events_url = NULL;
+	sandbox_ctl ctl;
+	int have_ctl = 0;
 	char self[PATH_MAX], child_buf[PATH_MAX + 32], cache[KC_PATH_MAX + 32];
 	Kclaw__EvalResult *last = NULL;
 	sbx_super_config scfg = {0};
@@ -101,6 +208,8 @@ main(int argc, char **argv)
 			work_url = argv[++i];
 		} else if (strcmp(a, "--home") == 0 && more) {
 			home = argv[++i];
+		} else if (strcmp(a, "--events-url") == 0 && more) {
+			events_url = argv[++i];
 		} else if (strcmp(a, "--child") == 0 && more) {
 			child_path = argv[++i];
 		} else {
@@ -146,6 +255,16 @@ main(int argc, char **argv)
 		sbx_super_close(sup);
 		return 1;
 	}
+	if (events_url == NULL)
+		events_url = cfg.events_url;
+	if (sandbox_ctl_open(&ctl, events_url) == 0) {
+		have_ctl = 1;
+		sbx_super_set_cancel_fd(sup, ctl.pipe[0]);
+	} else {
+		KC_WARN("no control events from %s (%s): cancellations wait "
+		        "for the deadline",
+		    events_url, kc_lasterr());
+	}
 	signal(SIGINT, sandbox_on_signal);
 	signal(SIGTERM, sandbox_on_signal);
 	KC_INFO("serving GPU %d for %s", device, work_url);
@@ -175,7 +294,11 @@ main(int argc, char **argv)
 		}
 		if (job->eval->job_id == NULL || job->eval->job_id[0] == '\0')
 			job->eval->job_id = job->job_id;
+		if (have_ctl)
+			sandbox_ctl_track(&ctl, job->eval->task_id);
 		sbx_super_eval(sup, job->eval, sandbox_timeout_ms(job), &last);
+		if (have_ctl)
+			sandbox_ctl_track(&ctl, NULL);
 		if (strcmp(last->job_id, job->job_id) != 0)
 			sbx_result_set(&last->job_id, "%s", job->job_id);
 		KC_INFO("job %s: %s (%.0f ms)", job->job_id,
@@ -188,5 +311,7 @@ main(int argc, char **argv)
 		kclaw__eval_result__free_unpacked(last, NULL);
 	kc_worker_close(w);
 	sbx_super_close(sup);
+	if (have_ctl)
+		sandbox_ctl_close(&ctl);
 	return code;
 }

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@ struct sbx_super {
 	char dev_arch[32];
 	Kclaw__EvalStatus ready_status;
 	pid_t reap[SUPER_MAX_REAP]; /* killed children not yet reaped */
+	int cancel_fd;
 };
 
 static void
@@ -207,6 +209,7 @@ sbx_super_open(sbx_super **out, const sbx_super_config *cfg)
 	if (s->cfg.ready_timeout_ms <= 0)
 		s->cfg.ready_timeout_ms = 60000;
 	s->to_child = s->from_child = -1;
+	s->cancel_fd = -1;
 	if (access(s->child_path, X_OK) != 0) {
 		free(s);
 		return kc_seterr(KC_ENOENT,
@@ -234,12 +237,48 @@ super_signame(int sig)
 	}
 }
 
+void
+sbx_super_set_cancel_fd(sbx_super *s, int fd)
+{
+	s->cancel_fd = fd;
+}
+
+/*
+ * Waits until the child's answer starts to arrive, the cancel fd fires or
+ * the deadline passes: 0, KC_ECANCELED or KC_ETIMEDOUT.
+ */
+static int
+super_wait(sbx_super *s, uint64_t deadline)
+{
+	for (;;) {
+		struct pollfd pfd[2] = {{.fd = s->from_child, .events = POLLIN},
+		    {.fd = s->cancel_fd, .events = POLLIN}};
+		uint64_t now = kc_mono_ms();
+		int r;
+
+		if (now >= deadline)
+			return KC_ETIMEDOUT;
+		r = poll(pfd, s->cancel_fd >= 0 ? 2 : 1, (int)(deadline - now));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return kc_seterr(KC_EIO, "poll: %s", strerror(errno));
+		if (r == 0)
+			return KC_ETIMEDOUT;
+		if (s->cancel_fd >= 0 && (pfd[1].revents & POLLIN))
+			return KC_ECANCELED;
+		if (pfd[0].revents != 0)
+			return 0;
+	}
+}
+
 int
 sbx_super_eval(sbx_super *s, const Kclaw__EvalRequest *req, int timeout_ms,
     Kclaw__EvalResult **res)
 {
 	uint64_t t0 = kc_mono_ns();
 	Kclaw__EvalResult *r = NULL;
+	uint64_t deadline;
 	void *buf;
 	size_t len;
 	int rv, st;
@@ -263,7 +302,20 @@ sbx_super_eval(sbx_super *s, const Kclaw__EvalRequest *req, int timeout_ms,
 			goto done;
 		}
 	}
-	rv = sbx_frame_read(s->from_child, timeout_ms, &buf, &len);
+	deadline = kc_mono_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+	rv = super_wait(s, deadline);
+	if (rv == 0) {
+		uint64_t now = kc_mono_ms();
+		rv = sbx_frame_read(s->from_child,
+		    now < deadline ? (int)(deadline - now) : 0, &buf, &len);
+	}
+	if (rv == KC_ECANCELED) {
+		super_drop(s, 1);
+		sbx_result_status(r, KCLAW__EVAL_STATUS__CANCELLED,
+		    "the evaluation was aborted: its task was cancelled or "
+		    "the orchestrator is shutting down");
+		goto restart;
+	}
 	if (rv == 0) {
 		Kclaw__EvalResult *got =
 		    kclaw__eval_result__unpack(NULL, len, buf);

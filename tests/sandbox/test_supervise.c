@@ -3,14 +3,18 @@
  * over a private ipc:// address, supervising
  *  - a scripted child that crashes, hangs, faults or exits on command:
  *    each gets the right status and a fresh child serves the next request;
+ *  - cancellation: a "task cancelled" event aborts that task's evaluation
+ *    (CANCELLED, child replaced), and other tasks' events do not;
  *  - the real child on a machine without a GPU driver (KCLAW_CUDA_DRIVER
  *    points nowhere): NO_DEVICE, while compile-only requests still work.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "bus.h"
 #include "kc_err.h"
 #include "kc_test.h"
 #include "kc_util.h"
@@ -21,8 +25,8 @@ static char home[] = "/tmp/kc-sbx-home-XXXXXX";
 static char script_child[1024];
 
 static Kclaw__EvalResult *
-eval(sbx_session *s, const char *src, const char *plan, unsigned timeout_ms,
-    int compile_only, const char *arch)
+eval_task(sbx_session *s, const char *task_id, const char *src,
+    const char *plan, unsigned timeout_ms, int compile_only, const char *arch)
 {
 	Kclaw__EvalRequest req = KCLAW__EVAL_REQUEST__INIT;
 	Kclaw__Candidate c = KCLAW__CANDIDATE__INIT;
@@ -47,11 +51,19 @@ eval(sbx_session *s, const char *src, const char *plan, unsigned timeout_ms,
 	o.compile_only = compile_only;
 	o.arch = (char *)(arch ? arch : "");
 	req.task = &t;
+	req.task_id = (char *)(task_id ? task_id : "");
 	req.candidate = &c;
 	req.options = &o;
 	KT_OK(sbx_session_eval(s, &req, 30000, &r));
 	free(req.job_id);
 	return r;
+}
+
+static Kclaw__EvalResult *
+eval(sbx_session *s, const char *src, const char *plan, unsigned timeout_ms,
+    int compile_only, const char *arch)
+{
+	return eval_task(s, NULL, src, plan, timeout_ms, compile_only, arch);
 }
 
 static int
@@ -113,6 +125,63 @@ test_scripted_child_is_replaced(void)
 	sbx_session_close(s);
 }
 
+/* Publishes a task's cancellation until told to stop (PUB/SUB drops
+ * messages sent before the subscriber is connected). */
+typedef struct {
+	bus_pub *pub;
+	volatile int stop;
+} canceller;
+
+static void *
+cancel_run(void *arg)
+{
+	canceller *c = arg;
+	static const char ev[] = "cancelled";
+
+	while (!c->stop) {
+		bus_pub_send(c->pub, "task.T1.task_cancelled", ev, sizeof(ev));
+		bus_pub_send(c->pub, "task.T2.state_changed", ev, sizeof(ev));
+		kc_sleep_ms(50);
+	}
+	return NULL;
+}
+
+static void
+test_cancel_aborts_the_evaluation(void)
+{
+	char url[256];
+	sbx_client_opts o = {.child_path = script_child, .home = home};
+	canceller c = {0};
+	Kclaw__EvalResult *r;
+	sbx_session *s;
+	pthread_t th;
+	uint64_t t0;
+	int a;
+
+	snprintf(url, sizeof(url), "ipc://%s/events.ipc", home);
+	o.events_url = url;
+	KT_OK(bus_pub_open(&c.pub, url));
+	KT_OK(sbx_session_open(&s, &o));
+	KT_ASSERT(pthread_create(&th, NULL, cancel_run, &c) == 0);
+	/* Another task's events do not touch this one. */
+	r = eval_task(s, "T2", "ok", NULL, 5000, 0, NULL);
+	KT_EQ_STR(sbx_status_name(r->status), "OK");
+	KT_ASSERT(sscanf(r->message, "pid %d", &a) == 1);
+	kclaw__eval_result__free_unpacked(r, NULL);
+
+	t0 = kc_mono_ms();
+	r = eval_task(s, "T1", "hang", NULL, 20000, 0, NULL);
+	KT_EQ_STR(sbx_status_name(r->status), "CANCELLED");
+	KT_CONTAINS(r->message, "cancelled");
+	KT_ASSERT(kc_mono_ms() - t0 < 10000);
+	kclaw__eval_result__free_unpacked(r, NULL);
+	c.stop = 1;
+	pthread_join(th, NULL);
+	KT_ASSERT(ok_pid(s) != a);
+	sbx_session_close(s);
+	bus_pub_close(c.pub);
+}
+
 static void
 test_no_device(void)
 {
@@ -167,6 +236,7 @@ main(void)
 	snprintf(
 	    script_child, sizeof(script_child), "%s/sbx_script_child", bin);
 	KT_RUN(test_scripted_child_is_replaced);
+	KT_RUN(test_cancel_aborts_the_evaluation);
 	KT_RUN(test_no_device);
 	return 0;
 }
