@@ -142,7 +142,14 @@ agent_converse(const agent_ctx *ctx, const agent_role *role,
 	int rv = 0;
 
 	for (ask = 0; ask < max; ask++) {
-		llm_request req = {conv->m, conv->n, key, ask};
+		llm_request req = {conv->m, conv->n, key, ask, ctx->cancel};
+		if (ctx->cancel != NULL && atomic_load(ctx->cancel) != 0) {
+			rv = agent_fail(r,
+			    "task %s was cancelled or the service is shutting "
+			    "down; the job was stopped",
+			    job->task_id);
+			break;
+		}
 		if ((rv = llm_chat(ctx->llm, &req, &resp)) != 0) {
 			if (rv == KC_ENOMEM)
 				break;
@@ -247,8 +254,10 @@ out:
 }
 
 int
-agent_serve(const agent_ctx *ctx, const agent_role *role, kc_worker *w)
+agent_serve(const agent_ctx *ctx0, const agent_role *role, kc_worker *w,
+    agent_watch *watch)
 {
+	agent_ctx ctx1 = *ctx0, *ctx = &ctx1;
 	Kclaw__AgentReply *prev = NULL;
 	Kclaw__WorkReply *job;
 	int rv;
@@ -278,6 +287,10 @@ agent_serve(const agent_ctx *ctx, const agent_role *role, kc_worker *w)
 			kclaw__work_reply__free_unpacked(job, NULL);
 			continue;
 		}
+		if (watch != NULL) {
+			agent_watch_begin(watch, job->agent->task_id);
+			ctx->cancel = agent_watch_flag(watch);
+		}
 		if (job->agent->role != role->role) {
 			/* Answer anyway so the orchestrator can re-route. */
 			Kclaw__AgentJob wrong = *job->agent;
@@ -292,6 +305,8 @@ agent_serve(const agent_ctx *ctx, const agent_role *role, kc_worker *w)
 		} else {
 			rv = agent_handle(ctx, job->agent, &prev);
 		}
+		if (watch != NULL)
+			agent_watch_end(watch);
 		if (rv == 0 &&
 		    (prev->job_id == NULL || prev->job_id[0] == '\0'))
 			rv = agent_pb_setstr(&prev->job_id, job->job_id);

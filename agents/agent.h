@@ -28,6 +28,8 @@ typedef struct {
 	llm_client *llm;
 	const char *prompts_dir;
 	unsigned max_asks; /* asks per job, the first included; 0 = default */
+	/* May be NULL; when set, the job in flight stops (see agent_watch). */
+	const atomic_int *cancel;
 } agent_ctx;
 
 /* ---- template variables ---- */
@@ -157,11 +159,31 @@ const agent_role *agent_role_by_id(Kclaw__Role role);
 int agent_handle(const agent_ctx *ctx, const Kclaw__AgentJob *job,
     Kclaw__AgentReply **reply);
 
+/* ---- control events ---- */
+
+/*
+ * Watches the orchestrator's events (DESIGN.md "Processes": agents
+ * subscribe to control events) on a thread of its own: when the task of
+ * the job in flight is cancelled ("task.<id>.task_cancelled") or the
+ * service shuts down ("system.shutdown"), it raises the flag that
+ * agent_watch_flag returns, so the LLM call stops instead of running to
+ * its deadline.
+ */
+typedef struct agent_watch agent_watch;
+
+int agent_watch_open(agent_watch **out, const char *events_url);
+void agent_watch_close(agent_watch *w);
+/* The job in flight belongs to task_id; lowers the flag. */
+void agent_watch_begin(agent_watch *w, const char *task_id);
+void agent_watch_end(agent_watch *w);
+const atomic_int *agent_watch_flag(agent_watch *w);
+
 /*
  * Serves jobs for role from w until the orchestrator says shut down
- * (returns 0) or refuses the worker (KC_EPERM).
+ * (returns 0) or refuses the worker (KC_EPERM). watch may be NULL.
  */
-int agent_serve(const agent_ctx *ctx, const agent_role *role, kc_worker *w);
+int agent_serve(const agent_ctx *ctx, const agent_role *role, kc_worker *w,
+    agent_watch *watch);
 
 /* Sets a string field of a protobuf-c message being built: frees the old
  * value unless it is the empty default. */

@@ -19,6 +19,7 @@
 #ifndef LLM_H
 #define LLM_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,6 +41,9 @@ typedef struct {
 	 */
 	const char *key;
 	unsigned attempt;
+	/* When not NULL and set, the call stops at once (KC_ECANCELED):
+	 * the task was cancelled or the service is shutting down. */
+	const atomic_int *cancel;
 } llm_request;
 
 /* Every string is malloc'd and owned by the response; llm_response_free. */

@@ -186,6 +186,37 @@ llm_http_parse(const kc_str *body, llm_response *resp, llm_try *t)
 	return 0;
 }
 
+/* libcurl's progress callback: a non-zero return aborts the transfer. */
+static int
+llm_http_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow,
+    curl_off_t ultotal, curl_off_t ulnow)
+{
+	const atomic_int *cancel = arg;
+
+	(void)dltotal;
+	(void)dlnow;
+	(void)ultotal;
+	(void)ulnow;
+	return cancel != NULL && atomic_load(cancel) != 0;
+}
+
+static bool
+llm_cancelled(const llm_request *req)
+{
+	return req->cancel != NULL && atomic_load(req->cancel) != 0;
+}
+
+/* Sleeps ms, in slices, so a cancellation ends the wait early. */
+static void
+llm_http_wait(const llm_request *req, unsigned ms)
+{
+	uint64_t until = kc_mono_ms() + ms;
+	uint64_t now;
+
+	while (!llm_cancelled(req) && (now = kc_mono_ms()) < until)
+		kc_sleep_ms(until - now < 50 ? (uint32_t)(until - now) : 50);
+}
+
 static bool
 llm_http_transient(CURLcode cc)
 {
@@ -206,8 +237,8 @@ llm_http_transient(CURLcode cc)
 }
 
 static int
-llm_http_try(llm_http *h, const char *body_json, struct curl_slist *headers,
-    llm_response *resp, llm_try *t)
+llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
+    struct curl_slist *headers, llm_response *resp, llm_try *t)
 {
 	char errbuf[CURL_ERROR_SIZE] = "", server[512];
 	curl_off_t retry_after = 0;
@@ -233,8 +264,16 @@ llm_http_try(llm_http *h, const char *body_json, struct curl_slist *headers,
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_USERAGENT, "kclaw-agent");
 	curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
+	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, llm_http_progress);
+	curl_easy_setopt(c, CURLOPT_XFERINFODATA, (void *)req->cancel);
 
 	cc = curl_easy_perform(c);
+	if (cc == CURLE_ABORTED_BY_CALLBACK) {
+		snprintf(t->what, sizeof(t->what), "cancelled");
+		kc_str_free(&body);
+		return KC_ECANCELED;
+	}
 	if (cc != CURLE_OK) {
 		t->retry = llm_http_transient(cc);
 		snprintf(t->what, sizeof(t->what), "%s%s (%s)",
@@ -324,8 +363,9 @@ llm_http_chat(void *state, const llm_request *req, llm_response *resp)
 	}
 
 	for (try_no = 0; try_no < h->cfg.max_tries; try_no++) {
-		rv = llm_http_try(h, body_json, headers, resp, &t);
-		if (rv == 0 || rv == KC_ENOMEM || !t.retry)
+		rv = llm_http_try(h, req, body_json, headers, resp, &t);
+		if (rv == 0 || rv == KC_ENOMEM || rv == KC_ECANCELED ||
+		    !t.retry)
 			break;
 		if (try_no + 1 < h->cfg.max_tries) {
 			unsigned wait = llm_http_backoff(h, try_no);
@@ -337,7 +377,11 @@ llm_http_chat(void *state, const llm_request *req, llm_response *resp)
 			KC_WARN("llm: try %u of %u to %s failed: %s; retrying "
 			        "in %u ms",
 			    try_no + 1, h->cfg.max_tries, h->url, t.what, wait);
-			kc_sleep_ms(wait);
+			llm_http_wait(req, wait);
+			if (llm_cancelled(req)) {
+				rv = KC_ECANCELED;
+				break;
+			}
 		}
 	}
 	/* The header list holds the key: wipe it before freeing. */
@@ -352,6 +396,11 @@ llm_http_chat(void *state, const llm_request *req, llm_response *resp)
 	}
 	if (rv == KC_ENOMEM)
 		return rv;
+	if (rv == KC_ECANCELED)
+		return kc_seterr(rv,
+		    "LLM call to %s cancelled after %u tries: the task was "
+		    "cancelled or the service is shutting down",
+		    h->url, try_no + 1);
 	if (!t.retry)
 		return kc_seterr(rv,
 		    "LLM call to %s (model %s) failed: %s; not retried, since "

@@ -41,6 +41,7 @@ main(int argc, char **argv)
 	llm_config lcfg;
 	kc_config cfg;
 	kc_worker *w = NULL;
+	agent_watch *watch = NULL;
 	struct stat st;
 	int i, rv;
 
@@ -114,13 +115,19 @@ main(int argc, char **argv)
 		llm_close(ctx.llm);
 		return 1;
 	}
+	/* Without events a job still ends; it just cannot be stopped early. */
+	if (agent_watch_open(&watch, cfg.events_url) != 0)
+		KC_WARN("no control events from %s (%s); cancelled tasks' jobs "
+		        "run to their end",
+		    cfg.events_url, kc_lasterr());
 	KC_INFO("%s %s serving %s (LLM: %s%s%s)", logname, kc_worker_id(w),
 	    work_url, llm_provider_name(ctx.llm),
 	    lcfg.replay_dir[0] ? " from " : "",
 	    lcfg.replay_dir[0] ? lcfg.replay_dir : lcfg.model);
-	rv = agent_serve(&ctx, role, w);
+	rv = agent_serve(&ctx, role, w, watch);
 	if (rv != 0)
 		KC_ERROR("stopped: %s", kc_lasterr());
+	agent_watch_close(watch);
 	kc_worker_close(w);
 	llm_close(ctx.llm);
 	return rv == 0 ? 0 : 1;

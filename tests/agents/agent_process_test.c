@@ -5,7 +5,8 @@
  * It proves: a job pulled, answered through HTTP and returned with the next
  * request; idle replies and garbage survived; a SIGKILLed worker's job
  * finished by a fresh worker; shutdown honoured; the exchange recorded
- * without the API key and replayed by another process byte for byte.
+ * without the API key and replayed by another process byte for byte; a
+ * cancelled task's job stopped through the control events.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -28,7 +29,7 @@
 	"the grid\"], \"rationale\": \"few blocks\"}\n```"
 
 static kt_llm_server srv;
-static char dir[256], url[400], rec[400], logf[400];
+static char dir[256], url[400], rec[400], logf[400], events[400];
 
 /* ---- the test orchestrator: requests queue up for the test thread ---- */
 
@@ -158,6 +159,7 @@ start_agent(const char *id, bool replay)
 	setenv("KCLAW_LLM_TIMEOUT_MS", "20000", 1);
 	setenv("KCLAW_LLM_BACKOFF_MS", "20", 1);
 	setenv("KCLAW_LOG", "debug", 1);
+	setenv("KCLAW_EVENTS_URL", events, 1);
 	setenv(replay ? "KCLAW_LLM_REPLAY" : "KCLAW_LLM_RECORD", rec, 1);
 	execl(bin, bin, "--role", "planner", "--work-url", url, "--home", dir,
 	    "--id", id, (char *)NULL);
@@ -212,6 +214,7 @@ main(void)
 {
 	Kclaw__WorkRequest *req;
 	bus_server *s;
+	bus_pub *pub;
 	bus_call *c;
 	uint8_t *recorded, *replayed;
 	size_t lrec, lrep;
@@ -224,7 +227,9 @@ main(void)
 	snprintf(url, sizeof(url), "ipc://%s/work.ipc", dir);
 	snprintf(rec, sizeof(rec), "%s/rec", dir);
 	snprintf(logf, sizeof(logf), "%s/agent.log", dir);
+	snprintf(events, sizeof(events), "ipc://%s/events.ipc", dir);
 	KT_OK(bus_server_open(&s, url, 4, 0, on_request, NULL));
+	KT_OK(bus_pub_open(&pub, events));
 
 	/* 1. A job through HTTP, with a re-ask; garbage and idle survived. */
 	kt_llm_script(
@@ -304,7 +309,51 @@ main(void)
 	free(recorded);
 	free(replayed);
 
-	/* 4. Logs never show the key; a bad role is refused with usage. */
+	/* 4. A cancelled task stops its job's LLM call; another task's
+	 * cancellation does not. */
+	{
+		Kclaw__Event ev = KCLAW__EVENT__INIT;
+		uint8_t *eb;
+		size_t el;
+		int i, waiting;
+
+		ev.kind = KCLAW__EVENT_KIND__TASK_CANCELLED;
+		ev.task_id = "t1";
+		KT_OK(kc_pb_pack(&ev.base, &eb, &el));
+		kt_llm_script(&srv, kt_hang(10.0, "late"), NULL);
+		a = start_agent("agent-p5", false);
+		c = next_request(10000, &req);
+		kclaw__work_request__free_unpacked(req, NULL);
+		give_job(c, "j5", "fill/planner/5");
+		wait_llm_requests(1);
+		KT_OK(bus_pub_send(pub, "task.t2.task_cancelled", eb, el));
+		kc_sleep_ms(300);
+		pthread_mutex_lock(&mu);
+		waiting = ncalls;
+		pthread_mutex_unlock(&mu);
+		KT_EQ_INT(waiting, 0);
+		/* PUB/SUB may drop: publish until the reply comes. */
+		for (i = 0; i < 50; i++) {
+			KT_OK(bus_pub_send(
+			    pub, "task.t1.task_cancelled", eb, el));
+			pthread_mutex_lock(&mu);
+			waiting = ncalls;
+			pthread_mutex_unlock(&mu);
+			if (waiting > 0)
+				break;
+			kc_sleep_ms(100);
+		}
+		free(eb);
+		c = next_request(1000, &req);
+		KT_EQ_STR(req->agent_reply->job_id, "j5");
+		KT_ASSERT(!req->agent_reply->ok);
+		KT_CONTAINS(req->agent_reply->error, "cancelled");
+		kclaw__work_request__free_unpacked(req, NULL);
+		give_idle(c, true);
+		KT_EQ_INT(wait_exit(a, 10000), 0);
+	}
+
+	/* 5. Logs never show the key; a bad role is refused with usage. */
 	KT_OK(kc_read_file(logf, 1 << 22, &text, &len));
 	KT_ASSERT(strstr(text, KT_TEST_KEY) == NULL);
 	KT_CONTAINS(text, "did not decode");
@@ -323,6 +372,7 @@ main(void)
 	}
 
 	bus_server_close(s);
+	bus_pub_close(pub);
 	kt_rmtree(dir);
 	kt_llm_stop(&srv);
 	return 0;

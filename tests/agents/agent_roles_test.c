@@ -124,7 +124,7 @@ http_client(void)
 static Kclaw__AgentReply *
 run(llm_client *c, const Kclaw__AgentJob *job)
 {
-	agent_ctx ctx = {c, prompts, 3};
+	agent_ctx ctx = {.llm = c, .prompts_dir = prompts, .max_asks = 3};
 	Kclaw__AgentReply *r = NULL;
 
 	KT_OK(agent_handle(&ctx, job, &r));
@@ -626,7 +626,7 @@ test_edited_templates(void)
 	                            "{{^context}} no context{{/context}}";
 	llm_client *c = http_client();
 	Kclaw__AgentJob j = planner_job("vec_add/planner/4");
-	agent_ctx ctx = {c, dir, 2};
+	agent_ctx ctx = {.llm = c, .prompts_dir = dir, .max_asks = 2};
 	Kclaw__AgentReply *r;
 	cJSON *log;
 

@@ -6,6 +6,7 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,7 @@ static const llm_message msgs[] = {
     {"system", "You are a test."},
     {"user", "Say \"hi\"\nplease."},
 };
-static const llm_request req = {msgs, 2, "t/planner/0", 0};
+static const llm_request req = {msgs, 2, "t/planner/0", 0, NULL};
 
 static llm_client *
 open_client(unsigned timeout_ms)
@@ -301,6 +302,47 @@ test_config(void)
 	kt_rmtree(dir);
 }
 
+static atomic_int cancel_flag;
+
+static void *
+cancel_later(void *arg)
+{
+	(void)arg;
+	kc_sleep_ms(300);
+	atomic_store(&cancel_flag, 1);
+	return NULL;
+}
+
+/* A cancelled task stops the call in flight and the wait for a retry. */
+static void
+test_cancel(void)
+{
+	llm_client *c = open_client(5000);
+	llm_request r2 = req;
+	llm_response r;
+	pthread_t th;
+	uint64_t t0;
+
+	r2.cancel = &cancel_flag;
+	kt_llm_script(&srv, kt_hang(4.0, "late"), NULL);
+	atomic_store(&cancel_flag, 0);
+	t0 = kc_mono_ms();
+	pthread_create(&th, NULL, cancel_later, NULL);
+	KT_EQ_INT(llm_chat(c, &r2, &r), KC_ECANCELED);
+	pthread_join(th, NULL);
+	KT_ASSERT(kc_mono_ms() - t0 < 2000);
+	KT_CONTAINS(kc_lasterr(), "cancelled");
+
+	kt_llm_script(&srv, kt_status(429, "5"), kt_reply("never"), NULL);
+	atomic_store(&cancel_flag, 0);
+	t0 = kc_mono_ms();
+	pthread_create(&th, NULL, cancel_later, NULL);
+	KT_EQ_INT(llm_chat(c, &r2, &r), KC_ECANCELED);
+	pthread_join(th, NULL);
+	KT_ASSERT(kc_mono_ms() - t0 < 2000);
+	llm_close(c);
+}
+
 int
 main(void)
 {
@@ -314,6 +356,7 @@ main(void)
 	KT_RUN(test_4xx_not_retried);
 	KT_RUN(test_connection_refused);
 	KT_RUN(test_config);
+	KT_RUN(test_cancel);
 	kt_llm_stop(&srv);
 	return 0;
 }
