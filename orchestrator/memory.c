@@ -235,11 +235,3 @@ orch_memory_basic(void)
 {
 	return &mem_basic_ops;
 }
-
-/* store/memory.h's short-term and long-term memories behind the same
- * seam; NULL while kc_memory does not implement them yet. */
-const orch_memory_ops *
-orch_memory_kc(void)
-{
-	return NULL;
-}

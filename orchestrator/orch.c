@@ -1239,7 +1239,8 @@ orch_commit(orch *o, bool sync)
 			    kc_lasterr());
 			_exit(1);
 		}
-		o->counters.commits++;
+		if (sync)
+			o->counters.commits++;
 	}
 	store_batch_free(o->batch);
 	o->batch = NULL;

@@ -71,7 +71,7 @@ typedef struct {
 } orch_memory_ops;
 
 const orch_memory_ops *orch_memory_basic(void);
-/* NULL when kclaw was built without store/memory.h's implementation. */
+/* store/memory.h behind the seam (orchestrator/memory_kc.c). */
 const orch_memory_ops *orch_memory_kc(void);
 
 typedef struct {
@@ -104,7 +104,7 @@ void orch_close(orch *o);
 /* Counters for tests and the benchmark. */
 typedef struct {
 	uint64_t transitions;
-	uint64_t commits;
+	uint64_t commits;         /* synced */
 	uint64_t dropped_replies; /* for jobs no longer awaited */
 	uint64_t retries;
 	uint32_t tasks_active;

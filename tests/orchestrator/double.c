@@ -6,6 +6,9 @@
  *             [--home DIR] [--delay-ms N] [--exit-after N] [--fail-every N]
  *             [--no-device]
  *
+ * It waits KC_DOUBLE_WAIT_MS (default 6000) for an answer, then reconnects
+ * and asks again with its unsent result.
+ *
  * The script is the task's context: "seeds=wrong,ok:2.0;repair=wrong,
  * ok:1.5;opt=1.0,compile,0.5;ref=4.0". A candidate's source is "KC:" and
  * its outcome, which the sandbox double reports (ok:<ms> is OK at that
@@ -191,6 +194,9 @@ main(int argc, char **argv)
 	kc_config cfg;
 	kc_worker *w;
 	int jobs = 0;
+	int wait_ms = getenv("KC_DOUBLE_WAIT_MS")
+	    ? atoi(getenv("KC_DOUBLE_WAIT_MS"))
+	    : 6000;
 
 	for (int i = 1; i < argc; i++) {
 		const char *v = i + 1 < argc ? argv[i + 1] : "";
@@ -229,17 +235,29 @@ main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	for (;;) {
 		Kclaw__WorkReply *job = NULL;
-		int rv = kc_worker_next(w, reply, result, -1, &job);
-		if (rv == KC_ETIMEDOUT)
-			continue; /* send the result again */
+		int rv = kc_worker_next(w, reply, result, wait_ms, &job);
+		if (rv == KC_ECANCELED)
+			break;
+		if (rv != 0 && rv != KC_EPERM) {
+			/* The orchestrator restarted or is gone (NNG does not
+			 * resend a request whose connection broke): a fresh
+			 * socket, and the result goes again. */
+			kc_worker_close(w);
+			kc_sleep_ms(50);
+			if (kc_worker_open(&w, url ? url : cfg.work_url, role,
+			        device, NULL, cfg.token) != 0) {
+				fprintf(
+				    stderr, "kc-double: %s\n", kc_lasterr());
+				return 1;
+			}
+			continue;
+		}
 		if (reply)
 			kclaw__agent_reply__free_unpacked(reply, NULL);
 		if (result)
 			kclaw__eval_result__free_unpacked(result, NULL);
 		reply = NULL;
 		result = NULL;
-		if (rv == KC_ECANCELED)
-			break;
 		if (rv != 0) {
 			fprintf(stderr, "kc-double: %s\n", kc_lasterr());
 			kc_sleep_ms(50);

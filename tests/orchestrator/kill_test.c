@@ -73,7 +73,8 @@ run(bool kill_it, char **out)
 	int kills = 0;
 
 	h_setup(kill_it ? "kill" : "nokill", "\"poll_ms\": 200");
-	h_doubles(workers, 2, kill_it ? "25" : "0");
+	setenv("KC_DOUBLE_WAIT_MS", "1000", 1);
+	h_doubles(workers, 2, kill_it ? "50" : "0");
 	kclawd = h_kclawd();
 	h_wait_up();
 	submit_all();
