@@ -396,16 +396,16 @@ memory_result_out(const memlt_result *r, const char *candidate_id,
 	return memory_text_out(&t, rv, out);
 }
 
-int
-memory_cmd_explain_evidence(
-    store *s, const kb *k, const char *evidence_json, bool json, char **out)
+/* Retrieval for evidence JSON under k (NULL: the store's head). */
+static int
+memory_explain_evidence(
+    store *s, const kb *k, const char *evidence_json, memlt_result *r)
 {
 	kb *own = NULL;
 	memlt_evidence *ev = NULL;
-	memlt_result r = {0};
 	int rv;
 
-	*out = NULL;
+	memset(r, 0, sizeof(*r));
 	if (k == NULL) {
 		if (s == NULL)
 			return kc_seterr(KC_EINVAL, "no knowledge given");
@@ -414,12 +414,24 @@ memory_cmd_explain_evidence(
 		k = own;
 	}
 	if ((rv = memlt_evidence_new(&ev)) == 0 &&
-	    (rv = memlt_evidence_add_json(ev, evidence_json)) == 0 &&
-	    (rv = memlt_retrieve(s, k, ev, NULL, &r)) == 0)
-		rv = memory_result_out(&r, NULL, NULL, 0, json, out);
-	memlt_result_free(&r);
+	    (rv = memlt_evidence_add_json(ev, evidence_json)) == 0)
+		rv = memlt_retrieve(s, k, ev, NULL, r);
 	memlt_evidence_free(ev);
 	kb_free(own);
+	return rv;
+}
+
+int
+memory_cmd_explain_evidence(
+    store *s, const kb *k, const char *evidence_json, bool json, char **out)
+{
+	memlt_result r;
+	int rv;
+
+	*out = NULL;
+	if ((rv = memory_explain_evidence(s, k, evidence_json, &r)) == 0)
+		rv = memory_result_out(&r, NULL, NULL, 0, json, out);
+	memlt_result_free(&r);
 	return rv;
 }
 
@@ -449,17 +461,18 @@ memory_find_fn(
 	return 0;
 }
 
-int
-memory_cmd_explain_candidate(
-    store *s, const kb *k, const char *candidate_id, bool json, char **out)
+/* Retrieval for a stored candidate; *rec is the caller's on success. */
+static int
+memory_explain_candidate(store *s, const kb *k, const char *candidate_id,
+    memlt_result *r, Kclaw__CandidateRecord **rec)
 {
 	memory_find_ctx c = {.id = candidate_id};
 	kb *own = NULL;
 	memlt_evidence *ev = NULL;
-	memlt_result r = {0};
 	int rv;
 
-	*out = NULL;
+	memset(r, 0, sizeof(*r));
+	*rec = NULL;
 	if (candidate_id == NULL || *candidate_id == '\0')
 		return kc_seterr(KC_EINVAL, "no candidate id given");
 	/* The candidates' key layout belongs to the orchestrator, so the
@@ -469,8 +482,8 @@ memory_cmd_explain_candidate(
 		return rv;
 	if (c.found == NULL)
 		return kc_seterr(KC_ENOENT,
-		    "no candidate '%s' in the store (kclaw result "
-		    "TASK lists a task's candidates)",
+		    "no candidate '%s' in the store (kclaw result TASK lists "
+		    "a task's candidates)",
 		    candidate_id);
 	if (c.found->eval == NULL)
 		rv = kc_seterr(KC_ENOENT,
@@ -480,13 +493,151 @@ memory_cmd_explain_candidate(
 	if (rv == 0 && (rv = memlt_evidence_new(&ev)) == 0 &&
 	    (rv = memlt_evidence_add_eval(ev, c.found->eval)) == 0 &&
 	    (rv = memlt_evidence_add_features(
-	         ev, c.found->features, c.found->n_features)) == 0 &&
-	    (rv = memlt_retrieve(s, k, ev, NULL, &r)) == 0)
-		rv = memory_result_out(&r, candidate_id, c.found->methods,
-		    c.found->n_methods, json, out);
-	memlt_result_free(&r);
+	         ev, c.found->features, c.found->n_features)) == 0)
+		rv = memlt_retrieve(s, k, ev, NULL, r);
 	memlt_evidence_free(ev);
 	kb_free(own);
-	kclaw__candidate_record__free_unpacked(c.found, NULL);
+	if (rv != 0)
+		kclaw__candidate_record__free_unpacked(c.found, NULL);
+	else
+		*rec = c.found;
+	return rv;
+}
+
+int
+memory_cmd_explain_candidate(
+    store *s, const kb *k, const char *candidate_id, bool json, char **out)
+{
+	Kclaw__CandidateRecord *rec;
+	memlt_result r;
+	int rv;
+
+	*out = NULL;
+	if ((rv = memory_explain_candidate(s, k, candidate_id, &r, &rec)) ==
+	    0) {
+		rv = memory_result_out(
+		    &r, candidate_id, rec->methods, rec->n_methods, json, out);
+		kclaw__candidate_record__free_unpacked(rec, NULL);
+	}
+	memlt_result_free(&r);
+	return rv;
+}
+
+/* ----------------------------------------------------- the Memory rpc */
+
+/* Moves a text into a response's bytes. */
+static void
+memory_take_data(ProtobufCBinaryData *d, char *text)
+{
+	d->data = (uint8_t *)text;
+	d->len = text != NULL ? strlen(text) : 0;
+}
+
+static int
+memory_serve_cmd(int rv_text, char *text, int rv_json, char *json,
+    Kclaw__MemoryResponse *resp)
+{
+	if (rv_text != 0 || rv_json != 0) {
+		free(text);
+		free(json);
+		return rv_text != 0 ? rv_text : rv_json;
+	}
+	resp->text = text;
+	memory_take_data(&resp->data, json);
+	return 0;
+}
+
+int
+memory_serve(store *s, const kb *k, const Kclaw__MemoryRequest *req,
+    Kclaw__MemoryResponse *resp)
+{
+	const char *q = req->query ? req->query : "";
+	char *arg = NULL, *text = NULL, *json = NULL;
+	int rv, rj = 0;
+
+	if (req->data.len > (1u << 20))
+		return kc_seterr(KC_ENOSPC,
+		    "memory request data is %zu bytes (limit 1 MiB)",
+		    req->data.len);
+	if (req->data.len > 0 &&
+	    (arg = strndup((const char *)req->data.data, req->data.len)) ==
+	        NULL)
+		return KC_ENOMEM;
+	if (strcmp(q, "stats") == 0) {
+		rv = memory_cmd_stats(s, arg, false, &text);
+		if (rv == 0)
+			rj = memory_cmd_stats(s, arg, true, &json);
+		rv = memory_serve_cmd(rv, text, rj, json, resp);
+	} else if (strcmp(q, "methods") == 0) {
+		rv = memory_cmd_methods(s, k, false, &text);
+		if (rv == 0)
+			rj = memory_cmd_methods(s, k, true, &json);
+		rv = memory_serve_cmd(rv, text, rj, json, resp);
+	} else if (strcmp(q, "import") == 0 || strcmp(q, "export") == 0) {
+		bool imp = q[0] == 'i';
+		if (!imp && arg == NULL)
+			rv = kc_seterr(KC_EINVAL,
+			    "export needs the folder to write to in data");
+		else if (imp)
+			rv = memory_cmd_import(s, arg, false, &text);
+		else
+			rv = memory_cmd_export(s, arg, false, &text);
+		rv = memory_serve_cmd(rv, text, 0, NULL, resp);
+	} else if (strcmp(q, "explain") == 0) {
+		memlt_result r = {0};
+		Kclaw__CandidateRecord *rec = NULL;
+		if (req->candidate_id != NULL && *req->candidate_id != '\0')
+			rv = memory_explain_candidate(
+			    s, k, req->candidate_id, &r, &rec);
+		else if (arg != NULL)
+			rv = memory_explain_evidence(s, k, arg, &r);
+		else
+			rv = kc_seterr(KC_EINVAL,
+			    "explain needs candidate_id or evidence JSON in "
+			    "data");
+		if (rv == 0)
+			rv = memory_result_out(&r, req->candidate_id,
+			    rec ? rec->methods : NULL, rec ? rec->n_methods : 0,
+			    false, &text);
+		if (rv == 0)
+			rj = memory_result_out(&r, req->candidate_id,
+			    rec ? rec->methods : NULL, rec ? rec->n_methods : 0,
+			    true, &json);
+		rv = memory_serve_cmd(rv, text, rj, json, resp);
+		if (rv == 0) {
+			/* The recommendations move into the response. */
+			resp->recommendations = r.recs;
+			resp->n_recommendations = r.nrecs;
+			r.recs = NULL;
+			r.nrecs = 0;
+		}
+		if (rec != NULL)
+			kclaw__candidate_record__free_unpacked(rec, NULL);
+		memlt_result_free(&r);
+	} else if (strcmp(q, "short_term") == 0) {
+		char *chain = NULL, *hist = NULL;
+		kc_str t = {0};
+		rv = memst_repair_chain_text(s, req->task_id, 0, &chain);
+		if (rv == 0)
+			rv = memst_opt_history_text(s, req->task_id,
+			    req->candidate_id && *req->candidate_id
+			        ? req->candidate_id
+			        : NULL,
+			    0, &hist);
+		if (rv == 0 &&
+		    (rv = kc_str_printf(&t, "%s%s%s", chain,
+		         *chain && *hist ? "\n" : "", hist)) == 0)
+			resp->text = kc_str_take(&t);
+		if (rv == 0 && resp->text == NULL)
+			rv = KC_ENOMEM;
+		free(chain);
+		free(hist);
+	} else {
+		rv = kc_seterr(KC_EINVAL,
+		    "unknown memory query '%s' (use stats, methods, explain, "
+		    "import, export, short_term)",
+		    q);
+	}
+	free(arg);
 	return rv;
 }

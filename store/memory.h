@@ -18,6 +18,7 @@
 #include <stdbool.h>
 
 #include "expr.h"
+#include "kclaw.pb-c.h"
 #include "kb.h"
 #include "memory_lt.h"
 #include "memory_st.h"
@@ -44,5 +45,21 @@ int memory_cmd_explain_candidate(
  */
 int memory_cmd_explain_evidence(
     store *s, const kb *k, const char *evidence_json, bool json, char **out);
+
+/*
+ * Serves the API's Memory rpc on the orchestrator's store: query "stats"
+ * (data: a signature, optional), "methods", "explain" (candidate_id, or
+ * evidence JSON in data), "import" (data: a folder on the orchestrator's
+ * host; empty: the shipped knowledge), "export" (data: a folder),
+ * "short_term" (task_id; candidate_id: the base kernel, optional). Fills
+ * resp->text (for humans), resp->data (JSON, where the CLI has --json) and,
+ * for explain, resp->recommendations; all malloc'd, so a response made with
+ * malloc + kclaw__memory_response__init is freed with
+ * kclaw__memory_response__free_unpacked(resp, NULL). k may be NULL (the
+ * store's head). KC_EINVAL for an unknown query or missing argument,
+ * KC_ENOENT for what does not exist.
+ */
+int memory_serve(store *s, const kb *k, const Kclaw__MemoryRequest *req,
+    Kclaw__MemoryResponse *resp);
 
 #endif
