@@ -236,9 +236,6 @@ memst_put(
 	if ((rv = memst_check_task(task_id)) != 0 ||
 	    (rv = memst_check_record(r)) != 0)
 		return rv;
-	if (seq == 0)
-		return kc_seterr(
-		    KC_EINVAL, "short-term memory: sequences start at 1");
 	klen = memst_key(key, task_id, true, seq);
 	if ((rv = memst_encode(r, &val)) != 0)
 		return rv;

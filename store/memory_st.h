@@ -66,7 +66,8 @@ typedef struct {
 /* The next free sequence number of the task (1 for the first record). */
 int memst_next_seq(store *s, const char *task_id, uint64_t *seq);
 /* Puts r under (task_id, seq) into the batch; the caller commits it with
- * its state transition. Two records of one batch need distinct seqs. */
+ * its state transition. Any seq works (e.g. the round); records read back
+ * in seq order, and a record put again under the same seq replaces it. */
 int memst_put(
     store_batch *b, const char *task_id, uint64_t seq, const memst_record *r);
 /* Appends r now (next seq, synced); *seq may be NULL. */
