@@ -151,11 +151,19 @@ super_wait_ready(sbx_super *s)
 	rv = sbx_frame_read(s->from_child, s->cfg.ready_timeout_ms, &buf, &len);
 	if (rv != 0) {
 		int st = super_drop(s, 1);
+		int code = st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 		return kc_seterr(KC_EINTERNAL,
-		    "the sandbox child did not start (%s; exit status %d)",
+		    "the sandbox child %s did not start (%s; exit status "
+		    "%d)%s",
+		    s->child_path,
 		    rv == KC_ETIMEDOUT ? "no ready message in time"
 		                       : "it exited",
-		    st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+		    code,
+		    code == 127 ? "; it could not be run or its libraries "
+		                  "were not found: put the CUDA toolkit's "
+		                  "lib64 (NVRTC, CUPTI, cuBLASLt) on "
+		                  "LD_LIBRARY_PATH"
+		                : "");
 	}
 	r = kclaw__eval_result__unpack(NULL, len, buf);
 	free(buf);
