@@ -1014,6 +1014,7 @@ memlt_retrieve(store *s, const kb *k, const memlt_evidence *ev,
     const memlt_options *opt, memlt_result *out)
 {
 	memlt_options o = {.c = MEMLT_DEFAULT_C,
+	    .max_methods = MEMLT_DEFAULT_MAX_METHODS,
 	    .knowledge_bytes = MEMLT_DEFAULT_KNOWLEDGE_BYTES,
 	    .with_global_fallback = true};
 	memlt_ctx ctx = {.k = k};

@@ -34,6 +34,9 @@
 
 #define MEMLT_DEFAULT_C 0.5
 #define MEMLT_DEFAULT_KNOWLEDGE_BYTES 1600
+/* Recommendations when no options are given: enough choice for the
+ * Planner, a bounded prompt (8 x 1600 bytes at most). */
+#define MEMLT_DEFAULT_MAX_METHODS 8
 /* An attempt succeeds when correct and at least this much faster than its
  * base (speedup over base >= 1 + MEMLT_SUCCESS_GAIN). */
 #define MEMLT_SUCCESS_GAIN 0.03
@@ -98,7 +101,8 @@ typedef struct {
 
 /*
  * Retrieves the ranked methods for ev under k. s may be NULL (no learned
- * statistics: every method counts as untried). opt may be NULL (defaults).
+ * statistics: every method counts as untried). opt may be NULL: c 0.5,
+ * MEMLT_DEFAULT_MAX_METHODS, MEMLT_DEFAULT_KNOWLEDGE_BYTES.
  * out is the caller's (memlt_result_free), also on failure.
  */
 int memlt_retrieve(store *s, const kb *k, const memlt_evidence *ev,

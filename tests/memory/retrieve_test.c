@@ -234,6 +234,17 @@ test_trace(void)
 	KT_ASSERT(rec_of(&res, "tensor_core_mma") == NULL);
 	memlt_result_free(&res);
 
+	/* By default at most MEMLT_DEFAULT_MAX_METHODS recommendations,
+	 * though the trace ranks every allowed method. */
+	retrieve_json(NULL,
+	    "{\"metrics\": {\"dram_throughput_pct\": 90, "
+	    "\"sm_throughput_pct\": 20}, \"runtime\": {\"rtol\": 0.01}, "
+	    "\"features\": {\"is_matmul\": 1}}",
+	    NULL, &res);
+	KT_EQ_INT(res.nrecs, MEMLT_DEFAULT_MAX_METHODS);
+	KT_CONTAINS(res.trace, "   9. ");
+	memlt_result_free(&res);
+
 	/* max_methods bounds the list; knowledge_bytes bounds each text. */
 	memlt_options o = {.c = -1, .max_methods = 2, .knowledge_bytes = 400};
 	retrieve_json(NULL, "{}", &o, &res);
