@@ -338,9 +338,14 @@ main(void)
 	if (n < 6)
 		KT_FAIL("%s holds %d examples; at least 6 must ship", dir, n);
 	for (int i = 0; i < n; i++) {
-		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-		fprintf(stderr, "-- example %s\n", names[i]);
-		check_example(path, names[i]);
+		struct stat st;
+		snprintf(path, sizeof(path), "%s/%s/task.json", dir, names[i]);
+		/* Folders beside the tasks (recordings/) are not tasks. */
+		if (stat(path, &st) == 0) {
+			snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+			fprintf(stderr, "-- example %s\n", names[i]);
+			check_example(path, names[i]);
+		}
 		free(names[i]);
 	}
 	free(names);
