@@ -328,12 +328,6 @@ orch_event(orch *o, Kclaw__Event *ev)
 	return rv;
 }
 
-int
-orch_event_now(orch *o, Kclaw__Event *ev)
-{
-	return orch_event(o, ev);
-}
-
 /* A new event with its own copies of the strings (freed with
  * kclaw__event__free_unpacked). */
 static Kclaw__Event *
@@ -815,11 +809,8 @@ orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
 		return rv;
 	t->fsm = next;
 	for (unsigned i = 0; i < acts.n; i++)
-		if ((rv = orch_run_action(o, t, &prev, &acts.a[i], eval,
-		         in->kind == ORCH_IN_JOB_FAILED && reply == NULL &&
-		                 eval == NULL
-		             ? kc_lasterr()
-		             : NULL)) != 0)
+		if ((rv = orch_run_action(
+		         o, t, &prev, &acts.a[i], eval, t->why)) != 0)
 			return rv;
 	if (orch_state_final(next.state) && !orch_state_final(prev.state)) {
 		t->finished_ms = kc_now_ms();

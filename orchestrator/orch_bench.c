@@ -26,15 +26,16 @@
 static long
 bench_rss_kb(void)
 {
-	char *text, *p;
-	size_t len;
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
 	long kb = -1;
 
-	if (kc_read_file("/proc/self/status", 1 << 16, &text, &len) != 0)
+	if (f == NULL)
 		return -1;
-	if ((p = strstr(text, "VmRSS:")) != NULL)
-		kb = strtol(p + 6, NULL, 10);
-	free(text);
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "VmRSS:", 6) == 0)
+			kb = strtol(line + 6, NULL, 10);
+	fclose(f);
 	return kb;
 }
 

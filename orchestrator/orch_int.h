@@ -57,6 +57,8 @@ struct orch_task {
 	orch_fsm fsm;
 	uint64_t created_ms, finished_ms;
 	uint32_t running; /* its jobs running now: fair share */
+	const char *why;  /* during a JOB_FAILED input: what failed */
+	uint64_t served;  /* when it last got a worker: round robin */
 	struct orch_job *jobs;
 	struct orch_task *hnext; /* hash chain */
 };
@@ -121,6 +123,7 @@ struct orch {
 	struct orch_waiter *waiters[ORCH_NROLES];
 	uint32_t nwaiting;
 	uint64_t enq_seq;
+	uint64_t serve_seq;
 
 	/* The cycle in progress. */
 	store_batch *batch;
@@ -150,11 +153,9 @@ struct orch_task *orch_task_find(orch *o, const char *id);
 int orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
     const Kclaw__AgentReply *reply, const Kclaw__EvalResult *eval,
     const struct orch_msg *retrieved);
-/* Records an event in the cycle's batch; published after the commit. */
+/* Records an event in the cycle's batch (takes ev); published after the
+ * commit. */
 int orch_event(orch *o, Kclaw__Event *ev);
-/* Writes and publishes an event now (not a transition: dispatches,
- * retries, processes). */
-int orch_event_now(orch *o, Kclaw__Event *ev);
 int orch_task_record(orch *o, const struct orch_task *t, Kclaw__TaskRecord *rec,
     char **error_out);
 void orch_task_record_free(Kclaw__TaskRecord *rec);

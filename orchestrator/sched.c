@@ -230,10 +230,12 @@ orch_job_failed(orch *o, struct orch_job *j, const char *why)
 		orch_input in = {.kind = ORCH_IN_JOB_FAILED, .job = j->n};
 		Kclaw__Role role = j->role;
 		orch_job_forget(o, j);
-		kc_seterr(KC_EIO, "%s job failed %u times: %s",
+		snprintf(text, sizeof(text), "%s job failed %u times: %s",
 		    orch_role_name(role), o->opt.job_retries + 1, why);
+		t->why = text;
 		if (orch_task_input(o, t, &in, NULL, NULL, NULL) != 0)
 			KC_ERROR("task %s: %s", t->id, kc_lasterr());
+		t->why = NULL;
 	}
 }
 
@@ -660,15 +662,17 @@ orch_device_busy(orch *o, int device)
 	return false;
 }
 
-/* Fair share: the queued job whose task has the fewest jobs running, the
- * oldest among equals. */
+/* Fair share: the queued job whose task has the fewest jobs running, then
+ * the task served longest ago (round robin), then the oldest job. */
 static struct orch_job *
 orch_pick(orch *o, Kclaw__Role role)
 {
 	struct orch_job *best = NULL;
 
 	for (struct orch_job *j = o->qhead[role]; j; j = j->qnext)
-		if (best == NULL || j->task->running < best->task->running)
+		if (best == NULL || j->task->running < best->task->running ||
+		    (j->task->running == best->task->running &&
+		        j->task->served < best->task->served))
 			best = j;
 	return best;
 }
@@ -701,6 +705,7 @@ orch_dispatch(orch *o)
 			*p = w->next;
 			o->nwaiting--;
 			orch_job_run(o, j);
+			j->task->served = ++o->serve_seq;
 			kc_strlcpy(j->worker, w->worker, sizeof(j->worker));
 			j->worker_pid = w->pid;
 			j->device = w->device;

@@ -220,6 +220,52 @@ test_worker_dies_holding_a_job(void)
 	stop(5);
 }
 
+/* One sandbox, a task with 16 seeds and one with 1: fair share runs the
+ * small task's evaluation next, not after the 16 queued before it. */
+static void
+test_fair_share(void)
+{
+	char big[32], small[32];
+	Kclaw__FsmParams p16 = KCLAW__FSM_PARAMS__INIT, p1 = p16;
+	Kclaw__TaskSpec *spec;
+	Kclaw__StatusResponse *s;
+	bool small_done = false;
+
+	start("e2e-fair", "\"poll_ms\": 300");
+	workers[0] = h_spawn(
+	    "kc-double", "--role", "generator", "--home", h_home, (char *)NULL);
+	workers[1] = h_spawn("kc-double", "--device", "0", "--home", h_home,
+	    "--delay-ms", "40", (char *)NULL);
+	p16.seeds = 16;
+	p1.seeds = 1;
+	spec = h_spec("big", "seeds=ok:1.0", 3);
+	spec->params = &p16;
+	KT_OK(h_submit(spec, NULL, big));
+	for (int i = 0; i < 200; i++) { /* its 16 evaluations are queued */
+		s = h_status(big);
+		small_done = strcmp(s->task->state, "REVIEW_SEEDS") == 0;
+		kclaw__status_response__free_unpacked(s, NULL);
+		if (small_done)
+			break;
+		kc_sleep_ms(5);
+	}
+	spec = h_spec("small", "seeds=ok:1.0", 3);
+	spec->params = &p1;
+	KT_OK(h_submit(spec, NULL, small));
+	small_done = false;
+	for (int i = 0; i < 400 && !small_done; i++) {
+		s = h_status(small);
+		small_done = strcmp(s->task->state, "FEATURES") == 0;
+		kclaw__status_response__free_unpacked(s, NULL);
+		kc_sleep_ms(5);
+	}
+	KT_ASSERT(small_done);
+	s = h_status(big);
+	KT_EQ_STR(s->task->state, "REVIEW_SEEDS"); /* still evaluating */
+	kclaw__status_response__free_unpacked(s, NULL);
+	stop(2);
+}
+
 static void
 test_no_gpu(void)
 {
@@ -245,6 +291,7 @@ main(void)
 	signal(SIGPIPE, SIG_IGN);
 	KT_RUN(test_tasks_api_events);
 	KT_RUN(test_worker_dies_holding_a_job);
+	KT_RUN(test_fair_share);
 	KT_RUN(test_no_gpu);
 	return 0;
 }

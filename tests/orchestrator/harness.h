@@ -152,11 +152,6 @@ h_wait_up(void)
 	ProtobufCMessage *resp;
 
 	for (int i = 0; i < 100; i++) {
-		if (i % 10 == 9) {
-			/* A fresh dial after many restarts of the listener. */
-			bus_client_close(h_api);
-			KT_OK(bus_client_open(&h_api, h_cfg.api_url, 0));
-		}
 		if (kc_api_call(h_api, "Health", &req.base, NULL, 300,
 		        &kclaw__health_response__descriptor, &resp) == 0) {
 			protobuf_c_message_free_unpacked(resp, NULL);
