@@ -142,7 +142,8 @@ agent_converse(const agent_ctx *ctx, const agent_role *role,
 	int rv = 0;
 
 	for (ask = 0; ask < max; ask++) {
-		llm_request req = {conv->m, conv->n, key, ask, ctx->cancel};
+		llm_request req = {
+		    conv->m, conv->n, key, ask, ctx->cancel, ctx->deadline_ms};
 		if (ctx->cancel != NULL && atomic_load(ctx->cancel) != 0) {
 			rv = agent_fail(r,
 			    "task %s was cancelled or the service is shutting "
@@ -166,7 +167,8 @@ agent_converse(const agent_ctx *ctx, const agent_role *role,
 		err.len = 0;
 		if (err.buf != NULL)
 			err.buf[0] = '\0';
-		rv = role->accept(job, resp.content, ask + 1 == max, r, &err);
+		rv = role->accept(job, agent_reply_body(resp.content),
+		    ask + 1 == max, r, &err);
 		if (rv == 0) {
 			r->ok = true;
 			llm_response_free(&resp);
@@ -287,6 +289,7 @@ agent_serve(const agent_ctx *ctx0, const agent_role *role, kc_worker *w,
 			kclaw__work_reply__free_unpacked(job, NULL);
 			continue;
 		}
+		ctx->deadline_ms = job->deadline_unix_ms;
 		if (watch != NULL) {
 			agent_watch_begin(watch, job->agent->task_id);
 			ctx->cancel = agent_watch_flag(watch);

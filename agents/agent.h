@@ -30,6 +30,8 @@ typedef struct {
 	unsigned max_asks; /* asks per job, the first included; 0 = default */
 	/* May be NULL; when set, the job in flight stops (see agent_watch). */
 	const atomic_int *cancel;
+	/* The job's deadline (WorkReply.deadline_unix_ms); 0 = none. */
+	uint64_t deadline_ms;
 } agent_ctx;
 
 /* ---- template variables ---- */
@@ -69,6 +71,13 @@ int agent_render_file(const char *prompts_dir, const char *file,
 int agent_job_vars(const Kclaw__AgentJob *job, agent_vars *vars);
 
 /* ---- reply parsing ---- */
+
+/*
+ * The part of a reply to parse: after a leading <think>...</think> section
+ * that reasoning models (served by vLLM, SGLang, llama.cpp, Ollama) put
+ * before the answer, where drafts of code would be mistaken for it.
+ */
+const char *agent_reply_body(const char *content);
 
 typedef struct {
 	char lang[32]; /* the word after the opening fence, lower case */

@@ -17,6 +17,19 @@
 
 /* -------------------------------------------------------------- blocks */
 
+const char *
+agent_reply_body(const char *content)
+{
+	const char *p = content, *end;
+
+	while (isspace((unsigned char)*p))
+		p++;
+	if (strncmp(p, "<think>", 7) != 0 ||
+	    (end = strstr(p + 7, "</think>")) == NULL)
+		return content;
+	return end + 8;
+}
+
 void
 agent_blocks_free(agent_block *blocks, size_t n)
 {

@@ -44,6 +44,9 @@ typedef struct {
 	/* When not NULL and set, the call stops at once (KC_ECANCELED):
 	 * the task was cancelled or the service is shutting down. */
 	const atomic_int *cancel;
+	/* Wall-clock ms (kc_now_ms) after which no try starts and a try in
+	 * flight stops: the orchestrator's deadline for the job; 0 = none. */
+	uint64_t deadline_ms;
 } llm_request;
 
 /* Every string is malloc'd and owned by the response; llm_response_free. */

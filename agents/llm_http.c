@@ -238,7 +238,8 @@ llm_http_transient(CURLcode cc)
 
 static int
 llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
-    struct curl_slist *headers, llm_response *resp, llm_try *t)
+    struct curl_slist *headers, unsigned timeout_ms, llm_response *resp,
+    llm_try *t)
 {
 	char errbuf[CURL_ERROR_SIZE] = "", server[512];
 	curl_off_t retry_after = 0;
@@ -258,9 +259,9 @@ llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, llm_http_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)h->cfg.timeout_ms);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
-	    (long)(h->cfg.timeout_ms < 10000 ? h->cfg.timeout_ms : 10000));
+	    (long)(timeout_ms < 10000 ? timeout_ms : 10000));
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_USERAGENT, "kclaw-agent");
 	curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
@@ -335,6 +336,7 @@ llm_http_chat(void *state, const llm_request *req, llm_response *resp)
 	uint64_t t0 = kc_mono_ns();
 	unsigned try_no;
 	llm_try t = {0};
+	bool late = false;
 	int rv = KC_EHTTP;
 
 	if ((body_json = llm_http_body(h, req)) == NULL)
@@ -363,7 +365,18 @@ llm_http_chat(void *state, const llm_request *req, llm_response *resp)
 	}
 
 	for (try_no = 0; try_no < h->cfg.max_tries; try_no++) {
-		rv = llm_http_try(h, req, body_json, headers, resp, &t);
+		unsigned timeout = h->cfg.timeout_ms;
+		if (req->deadline_ms != 0) {
+			uint64_t now = kc_now_ms();
+			if (now >= req->deadline_ms) {
+				late = true;
+				break;
+			}
+			if (req->deadline_ms - now < timeout)
+				timeout = (unsigned)(req->deadline_ms - now);
+		}
+		rv =
+		    llm_http_try(h, req, body_json, headers, timeout, resp, &t);
 		if (rv == 0 || rv == KC_ENOMEM || rv == KC_ECANCELED ||
 		    !t.retry)
 			break;
@@ -377,6 +390,11 @@ llm_http_chat(void *state, const llm_request *req, llm_response *resp)
 			KC_WARN("llm: try %u of %u to %s failed: %s; retrying "
 			        "in %u ms",
 			    try_no + 1, h->cfg.max_tries, h->url, t.what, wait);
+			if (req->deadline_ms != 0 &&
+			    kc_now_ms() + wait > req->deadline_ms)
+				wait = (unsigned)(req->deadline_ms > kc_now_ms()
+				        ? req->deadline_ms - kc_now_ms()
+				        : 0);
 			llm_http_wait(req, wait);
 			if (llm_cancelled(req)) {
 				rv = KC_ECANCELED;
@@ -396,6 +414,12 @@ llm_http_chat(void *state, const llm_request *req, llm_response *resp)
 	}
 	if (rv == KC_ENOMEM)
 		return rv;
+	if (late)
+		return kc_seterr(KC_ETIMEDOUT,
+		    "LLM call to %s stopped after %u tries: the job's deadline "
+		    "passed%s%s",
+		    h->url, try_no, try_no ? "; last failure: " : "",
+		    try_no ? t.what : "");
 	if (rv == KC_ECANCELED)
 		return kc_seterr(rv,
 		    "LLM call to %s cancelled after %u tries: the task was "

@@ -63,6 +63,17 @@ test_blocks(void)
 }
 
 static void
+test_thinking(void)
+{
+	const char *t = "\n<think>draft:\n```cuda\nbad\n```\n</think>\nanswer";
+
+	KT_EQ_STR(agent_reply_body(t), "\nanswer");
+	KT_EQ_STR(
+	    agent_reply_body("<think>never closed"), "<think>never closed");
+	KT_EQ_STR(agent_reply_body("plain"), "plain");
+}
+
+static void
 test_json(void)
 {
 	kc_str err = {0};
@@ -294,6 +305,7 @@ main(void)
 {
 	setup();
 	KT_RUN(test_blocks);
+	KT_RUN(test_thinking);
 	KT_RUN(test_json);
 	KT_RUN(test_features);
 	KT_RUN(test_contract);

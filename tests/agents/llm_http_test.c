@@ -25,7 +25,7 @@ static const llm_message msgs[] = {
     {"system", "You are a test."},
     {"user", "Say \"hi\"\nplease."},
 };
-static const llm_request req = {msgs, 2, "t/planner/0", 0, NULL};
+static const llm_request req = {msgs, 2, "t/planner/0", 0, NULL, 0};
 
 static llm_client *
 open_client(unsigned timeout_ms)
@@ -343,6 +343,37 @@ test_cancel(void)
 	llm_close(c);
 }
 
+/* No try starts, and none runs, past the job's deadline. */
+static void
+test_deadline(void)
+{
+	llm_client *c = open_client(5000);
+	llm_request r2 = req;
+	llm_response r;
+	uint64_t t0 = kc_mono_ms(), dt;
+	cJSON *log;
+
+	r2.deadline_ms = kc_now_ms() + 700;
+	kt_llm_script(&srv, kt_status(500, NULL), kt_hang(4.0, "late"),
+	    kt_reply("never"), NULL);
+	KT_EQ_INT(llm_chat(c, &r2, &r), KC_ETIMEDOUT);
+	dt = kc_mono_ms() - t0;
+	KT_ASSERT(dt >= 600 && dt < 1500);
+	KT_CONTAINS(kc_lasterr(), "deadline");
+	log = kt_llm_log(&srv);
+	KT_EQ_INT(cJSON_GetArraySize(log), 2);
+	cJSON_Delete(log);
+
+	r2.deadline_ms = kc_now_ms() - 1;
+	kt_llm_script(&srv, kt_reply("never"), NULL);
+	KT_EQ_INT(llm_chat(c, &r2, &r), KC_ETIMEDOUT);
+	KT_CONTAINS(kc_lasterr(), "stopped after 0 tries: the job's deadline");
+	log = kt_llm_log(&srv);
+	KT_EQ_INT(cJSON_GetArraySize(log), 0);
+	cJSON_Delete(log);
+	llm_close(c);
+}
+
 int
 main(void)
 {
@@ -357,6 +388,7 @@ main(void)
 	KT_RUN(test_connection_refused);
 	KT_RUN(test_config);
 	KT_RUN(test_cancel);
+	KT_RUN(test_deadline);
 	kt_llm_stop(&srv);
 	return 0;
 }
