@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "agent.h"
 #include "kc_config.h"
@@ -30,6 +31,25 @@ usage(FILE *f)
 	    "object of kclaw.json (docs/agents.md).\n");
 }
 
+/* <dir of this binary>/../share/kclaw/prompts, if it exists. */
+static bool
+agent_installed_prompts(char *out, size_t n)
+{
+	char exe[KC_PATH_MAX], *slash;
+	struct stat st;
+	ssize_t len;
+
+	len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (len <= 0)
+		return false;
+	exe[len] = '\0';
+	if ((slash = strrchr(exe, '/')) == NULL)
+		return false;
+	*slash = '\0';
+	snprintf(out, n, "%s/../share/kclaw/prompts", exe);
+	return stat(out, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -37,7 +57,7 @@ main(int argc, char **argv)
 	const char *id = NULL, *prompts = NULL, *v;
 	const agent_role *role;
 	agent_ctx ctx = {0};
-	char logname[64], path[KC_PATH_MAX + 32];
+	char logname[64], path[KC_PATH_MAX + 32], installed[KC_PATH_MAX + 32];
 	llm_config lcfg;
 	kc_config cfg;
 	kc_worker *w = NULL;
@@ -91,8 +111,15 @@ main(int argc, char **argv)
 	if (prompts == NULL && (v = getenv("KCLAW_PROMPTS_DIR")) != NULL &&
 	    *v != '\0')
 		prompts = v;
-	if (prompts == NULL)
+	if (prompts == NULL) {
+		/* The source tree's templates, else an installed copy beside
+		 * the binary (<prefix>/share/kclaw/prompts). */
 		prompts = KC_AGENT_PROMPTS_DIR;
+		snprintf(path, sizeof(path), "%s/system.md", prompts);
+		if (stat(path, &st) != 0 &&
+		    agent_installed_prompts(installed, sizeof(installed)))
+			prompts = installed;
+	}
 	snprintf(path, sizeof(path), "%s/system.md", prompts);
 	if (stat(path, &st) != 0) {
 		KC_ERROR("no prompt templates in %s (%s is missing); pass "
