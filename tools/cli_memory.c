@@ -5,6 +5,7 @@
  * At run time only the orchestrator opens the store; when it holds the
  * store, these commands say so instead of waiting.
  */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,10 @@ static const char cli_memory_usage[] =
     "                      the retrieval trace for a stored candidate\n"
     "  explain --evidence FILE.json [--knowledge DIR]\n"
     "                      the retrieval trace for evidence in a file\n"
+    "  short-term TASK_ID [--base KERNEL_ID]\n"
+    "                      a task's repair chains and optimisation "
+    "attempts, as\n"
+    "                      the Diagnoser and the Planner see them\n"
     "\n"
     "options: --json (one JSON document on stdout), --help.\n"
     "`kclaw memory <command> --help` describes each command.\n";
@@ -74,6 +79,13 @@ static const struct cli_memory_help {
         "\"runtime\": {...},\n\"features\": {...}} or one object of name: "
         "number. With --knowledge the\nknowledge comes from DIR instead of "
         "the store.\n"},
+    {"short-term",
+        "usage: kclaw memory short-term TASK_ID [--base KERNEL_ID] "
+        "[--bytes N]\n\n"
+        "Prints the task's short-term memory as the agents see it: the "
+        "repair\nchain (AgentJob.repair_chain) and the optimisation "
+        "attempts on the base\nkernel (AgentJob.opt_history; all bases "
+        "without --base), each within\nN bytes (default 6000).\n"},
 };
 
 /* Options shared by the memory commands. */
@@ -83,6 +95,8 @@ typedef struct {
 	const char *evidence;  /* --evidence FILE */
 	const char *knowledge; /* --knowledge DIR */
 	const char *signature; /* --signature SIG */
+	const char *base;      /* --base KERNEL_ID */
+	const char *bytes;     /* --bytes N */
 } cli_memory_opts;
 
 static int
@@ -105,6 +119,10 @@ cli_memory_parse(int argc, char **argv, cli_memory_opts *o)
 			want = &o->knowledge;
 		else if (strcmp(argv[i], "--signature") == 0)
 			want = &o->signature;
+		else if (strcmp(argv[i], "--base") == 0)
+			want = &o->base;
+		else if (strcmp(argv[i], "--bytes") == 0)
+			want = &o->bytes;
 		if (want != NULL) {
 			if (i + 1 >= argc) {
 				fprintf(stderr,
@@ -246,6 +264,56 @@ cli_memory_methods(int argc, char **argv, const cli_memory_opts *o)
 	return cli_memory_print("methods", rv, text);
 }
 
+static int
+cli_memory_short_term(int argc, char **argv, const cli_memory_opts *o)
+{
+	store *s = NULL;
+	char *chain = NULL, *hist = NULL, *end = NULL;
+	unsigned long bytes = MEMST_DEFAULT_BYTES;
+	int rv;
+
+	if (o->arg == NULL) {
+		fprintf(stderr,
+		    "kclaw memory short-term: give the task id "
+		    "(kclaw memory short-term TASK_ID)\n");
+		return CLI_USAGE;
+	}
+	if (o->bytes != NULL) {
+		bytes = strtoul(o->bytes, &end, 10);
+		if (*o->bytes == '\0' || *end != '\0' || bytes < 64 ||
+		    bytes > (1ul << 20)) {
+			fprintf(stderr,
+			    "kclaw memory short-term: --bytes wants a number "
+			    "from 64 to 1048576, not '%s'\n",
+			    o->bytes);
+			return CLI_USAGE;
+		}
+	}
+	if ((rv = cli_memory_open(argc, argv, false, &s)) == 0 &&
+	    (rv = memst_repair_chain_text(s, o->arg, bytes, &chain)) == 0)
+		rv = memst_opt_history_text(s, o->arg, o->base, bytes, &hist);
+	store_close(s);
+	if (rv == 0 && o->json) {
+		cJSON *doc = cJSON_CreateObject();
+		char *text;
+		cJSON_AddStringToObject(doc, "task", o->arg);
+		cJSON_AddStringToObject(doc, "repair_chain", chain);
+		cJSON_AddStringToObject(doc, "opt_history", hist);
+		text = cJSON_PrintUnformatted(doc);
+		cJSON_Delete(doc);
+		if (text != NULL)
+			printf("%s\n", text);
+		free(text);
+	} else if (rv == 0) {
+		printf("== repair chain (Diagnoser) ==\n%s\n== optimisation "
+		       "history (Planner) ==\n%s\n",
+		    *chain ? chain : "(none)\n", *hist ? hist : "(none)\n");
+	}
+	free(chain);
+	free(hist);
+	return rv != 0 ? cli_memory_print("short-term", rv, NULL) : CLI_OK;
+}
+
 int
 cli_memory(int argc, char **argv)
 {
@@ -277,6 +345,8 @@ cli_memory(int argc, char **argv)
 		return cli_memory_explain(argc, argv, &o);
 	if (strcmp(cmd, "methods") == 0)
 		return cli_memory_methods(argc, argv, &o);
+	if (strcmp(cmd, "short-term") == 0)
+		return cli_memory_short_term(argc, argv, &o);
 	if (strcmp(cmd, "export") == 0 && o.arg == NULL) {
 		fprintf(stderr,
 		    "kclaw memory export: give the folder to write "

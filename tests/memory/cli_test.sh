@@ -120,6 +120,17 @@ has "$T/out" "* (all signatures)"
 run 0 "$K" --home "$H" memory stats --json --signature compute_bound@sm90
 json "$T/out" "d['knowledge']['version'] == 1 and d['learned'][0]['method'] == 'tensor_core_mma' and d['learned'][0]['best_speedup'] == 3.0 and d['learned'][0]['speedup_buckets']['>=2x'] == 1"
 
+# A task's short-term memory as the agents see it.
+run 0 "$FIX" short-term "$H/db" task-3
+run 0 "$K" --home "$H" memory short-term task-3 --base k2
+has "$T/out" "ended when kernel k2 passed; last fix: declare tid from blockIdx and threadIdx"
+has "$T/out" "Optimisation attempts on base k2 (1)"
+has "$T/out" "result: kernel k3 OK, 1.8x vs its base"
+run 0 "$K" --home "$H" memory short-term task-3 --json --bytes 100
+json "$T/out" "d['task'] == 'task-3' and 0 < len(d['opt_history'].encode()) <= 100 and len(d['repair_chain'].encode()) <= 100"
+run 2 "$K" --home "$H" memory short-term task-3 --bytes 10
+run 2 "$K" --home "$H" memory short-term
+
 # A store held by another process (the orchestrator at run time).
 mkfifo "$T/fifo"
 "$FIX" hold "$H/db" "$T/ready" <"$T/fifo" &
@@ -151,7 +162,7 @@ run 2 "$K" --home "$H" memory explain
 run 2 "$K" --home "$H" memory stats --frobnicate
 has "$T/err" "unknown option --frobnicate"
 run 2 "$K" --home "$H" memory explain --evidence
-for c in import export stats methods explain; do
+for c in import export stats methods explain short-term; do
 	run 0 "$K" memory "$c" --help
 	has "$T/out" "usage: kclaw memory $c"
 done

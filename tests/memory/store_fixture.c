@@ -1,7 +1,8 @@
 /*
  * store_fixture.c - puts a store into the states the CLI test needs, the
  * way the orchestrator would: `candidate DB ID` stores an evaluated
- * CandidateRecord, `learn DB` records optimisation attempts, and
+ * CandidateRecord, `learn DB` records optimisation attempts,
+ * `short-term DB TASK` records a repair and an optimisation attempt, and
  * `hold DB READY_FILE` keeps the store open (as a running orchestrator
  * does) until stdin closes or the process is killed.
  */
@@ -78,6 +79,34 @@ fixture_learn(store *s)
 	return rv;
 }
 
+static int
+fixture_short_term(store *s, const char *task)
+{
+	memst_record r = {.kind = MEMST_REPAIR,
+	    .round = 1,
+	    .kernel_id = "k1",
+	    .status = "COMPILE_ERROR",
+	    .failure = "identifier \"tid\" is undefined",
+	    .diagnosis = "tid is never declared",
+	    .fix = "declare tid from blockIdx and threadIdx",
+	    .result_id = "k2",
+	    .outcome = "k2 compiles and is correct",
+	    .passed = true};
+	memst_record o = {.kind = MEMST_OPT,
+	    .round = 2,
+	    .base_id = "k2",
+	    .method = "vectorized_access",
+	    .plan = "load float4",
+	    .kernel_id = "k3",
+	    .status = "OK",
+	    .outcome = "faster",
+	    .speedup = 1.8,
+	    .ms = 0.2};
+	int rv = memst_append(s, task, &r, NULL);
+
+	return rv ? rv : memst_append(s, task, &o, NULL);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -86,8 +115,8 @@ main(int argc, char **argv)
 
 	if (argc < 3) {
 		fprintf(stderr,
-		    "usage: store_fixture candidate DB ID | learn DB | hold "
-		    "DB READY_FILE\n");
+		    "usage: store_fixture candidate DB ID | learn DB | "
+		    "short-term DB TASK | hold DB READY_FILE\n");
 		return 2;
 	}
 	if ((rv = store_open(&s, argv[2])) != 0) {
@@ -98,6 +127,8 @@ main(int argc, char **argv)
 		rv = fixture_candidate(s, argv[3]);
 	else if (strcmp(argv[1], "learn") == 0)
 		rv = fixture_learn(s);
+	else if (strcmp(argv[1], "short-term") == 0 && argc == 4)
+		rv = fixture_short_term(s, argv[3]);
 	else if (strcmp(argv[1], "hold") == 0 && argc == 4) {
 		char c;
 		rv = kc_write_file(argv[3], "ready\n", 6);
