@@ -405,6 +405,7 @@ kb_parse_field(
 		if (cJSON_IsString(a)) {
 			if ((x->name = strdup(a->valuestring)) == NULL)
 				return KC_ENOMEM;
+			f->naliases++;
 		} else if (cJSON_IsObject(a)) {
 			static const char *const akeys[] = {
 			    "name", "scale", NULL};
@@ -415,6 +416,8 @@ kb_parse_field(
 			    (rv = kb_get_str(src, where, anchor, a, "name",
 			         true, &x->name)) != 0)
 				return rv;
+			f->naliases++; /* counted once named: kb_free frees it
+			                */
 			if (sc_ != NULL && !cJSON_IsNumber(sc_))
 				return kb_err(src, anchor,
 				    "%s: alias '%s': 'scale' must be a number",
@@ -427,7 +430,6 @@ kb_parse_field(
 			    "\"scale\"}",
 			    where);
 		}
-		f->naliases++;
 	}
 	return kb_scope_add(sc, src, where, f->name);
 }

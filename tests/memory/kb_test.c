@@ -181,6 +181,8 @@ test_validation_errors(void)
 	    "unknown field 'vetos'", NULL);
 	expect_invalid(true, "\"dram_throughput_pct\", {", "3, {",
 	    "an alias is a string", NULL);
+	expect_invalid(true, "\"scale\": 100", "\"scale\": \"x\"",
+	    "alias 'dram': 'scale' must be a number", NULL);
 	/* JSON syntax: line and column. */
 	expect_invalid(true, "\"t1\",\n", "\"t1\"\n",
 	    "policy.json:3:3: JSON syntax error", NULL);
