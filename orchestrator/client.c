@@ -4,6 +4,7 @@
 #include "client.h"
 
 #include <string.h>
+#include <unistd.h>
 
 #include "kc_err.h"
 
@@ -12,6 +13,14 @@ orch_client_open(orch_client *c, const kc_config *cfg)
 {
 	c->cfg = *cfg;
 	c->bus = NULL;
+	/* An ipc:// address without its socket file has no orchestrator:
+	 * say so at once instead of after the timeout. */
+	if (strncmp(cfg->api_url, "ipc://", 6) == 0 &&
+	    access(cfg->api_url + 6, F_OK) != 0)
+		return kc_seterr(KC_ECLOSED,
+		    "no orchestrator runs in %s (%s does not exist); start "
+		    "one with `kclaw up --detach`",
+		    cfg->home, cfg->api_url + 6);
 	return bus_client_open(&c->bus, cfg->api_url, 0);
 }
 

@@ -108,23 +108,25 @@ static int
 up_wait_ready(const kc_config *cfg, pid_t child)
 {
 	Kclaw__HealthRequest req = KCLAW__HEALTH_REQUEST__INIT;
-	orch_client c;
-	int rv;
 
-	if ((rv = orch_client_open(&c, cfg)) != 0)
-		return rv;
 	for (int i = 0; i < 60; i++) {
 		ProtobufCMessage *resp;
-		if (kc_api_call(c.bus, "Health", &req.base, cfg->token, 250,
-		        &kclaw__health_response__descriptor, &resp) == 0) {
-			protobuf_c_message_free_unpacked(resp, NULL);
-			orch_client_close(&c);
-			return 0;
-		}
+		orch_client c;
+		int rv;
 		if (waitpid(child, NULL, WNOHANG) == child)
 			break;
+		if (orch_client_open(&c, cfg) != 0) {
+			kc_sleep_ms(250); /* kclawd is not listening yet */
+			continue;
+		}
+		rv = kc_api_call(c.bus, "Health", &req.base, cfg->token, 250,
+		    &kclaw__health_response__descriptor, &resp);
+		orch_client_close(&c);
+		if (rv == 0) {
+			protobuf_c_message_free_unpacked(resp, NULL);
+			return 0;
+		}
 	}
-	orch_client_close(&c);
 	return kc_seterr(KC_ETIMEDOUT,
 	    "the orchestrator did not come up; see %s/up.log and "
 	    "%s/kclawd.log",
@@ -266,9 +268,10 @@ cli_up(int argc, char **argv)
 		}
 		_exit(up_supervise(&opt) == 0 ? 0 : 1);
 	}
-	if ((rv = up_wait_ready(&cfg, pid)) != 0)
-		return cli_fail("up", rv) == CLI_UNREACHABLE ? CLI_FAIL
-		                                             : CLI_FAIL;
+	if ((rv = up_wait_ready(&cfg, pid)) != 0) {
+		cli_fail("up", rv);
+		return CLI_FAIL;
+	}
 	printf("kclaw up: running in the background (supervisor pid %d); "
 	       "`kclaw status` shows it, `kclaw up --stop` stops it\n",
 	    (int)pid);
