@@ -71,7 +71,8 @@ p["rules"][2]["allow"].append("warp_drive")
 json.dump(p, open(sys.argv[2], "w"), indent=2)
 EOF
 run 1 "$K" --home "$H" memory import "$T/bad"
-has "$T/err" "policy.json:"
+line=$(grep -n '"name": "launch_merge"' "$T/bad/policy.json" | cut -d: -f1)
+has "$T/err" "$T/bad/policy.json:$line: "
 has "$T/err" "rules[2] \"launch_merge\": allow: method 'warp_drive' is not defined"
 run 3 "$K" --home "$H" memory import "$T/nonexistent"
 has "$T/err" "cannot read $T/nonexistent/policy.json"
