@@ -94,13 +94,15 @@ agent_feat(agent_feats *f, const char *name, double value, const char *note)
 	return 0;
 }
 
-/* The end of the parenthesised header that starts at p ('('), or NULL. */
+/* The end of the parenthesised header that starts at p ('('), or NULL.
+ * Headers are short; the bound keeps unbalanced text linear. */
 static const char *
 agent_paren_end(const char *p)
 {
+	const char *end = p + 1024;
 	int depth = 0;
 
-	for (; *p != '\0'; p++) {
+	for (; *p != '\0' && p < end; p++) {
 		if (*p == '(')
 			depth++;
 		else if (*p == ')' && --depth == 0)

@@ -265,38 +265,67 @@ agent_find_word(const char *s, const char *w)
 	return NULL;
 }
 
-/* Is pos inside an extern "C" { ... } block or after extern "C" in its
- * own declaration? */
-static bool
-agent_is_extern_c(const char *src, const char *pos)
-{
-	const char *p = src, *q, *stmt;
-	int depth;
+#define AGENT_MAX_SPANS 64
+#define AGENT_MAX_KERNELS 256
+#define AGENT_MAX_SOURCE (1u << 20)
 
-	while ((p = strstr(p, "extern \"C\"")) != NULL && p < pos) {
-		q = p + 10;
-		while (isspace((unsigned char)*q))
-			q++;
-		if (*q == '{') {
-			for (depth = 0; *q != '\0'; q++) {
-				if (*q == '{')
-					depth++;
-				else if (*q == '}' && --depth == 0)
-					break;
+typedef struct {
+	const char *b, *e;
+} agent_span;
+
+/* The extern "C" { ... } blocks of src, in one pass (an unclosed one runs
+ * to the end). */
+static size_t
+agent_extern_blocks(const char *src, agent_span *v, size_t max)
+{
+	const char *p, *q;
+	int depth = 0, open_at = -1;
+	size_t n = 0;
+
+	for (p = src; *p != '\0'; p++) {
+		if (*p == '{') {
+			depth++;
+		} else if (*p == '}') {
+			if (depth > 0)
+				depth--;
+			if (open_at >= 0 && depth == open_at) {
+				v[n - 1].e = p;
+				open_at = -1;
 			}
-			if (pos > p && pos < q)
-				return true;
-		} else {
-			/* The declaration's start: after the last ; { }. */
-			for (stmt = pos; stmt > src && stmt[-1] != ';' &&
-			     stmt[-1] != '{' && stmt[-1] != '}';
-			     stmt--)
+		} else if (open_at < 0 && n < max &&
+		    strncmp(p, "extern \"C\"", 10) == 0) {
+			for (q = p + 10; isspace((unsigned char)*q); q++)
 				;
-			if (p >= stmt)
-				return true;
+			if (*q == '{') {
+				v[n].b = p;
+				v[n++].e = q + strlen(q);
+				open_at = depth++;
+				p = q;
+			}
 		}
-		p += 10;
 	}
+	return n;
+}
+
+/* Is the kernel at pos in an extern "C" block, or is extern "C" part of
+ * its own declaration (looked for back to the previous ; { or })? */
+static bool
+agent_is_extern_c(
+    const char *src, const char *pos, const agent_span *v, size_t nv)
+{
+	const char *stmt, *p;
+	size_t i;
+
+	for (i = 0; i < nv; i++)
+		if (pos > v[i].b && pos < v[i].e)
+			return true;
+	for (stmt = pos; stmt > src && pos - stmt < 4096 && stmt[-1] != ';' &&
+	     stmt[-1] != '{' && stmt[-1] != '}';
+	     stmt--)
+		;
+	for (p = stmt; p + 10 <= pos; p++)
+		if (strncmp(p, "extern \"C\"", 10) == 0)
+			return true;
 	return false;
 }
 
@@ -317,11 +346,15 @@ agent_kernels(const char *clean, char ***names, size_t *n, char **not_c)
 {
 	const char *p = clean, *paren, *e, *s;
 	char **v = NULL, **nv;
-	size_t cnt = 0;
+	agent_span spans[AGENT_MAX_SPANS];
+	size_t cnt = 0, nspans = 0;
 
-	if (not_c != NULL)
+	if (not_c != NULL) {
 		*not_c = NULL;
-	while ((p = agent_find_word(p, "__global__")) != NULL) {
+		nspans = agent_extern_blocks(clean, spans, AGENT_MAX_SPANS);
+	}
+	while ((p = agent_find_word(p, "__global__")) != NULL &&
+	    cnt < AGENT_MAX_KERNELS) {
 		const char *g = p;
 		p += 10;
 		/* The name is before the first '(' that is not an attribute's
@@ -349,7 +382,7 @@ agent_kernels(const char *clean, char ***names, size_t *n, char **not_c)
 		if ((v[cnt] = strndup(s, (size_t)(e - s))) == NULL)
 			goto nomem;
 		if (not_c != NULL && *not_c == NULL &&
-		    !agent_is_extern_c(clean, g) &&
+		    !agent_is_extern_c(clean, g, spans, nspans) &&
 		    (*not_c = strdup(v[cnt])) == NULL) {
 			cnt++;
 			goto nomem;
@@ -577,6 +610,13 @@ agent_check_candidate(const Kclaw__TaskSpec *task, const char *source,
 	cJSON *plan = NULL;
 	int rv;
 
+	if (strlen(source) > AGENT_MAX_SOURCE) {
+		kc_str_printf(err,
+		    "the source is longer than %u bytes; a kernel file is far "
+		    "smaller",
+		    AGENT_MAX_SOURCE);
+		return KC_EINVAL;
+	}
 	if ((clean = agent_strip_comments(source)) == NULL)
 		return KC_ENOMEM;
 	if ((rv = agent_check_source(clean, err)) != 0)
