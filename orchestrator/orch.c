@@ -52,7 +52,8 @@ orch_options_json(orch_options *opt, const char *path)
 	    {"max_repairs", 1, 1000}, {"rt", 0, 100}, {"at", 0, 1e6},
 	    {"job_retries", 0, 100}, {"agent_timeout_ms", 100, 864e5},
 	    {"eval_timeout_ms", 100, 864e5}, {"poll_ms", 10, 600e3},
-	    {"render_bytes", 256, 1 << 20}};
+	    {"render_bytes", 256, 1 << 20}, {"tokens", 0, 1e15},
+	    {"wall_seconds", 0, 1e9}, {"target_speedup", 0, 1e6}};
 	double v[KC_ARRAY_LEN(keys)];
 	const cJSON *obj;
 	cJSON *root;
@@ -79,6 +80,9 @@ orch_options_json(orch_options *opt, const char *path)
 	v[7] = opt->eval_timeout_ms;
 	v[8] = opt->poll_ms;
 	v[9] = opt->render_bytes;
+	v[10] = (double)opt->defaults.token_budget;
+	v[11] = opt->wall_seconds;
+	v[12] = opt->defaults.target_speedup;
 	for (size_t i = 0; i < KC_ARRAY_LEN(keys); i++)
 		if (!orch_json_num(
 		        obj, keys[i].key, keys[i].lo, keys[i].hi, &v[i])) {
@@ -98,6 +102,9 @@ orch_options_json(orch_options *opt, const char *path)
 	opt->eval_timeout_ms = (uint32_t)v[7];
 	opt->poll_ms = (uint32_t)v[8];
 	opt->render_bytes = (uint32_t)v[9];
+	opt->defaults.token_budget = (uint64_t)v[10];
+	opt->wall_seconds = (uint64_t)v[11];
+	opt->defaults.target_speedup = v[12];
 out:
 	cJSON_Delete(root);
 	return rv;
@@ -828,6 +835,8 @@ orch_params_from_spec(
     const orch_options *opt, const Kclaw__TaskSpec *spec, orch_params *p)
 {
 	*p = opt->defaults;
+	if (opt->wall_seconds)
+		p->deadline_ms = kc_now_ms() + opt->wall_seconds * 1000;
 	if (spec->params) {
 		const Kclaw__FsmParams *f = spec->params;
 		if (f->seeds)
@@ -849,6 +858,17 @@ orch_params_from_spec(
 			p->deadline_ms = kc_now_ms() + b->wall_seconds * 1000;
 		if (b->target_speedup > 0)
 			p->target_speedup = b->target_speedup;
+	}
+}
+
+/* The task's own job retries and timeouts. */
+static void
+orch_task_limits(struct orch_task *t, const Kclaw__TaskSpec *spec)
+{
+	if (spec->params) {
+		t->job_retries = spec->params->job_retries;
+		t->agent_timeout_ms = spec->params->agent_timeout_s * 1000;
+		t->eval_timeout_ms = spec->params->eval_timeout_s * 1000;
 	}
 }
 
@@ -944,6 +964,7 @@ orch_submit(orch *o, const Kclaw__TaskSpec *spec, const char *task_id,
 		return rv;
 	orch_params_from_spec(&o->opt, spec, &p);
 	orch_fsm_init(&t->fsm, &p);
+	orch_task_limits(t, spec);
 	t->created_ms = kc_now_ms();
 	o->nactive++;
 	snprintf(key, sizeof(key), "%s/spec", id);
@@ -994,8 +1015,8 @@ orch_load_task(
 		return 0;
 	}
 	rv = orch_spec_get(o, id, &spec);
-	if (rv == 0)
-		rv = orch_task_add(o, id, spec->name, &t);
+	if (rv == 0 && (rv = orch_task_add(o, id, spec->name, &t)) == 0)
+		orch_task_limits(t, spec);
 	if (spec)
 		kclaw__task_spec__free_unpacked(spec, NULL);
 	if (rv != 0) {

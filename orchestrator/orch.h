@@ -82,13 +82,16 @@ typedef struct {
 	uint32_t eval_timeout_ms;
 	uint32_t poll_ms;      /* an idle worker's empty answer after this */
 	uint32_t render_bytes; /* bound of a rendered short-term memory */
+	uint64_t wall_seconds; /* default wall-time budget; 0: none */
 	const orch_memory_ops *memory;
 	void *memory_arg;
 } orch_options;
 
 /*
- * Defaults, then kclaw.json's "orchestrator" object (seeds, rounds, rt, at,
- * max_repairs, job_retries, agent_timeout_s, eval_timeout_s, poll_ms).
+ * Defaults, then kclaw.json's "orchestrator" object: seeds, rounds,
+ * max_repairs, rt, at, tokens, wall_seconds, target_speedup (the task
+ * defaults), job_retries, agent_timeout_ms, eval_timeout_ms, poll_ms,
+ * render_bytes. A task's params and budget override them.
  */
 int orch_options_load(orch_options *opt, const kc_config *cfg);
 

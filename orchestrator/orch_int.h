@@ -59,6 +59,9 @@ struct orch_task {
 	uint32_t running; /* its jobs running now: fair share */
 	const char *why;  /* during a JOB_FAILED input: what failed */
 	uint64_t served;  /* when it last got a worker: round robin */
+	/* The task's own job retries and timeouts (FsmParams), else the
+	 * orchestrator's. */
+	uint32_t job_retries, agent_timeout_ms, eval_timeout_ms;
 	struct orch_job *jobs;
 	struct orch_task *hnext; /* hash chain */
 };
@@ -173,6 +176,8 @@ int orch_task_aux_get(
 const char *orch_eval_status_name(Kclaw__EvalStatus st);
 
 /* ---- sched.c ---- */
+uint32_t orch_job_retries(const orch *o, const struct orch_task *t);
+uint32_t orch_job_timeout_ms(const orch *o, const struct orch_job *j);
 /* A new job for an action (queued after the commit). */
 int orch_job_new(
     orch *o, struct orch_task *t, const orch_action *a, bool stage);

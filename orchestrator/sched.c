@@ -16,6 +16,22 @@
 #include "kc_util.h"
 #include "orch_int.h"
 
+uint32_t
+orch_job_retries(const orch *o, const struct orch_task *t)
+{
+	return t->job_retries ? t->job_retries : o->opt.job_retries;
+}
+
+uint32_t
+orch_job_timeout_ms(const orch *o, const struct orch_job *j)
+{
+	if (j->role == KCLAW__ROLE__SANDBOX)
+		return j->task->eval_timeout_ms ? j->task->eval_timeout_ms
+		                                : o->opt.eval_timeout_ms;
+	return j->task->agent_timeout_ms ? j->task->agent_timeout_ms
+	                                 : o->opt.agent_timeout_ms;
+}
+
 void
 orch_job_id(const struct orch_task *t, uint32_t n, char *out, size_t sz)
 {
@@ -214,13 +230,14 @@ orch_job_failed(orch *o, struct orch_job *j, const char *why)
 {
 	char text[512];
 
-	if (j->attempt < o->opt.job_retries) {
+	uint32_t retries = orch_job_retries(o, j->task);
+
+	if (j->attempt < retries) {
 		j->attempt++;
 		o->counters.retries++;
 		snprintf(text, sizeof(text),
 		    "%s job retried (attempt %u of %u): %s",
-		    orch_role_name(j->role), j->attempt + 1,
-		    o->opt.job_retries + 1, why);
+		    orch_role_name(j->role), j->attempt + 1, retries + 1, why);
 		orch_job_event(o, j, KCLAW__EVENT_KIND__JOB_RETRIED, text);
 		orch_job_requeue(o, j);
 		return;
@@ -231,7 +248,7 @@ orch_job_failed(orch *o, struct orch_job *j, const char *why)
 		Kclaw__Role role = j->role;
 		orch_job_forget(o, j);
 		snprintf(text, sizeof(text), "%s job failed %u times: %s",
-		    orch_role_name(role), o->opt.job_retries + 1, why);
+		    orch_role_name(role), retries + 1, why);
 		t->why = text;
 		if (orch_task_input(o, t, &in, NULL, NULL, NULL) != 0)
 			KC_ERROR("task %s: %s", t->id, kc_lasterr());
@@ -589,9 +606,7 @@ orch_build_job(orch *o, struct orch_job *j, uint8_t **buf, size_t *len)
 	Kclaw__OptPlan *plan = NULL;
 	Kclaw__Diagnosis *diag = NULL;
 	char jid[64], key[200], *text = NULL;
-	uint32_t timeout = j->role == KCLAW__ROLE__SANDBOX
-	    ? o->opt.eval_timeout_ms
-	    : o->opt.agent_timeout_ms;
+	uint32_t timeout = orch_job_timeout_ms(o, j);
 	void *val;
 	size_t vlen;
 	int rv;
@@ -709,10 +724,8 @@ orch_dispatch(orch *o)
 			kc_strlcpy(j->worker, w->worker, sizeof(j->worker));
 			j->worker_pid = w->pid;
 			j->device = w->device;
-			j->deadline_mono = kc_mono_ms() +
-			    (r == KCLAW__ROLE__SANDBOX
-			            ? o->opt.eval_timeout_ms
-			            : o->opt.agent_timeout_ms);
+			j->deadline_mono =
+			    kc_mono_ms() + orch_job_timeout_ms(o, j);
 			bus_call_reply(w->call, buf, len);
 			free(buf);
 			free(w);

@@ -186,8 +186,12 @@ test_worker_dies_holding_a_job(void)
 	Kclaw__EventsResponse *ev;
 	pid_t planner;
 	bool retried = false;
+	Kclaw__FsmParams params = KCLAW__FSM_PARAMS__INIT;
+	Kclaw__TaskSpec *spec;
 
-	start("e2e-die", "\"agent_timeout_ms\": 800, \"poll_ms\": 300");
+	/* The task's own deadline for agent jobs (1 s) overrides the
+	 * orchestrator's (300 s). */
+	start("e2e-die", "\"poll_ms\": 300");
 	/* Every role but the Planner; the only Planner dies with its job. */
 	workers[0] = h_spawn(
 	    "kc-double", "--role", "generator", "--home", h_home, (char *)NULL);
@@ -199,8 +203,10 @@ test_worker_dies_holding_a_job(void)
 	    "kc-double", "--device", "0", "--home", h_home, (char *)NULL);
 	planner = h_spawn("kc-double", "--role", "planner", "--home", h_home,
 	    "--exit-after", "1", (char *)NULL);
-	KT_OK(h_submit(
-	    h_spec("dies", "seeds=ok:2.0;opt=1.0;ref=4.0", 1), NULL, id));
+	params.agent_timeout_s = 1;
+	spec = h_spec("dies", "seeds=ok:2.0;opt=1.0;ref=4.0", 1);
+	spec->params = &params;
+	KT_OK(h_submit(spec, NULL, id));
 	waitpid(planner, NULL, 0); /* it took the job and died */
 	for (int i = 0; i < 100 && !retried; i++) {
 		ev = h_events(id, 0);
