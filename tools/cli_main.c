@@ -436,15 +436,16 @@ main_print_health(const main_job *m, const Kclaw__HealthResponse *h)
 	    m->home, h->version, (double)h->uptime_ms / 1000, h->store_path);
 	for (size_t i = 0; i < h->n_processes; i++) {
 		const Kclaw__ProcessInfo *p = h->processes[i];
-		fprintf(m->progress, "  %-14s pid %-7u %-10s restarts %u\n",
+		fprintf(m->progress, "  %-18s pid %-7u %-10s restarts %u\n",
 		    p->name, p->pid, p->state, p->restarts);
 	}
 	fflush(m->progress);
 }
 
-/* Starts the deployment, unless one already answers in the home. */
+/* Starts the deployment, unless one already answers in the home, and
+ * opens c on it (the caller closes c after a success). */
 static int
-main_start(main_job *m, orch_client *c)
+main_start(main_job *m, const kc_config *cfg, orch_client *c)
 {
 	Kclaw__HealthResponse *h = NULL;
 	char agents[16];
@@ -452,12 +453,16 @@ main_start(main_job *m, orch_client *c)
 	size_t n = 0;
 	int rv, code;
 
-	if (main_health(c, &h) == 0) {
-		fprintf(m->progress,
-		    "kclaw main: using the service already running in %s\n",
-		    m->home);
-		kclaw__health_response__free_unpacked(h, NULL);
-		return 0;
+	if (orch_client_open(c, cfg) == 0) {
+		if (main_health(c, &h) == 0) {
+			fprintf(m->progress,
+			    "kclaw main: using the service already running "
+			    "in %s\n",
+			    m->home);
+			kclaw__health_response__free_unpacked(h, NULL);
+			return 0;
+		}
+		orch_client_close(c);
 	}
 	kc_clearerr();
 	args[n++] = "--home";
@@ -475,11 +480,15 @@ main_start(main_job *m, orch_client *c)
 		    "`kclaw up` failed (exit %d); see %s/run/up.log", code,
 		    m->home);
 	m->started = true;
+	if ((rv = orch_client_open(c, cfg)) != 0)
+		return rv;
 	/* The supervisor registers its processes shortly after kclawd
 	 * answers; wait for them so the health shows the whole deployment. */
 	for (int i = 0; i < 40; i++) {
-		if ((rv = main_health(c, &h)) != 0)
+		if ((rv = main_health(c, &h)) != 0) {
+			orch_client_close(c);
 			return rv;
+		}
 		if (h->n_processes > 1 || i == 39)
 			break;
 		kclaw__health_response__free_unpacked(h, NULL);
@@ -581,6 +590,10 @@ main_print_event(main_job *m, const Kclaw__Event *ev)
 		snprintf(what, sizeof(what), "%s", ev->detail);
 		break;
 	case KCLAW__EVENT_KIND__AGENT_REPLIED:
+		/* Replayed replies cost nothing; a model's show their tokens
+		 * and latency. */
+		if (ev->tokens == 0)
+			return;
 		snprintf(what, sizeof(what), "%s", ev->detail);
 		break;
 	case KCLAW__EVENT_KIND__EVAL_FINISHED:
@@ -780,8 +793,9 @@ main_home(main_job *m, int argc, char **argv, kc_config *cfg)
 }
 
 static int
-main_no_gpu(main_job *m, orch_client *c, const char *why)
+main_no_gpu(main_job *m, const kc_config *cfg, const char *why)
 {
+	orch_client c;
 	int rv;
 
 	if (!m->no_gpu_ok) {
@@ -792,8 +806,9 @@ main_no_gpu(main_job *m, orch_client *c, const char *why)
 		    why);
 		return CLI_FAIL;
 	}
-	if ((rv = main_start(m, c)) != 0)
+	if ((rv = main_start(m, cfg, &c)) != 0)
 		return cli_fail("main", rv);
+	orch_client_close(&c);
 	main_shutdown(m);
 	printf("kclaw main: no NVIDIA GPU on this machine (%s), so the "
 	       "service was started, checked and stopped, and no kernel was "
@@ -831,25 +846,18 @@ cli_main_job(int argc, char **argv)
 		gpu = main_have_gpu(why, sizeof(why));
 	if (!gpu && !m.no_gpu_ok)
 		return main_no_gpu(&m, NULL, why);
-	if ((rv = main_home(&m, argc, argv, &cfg)) != 0 ||
-	    (rv = orch_client_open(&c, &cfg)) != 0)
+	if ((rv = main_home(&m, argc, argv, &cfg)) != 0)
 		return cli_fail("main", rv);
 	signal(SIGINT, main_on_signal);
 	signal(SIGTERM, main_on_signal);
 	if ((rv = main_find_examples(&m, examples)) != 0 ||
 	    (rv = main_plan(&m, &cfg, recordings)) != 0 ||
-	    (rv = main_select(&m, names, nnames)) != 0) {
-		orch_client_close(&c);
+	    (rv = main_select(&m, names, nnames)) != 0)
 		return cli_fail("main", rv);
-	}
 	main_packed_env(&m);
-	if (!gpu) {
-		code = main_no_gpu(&m, &c, why);
-		orch_client_close(&c);
-		return code;
-	}
+	if (!gpu)
+		return main_no_gpu(&m, &cfg, why);
 	if (m.ntasks == 0) {
-		orch_client_close(&c);
 		fprintf(
 		    stderr, "kclaw main: no task bundles in %s\n", m.examples);
 		return CLI_FAIL;
@@ -858,10 +866,8 @@ cli_main_job(int argc, char **argv)
 	    "kclaw main: %zu task(s) from %s; agents answer "
 	    "from %s\n",
 	    m.ntasks, m.examples, m.llm);
-	if ((rv = main_start(&m, &c)) != 0) {
-		orch_client_close(&c);
+	if ((rv = main_start(&m, &cfg, &c)) != 0)
 		return cli_fail("main", rv);
-	}
 	uint64_t since = main_last_seq(&c);
 	for (size_t i = 0; i < m.ntasks && rv == 0; i++)
 		if ((rv = main_submit(&m, &c, &m.tasks[i])) != 0)

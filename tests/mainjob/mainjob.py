@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""What the main-job tests expect, derived from the recordings' script
+(examples/recordings/generate.py) and the scripted sandbox's timings.
+
+    mainjob.py table TABLE EXPECT     write the table child's table and the
+                                      expected outcome of every task
+    mainjob.py report REPORT EXPECT   check `kclaw report --json` output
+    mainjob.py events EVENTS EXPECT NAME  check a task's events (kclaw
+                                      watch --json lines) against its
+                                      expectation
+    mainjob.py ids REPORT             "id name" per task of a report
+
+The expected states come from a model of orchestrator/fsm.c's rules
+(promotion when rt relatively or at ms absolutely faster than the base, a
+repair chain after a failed optimisation, the end when the round budget is
+spent), kept deliberately small: if the state machine changes, this test
+says where the recordings no longer fit.
+"""
+
+import json
+import math
+import os
+import sys
+
+SRC = os.environ.get("KCLAW_SRC", os.path.join(os.path.dirname(
+    os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "examples", "recordings"))
+import generate  # noqa: E402
+
+RT, AT = 0.3, 0.3
+
+
+def timings():
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           "timings.json")) as f:
+        return json.load(f)
+
+
+def kernel_ms(tim, task, what):
+    t = tim[task]
+    if what == "reference":
+        return t["reference"]
+    if what in t:
+        return t["reference"] / t[what]
+    return None
+
+
+def expect_task(task, tim):
+    """States entered after SUBMITTED, rounds' statuses, best ms."""
+    seeds = [w for w, _ in generate.TASKS[task]["seeds"]]
+    script = generate.rounds(task)
+    states = ["SEEDING", "REVIEW_SEEDS"]
+    seed_status = [generate.expected_status(w) for w in seeds]
+    ok = [kernel_ms(tim, task, w) for w in seeds
+          if generate.expected_status(w) == "OK"]
+    base = min(ok)
+    best = base
+    states += ["FEATURES", "RETRIEVE", "PLAN", "OPTIMIZE", "REVIEW"]
+    for n, r in enumerate(script):
+        last = n + 1 == len(script)
+        if r["status"] == "OK":
+            ms = kernel_ms(tim, task, r["kernel"])
+            best = min(best, ms)
+            promote = base - ms >= AT or (base - ms) / base >= RT
+            if promote:
+                base = ms
+            nxt = ["FEATURES", "RETRIEVE", "PLAN", "OPTIMIZE", "REVIEW"] \
+                if promote else ["PLAN", "OPTIMIZE", "REVIEW"]
+        else:
+            nxt = ["DIAGNOSE", "REPAIR", "REVIEW"]
+        if last:
+            states.append("DONE")
+        else:
+            states += nxt
+    ref = tim[task]["reference"]
+    return {"task": task, "states": states, "seed_status": seed_status,
+            "round_status": [r["status"] for r in script],
+            "rounds": len(script), "best_ms": best, "speedup": ref / best,
+            "repairs": sum(r["origin"] == "repairer" for r in script)}
+
+
+def cmd_table(table_path, expect_path):
+    tim = timings()
+    with open(table_path, "w") as f:
+        for task, what, src, status in generate.sources():
+            ms = kernel_ms(tim, task, what) if status == "OK" else 0
+            f.write("%s %s %.9f\n" % (generate.source_key(src), status, ms))
+    exp = {t: expect_task(t, tim) for t in generate.TASKS}
+    with open(expect_path, "w") as f:
+        json.dump(exp, f, indent=1)
+
+
+def close(a, b):
+    return a is not None and abs(a - b) <= 1e-6 * max(1.0, abs(b))
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def cmd_report(report_path, expect_path, *names):
+    exp = json.load(open(expect_path))
+    rep = json.load(open(report_path))
+    names = list(names) or list(exp)
+    got = {t["name"]: t for t in rep["tasks"]}
+    if sorted(got) != sorted(names):
+        fail("report has tasks %s, expected %s" % (sorted(got), names))
+    speedups = []
+    for name in names:
+        e, t = exp[name], got[name]
+        if t["state"] != "DONE":
+            fail("%s is %s: %s" % (name, t["state"], t["error"]))
+        if t["rounds"] != e["rounds"]:
+            fail("%s: %d rounds, expected %d" % (name, t["rounds"],
+                                                 e["rounds"]))
+        if t["repairs"] != e["repairs"]:
+            fail("%s: %d repairs, expected %d" % (name, t["repairs"],
+                                                  e["repairs"]))
+        if not close(t["best_ms"], e["best_ms"]):
+            fail("%s: best %s ms, expected %s" % (name, t["best_ms"],
+                                                  e["best_ms"]))
+        if not close(t["speedup"], e["speedup"]):
+            fail("%s: speedup %s, expected %s" % (name, t["speedup"],
+                                                  e["speedup"]))
+        if t["speedup_vs_torch_compile"] is not None:
+            fail("%s: no torch.compile time is known" % name)
+        if "recordings" in t["error"]:
+            fail("%s: %s" % (name, t["error"]))
+        speedups.append(e["speedup"])
+    s = rep["set"]
+    n = len(names)
+    want = {"tasks": n, "success": n, "success_rate": 1.0,
+            "fast_1": sum(x >= 1 for x in speedups) / n,
+            "mean_speedup": sum(speedups) / n,
+            "geomean_speedup": math.exp(sum(map(math.log, speedups)) / n)}
+    for k, v in want.items():
+        if not close(s[k], v):
+            fail("set %s = %s, expected %s" % (k, s[k], v))
+    if s["geomean_speedup_vs_torch_compile"] is not None:
+        fail("set: no torch.compile time is known")
+    print("report ok: %d tasks, geomean %.3fx" % (n, s["geomean_speedup"]))
+
+
+def cmd_events(events_path, expect_path, name):
+    e = json.load(open(expect_path))[name]
+    evs = [json.loads(line) for line in open(events_path) if line.strip()]
+    states = [ev["detail"].split(" -> ")[1] for ev in evs
+              if ev.get("kind") == "STATE_CHANGED"]
+    if states != e["states"]:
+        fail("%s went through\n  %s\nexpected\n  %s" % (
+            name, " ".join(states), " ".join(e["states"])))
+    rounds = [ev["detail"] for ev in evs if ev.get("kind") ==
+              "ROUND_FINISHED"]
+    want = ["round %d: %s" % (i + 1, s) for i, s in
+            enumerate(e["round_status"])]
+    if rounds != want:
+        fail("%s rounds %s, expected %s" % (name, rounds, want))
+    evals = [ev["detail"].split(" ")[0] for ev in evs
+             if ev.get("kind") == "EVAL_FINISHED"]
+    n_seeds = len(e["seed_status"])
+    if len(evals) != n_seeds + e["rounds"]:
+        fail("%s: %d evaluations, expected %d" % (
+            name, len(evals), n_seeds + e["rounds"]))
+    if sorted(evals[:n_seeds]) != sorted(e["seed_status"]):
+        fail("%s: seeds %s, expected %s" % (name, evals[:n_seeds],
+                                            e["seed_status"]))
+    retried = [ev for ev in evs if ev.get("kind") == "JOB_RETRIED"]
+    if retried:
+        fail("%s: jobs were retried: %s" % (name, retried[0]["detail"]))
+    print("events ok: %s (%d states, %d rounds)" % (name, len(states),
+                                                    len(rounds)))
+
+
+def cmd_ids(report_path):
+    for t in json.load(open(report_path))["tasks"]:
+        print(t["id"], t["name"])
+
+
+def main():
+    cmd, args = sys.argv[1], sys.argv[2:]
+    {"table": cmd_table, "report": cmd_report, "events": cmd_events,
+     "ids": cmd_ids}[cmd](
+        *args)
+
+
+if __name__ == "__main__":
+    main()
