@@ -91,7 +91,42 @@ test_tasks_api_events(void)
 	KT_EQ_STR(res->best->candidate->source, "KC:ok:0.5");
 	KT_EQ_STR(res->best->candidate->origin, "optimizer");
 	KT_ASSERT(res->best->plan != NULL);
+	/* The Planner of the last round was shown the optimisation history
+	 * of its base (short-term memory through the memory seam). */
+	KT_EQ_STR(res->best->plan->rationale, "history seen");
 	kclaw__result_response__free_unpacked(res, NULL);
+
+	/* B's second Diagnoser was shown the repair chain. */
+	rreq.task_id = b;
+	KT_OK(h_call("Result", &rreq.base, &kclaw__result_response__descriptor,
+	    (ProtobufCMessage **)&res));
+	{
+		int seen = 0;
+		for (size_t i = 0; i < res->n_history; i++)
+			if (res->history[i]->diagnosis &&
+			    strcmp(res->history[i]->diagnosis->root_cause,
+			        "seen before") == 0)
+				seen++;
+		KT_EQ_INT(seen, 1);
+	}
+	kclaw__result_response__free_unpacked(res, NULL);
+
+	/* Long-term memory answers through the API. */
+	{
+		Kclaw__MemoryRequest mreq = KCLAW__MEMORY_REQUEST__INIT;
+		Kclaw__MemoryResponse *mresp;
+		mreq.query = "methods";
+		KT_OK(h_call("Memory", &mreq.base,
+		    &kclaw__memory_response__descriptor,
+		    (ProtobufCMessage **)&mresp));
+		KT_ASSERT(strlen(mresp->text) > 100);
+		kclaw__memory_response__free_unpacked(mresp, NULL);
+		mreq.query = "bogus";
+		KT_EQ_INT(h_call("Memory", &mreq.base,
+		              &kclaw__memory_response__descriptor, &any),
+		    KC_EINVAL);
+		KT_CONTAINS(kc_lasterr(), "unknown memory query");
+	}
 
 	/* Events were published with their topics and sequence numbers. */
 	snprintf(prefix, sizeof(prefix), "task.%s.", a);
@@ -142,6 +177,34 @@ test_tasks_api_events(void)
 	    (ProtobufCMessage **)&list));
 	KT_EQ_INT(list->n_tasks, ntasks);
 	kclaw__list_response__free_unpacked(list, NULL);
+
+	/* Garbage on the API and work sockets is refused, not fatal. */
+	{
+		static const char junk[] = "\x0a\xff\xff\xff\xff\x0f garbage";
+		bus_client *raw;
+		void *rep;
+		size_t rlen;
+		Kclaw__ApiResponse *ar;
+		Kclaw__WorkReply *wr;
+		KT_OK(bus_client_open(&raw, h_cfg.api_url, 0));
+		KT_OK(bus_client_call(
+		    raw, junk, sizeof(junk), 3000, &rep, &rlen));
+		ar = kclaw__api_response__unpack(NULL, rlen, rep);
+		KT_ASSERT(ar != NULL);
+		KT_EQ_INT(ar->code, KCLAW__API_CODE__API_BAD_REQUEST);
+		kclaw__api_response__free_unpacked(ar, NULL);
+		free(rep);
+		bus_client_close(raw);
+		KT_OK(bus_client_open(&raw, h_cfg.work_url, 0));
+		KT_OK(bus_client_call(
+		    raw, junk, sizeof(junk), 3000, &rep, &rlen));
+		wr = kclaw__work_reply__unpack(NULL, rlen, rep);
+		KT_ASSERT(wr != NULL);
+		KT_CONTAINS(wr->error, "did not decode");
+		kclaw__work_reply__free_unpacked(wr, NULL);
+		free(rep);
+		bus_client_close(raw);
+	}
 
 	/* Idempotent resubmission by task_id. */
 	KT_OK(h_submit(h_spec("task_c", "seeds=ok:2.0;opt=1.9;ref=4.0", 1000),
