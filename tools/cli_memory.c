@@ -3,15 +3,18 @@
  * long-term memory from the command line (store/memory.h does the work).
  *
  * At run time only the orchestrator opens the store; when it holds the
- * store, these commands say so instead of waiting.
+ * store, these commands ask it over the API (the Memory rpc) instead, and
+ * say so clearly when nothing answers there.
  */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "client.h"
 #include "kc_err.h"
 #include "kc_util.h"
 #include "memory.h"
@@ -181,6 +184,65 @@ cli_memory_open(int argc, char **argv, bool create, store **out)
 	return rv;
 }
 
+/*
+ * The store is held (by the running orchestrator): asks it over the API.
+ * data is the request's data (a signature, a folder, evidence JSON).
+ */
+static int
+cli_memory_via_api(int argc, char **argv, const char *query,
+    const cli_memory_opts *o, const char *candidate, const char *task,
+    const char *data)
+{
+	Kclaw__MemoryRequest req = KCLAW__MEMORY_REQUEST__INIT;
+	Kclaw__MemoryResponse *resp = NULL;
+	char busy[512];
+	kc_config cfg;
+	orch_client c;
+	int rv;
+
+	kc_strlcpy(busy, kc_lasterr(), sizeof(busy));
+	if ((rv = cli_config(argc, argv, &cfg)) != 0)
+		return rv;
+	req.query = (char *)query;
+	req.candidate_id = (char *)(candidate ? candidate : "");
+	req.task_id = (char *)(task ? task : "");
+	if (data != NULL) {
+		req.data.data = (uint8_t *)data;
+		req.data.len = strlen(data);
+	}
+	if ((rv = orch_client_open(&c, &cfg)) == 0) {
+		rv = orch_client_call(&c, "Memory", &req.base,
+		    &kclaw__memory_response__descriptor,
+		    (ProtobufCMessage **)&resp);
+		orch_client_close(&c);
+	}
+	if (rv == KC_ECLOSED || rv == KC_ETIMEDOUT) {
+		/* kc_seterr writes the buffer kc_lasterr reads: copy first. */
+		char why[512];
+		kc_strlcpy(why, kc_lasterr(), sizeof(why));
+		return kc_seterr(
+		    KC_EBUSY, "%s; and the API did not answer: %s", busy, why);
+	}
+	if (rv != 0)
+		return rv;
+	if (o->json && resp->data.len > 0) {
+		fwrite(resp->data.data, 1, resp->data.len, stdout);
+	} else if (o->json) {
+		cJSON *doc = cJSON_CreateObject();
+		char *text;
+		cJSON_AddStringToObject(doc, "text", resp->text);
+		text = cJSON_PrintUnformatted(doc);
+		cJSON_Delete(doc);
+		if (text != NULL)
+			printf("%s\n", text);
+		free(text);
+	} else {
+		fputs(resp->text, stdout);
+	}
+	kclaw__memory_response__free_unpacked(resp, NULL);
+	return 0;
+}
+
 static int
 cli_memory_print(const char *cmd, int rv, char *text)
 {
@@ -225,6 +287,12 @@ cli_memory_explain(int argc, char **argv, const cli_memory_opts *o)
 		return cli_memory_print("explain", rv, NULL);
 	}
 	rv = cli_memory_open(argc, argv, false, &s);
+	if (rv == KC_EBUSY && k == NULL) {
+		rv = cli_memory_via_api(
+		    argc, argv, "explain", o, o->arg, NULL, ev);
+		free(ev);
+		return rv == 0 ? CLI_OK : cli_memory_print("explain", rv, NULL);
+	}
 	if (rv != 0 && k != NULL && o->evidence != NULL) {
 		/* Knowledge from files needs no store: explain without the
 		 * learned statistics rather than not at all. */
@@ -255,6 +323,11 @@ cli_memory_methods(int argc, char **argv, const cli_memory_opts *o)
 	if (o->knowledge != NULL && (rv = kb_load_dir(o->knowledge, &k)) != 0)
 		return cli_memory_print("methods", rv, NULL);
 	rv = cli_memory_open(argc, argv, false, &s);
+	if (rv == KC_EBUSY && k == NULL) {
+		rv = cli_memory_via_api(
+		    argc, argv, "methods", o, NULL, NULL, NULL);
+		return rv == 0 ? CLI_OK : cli_memory_print("methods", rv, NULL);
+	}
 	if (rv != 0 && k != NULL)
 		rv = 0; /* files alone are enough for a listing */
 	if (rv == 0)
@@ -289,7 +362,14 @@ cli_memory_short_term(int argc, char **argv, const cli_memory_opts *o)
 			return CLI_USAGE;
 		}
 	}
-	if ((rv = cli_memory_open(argc, argv, false, &s)) == 0 &&
+	rv = cli_memory_open(argc, argv, false, &s);
+	if (rv == KC_EBUSY) {
+		rv = cli_memory_via_api(
+		    argc, argv, "short_term", o, o->base, o->arg, NULL);
+		return rv == 0 ? CLI_OK
+		               : cli_memory_print("short-term", rv, NULL);
+	}
+	if (rv == 0 &&
 	    (rv = memst_repair_chain_text(s, o->arg, bytes, &chain)) == 0)
 		rv = memst_opt_history_text(s, o->arg, o->base, bytes, &hist);
 	store_close(s);
@@ -359,8 +439,21 @@ cli_memory(int argc, char **argv)
 		    cli_memory_usage);
 		return CLI_USAGE;
 	}
-	if ((rv = cli_memory_open(
-	         argc, argv, strcmp(cmd, "import") == 0, &s)) != 0)
+	rv = cli_memory_open(argc, argv, strcmp(cmd, "import") == 0, &s);
+	if (rv == KC_EBUSY) {
+		/* The orchestrator reads folders relative to its own working
+		 * folder: send absolute ones. */
+		char abs[PATH_MAX];
+		const char *data = o.signature;
+		if (strcmp(cmd, "stats") != 0 && o.arg != NULL) {
+			if (strcmp(cmd, "export") == 0)
+				kc_mkdirs(o.arg, 0755);
+			data = realpath(o.arg, abs) ? abs : o.arg;
+		}
+		rv = cli_memory_via_api(argc, argv, cmd, &o, NULL, NULL, data);
+		return rv == 0 ? CLI_OK : cli_memory_print(cmd, rv, NULL);
+	}
+	if (rv != 0)
 		return cli_memory_print(cmd, rv, NULL);
 	if (strcmp(cmd, "import") == 0)
 		rv = memory_cmd_import(s, o.arg, o.json, &text);

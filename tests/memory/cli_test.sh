@@ -9,9 +9,14 @@ FIX="$KCLAW_BIN/memory_store_fixture"
 T=$(mktemp -d /tmp/kc-memory-cli-XXXXXX)
 H="$T/home"
 HOLDER=""
+ORCH=""
 fails=0
 
 cleanup() {
+	if [ -n "$ORCH" ]; then
+		kill "$ORCH" 2>/dev/null
+		wait "$ORCH" 2>/dev/null
+	fi
 	if [ -n "$HOLDER" ]; then
 		exec 3>&-
 		wait "$HOLDER" 2>/dev/null
@@ -144,6 +149,7 @@ while [ ! -f "$T/ready" ] && [ $i -lt 100 ]; do
 done
 run 1 "$K" --home "$H" memory stats
 has "$T/err" "held by the running orchestrator; stop the service or use the API"
+has "$T/err" "and the API did not answer: no orchestrator runs in"
 run 1 "$K" --home "$H" memory import
 has "$T/err" "stop the service or use the API"
 # Knowledge from files needs no store.
@@ -154,6 +160,27 @@ exec 3>&-
 wait "$HOLDER"
 HOLDER=""
 run 0 "$K" --home "$H" memory stats
+
+# With the orchestrator running, the commands go through its Memory rpc.
+if [ -x "$KCLAW_BIN/kclawd" ]; then
+	"$KCLAW_BIN/kclawd" --home "$H" >"$T/kclawd.log" 2>&1 &
+	ORCH=$!
+	i=0
+	while [ ! -S "$H/run/api.ipc" ] && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	run 0 "$K" --home "$H" memory stats
+	has "$T/out" "memory_bandwidth@sm80"
+	run 0 "$K" --home "$H" memory explain cand-7
+	has "$T/out" "recommended when it was planned: vectorized_access"
+	kill "$ORCH"
+	wait "$ORCH"
+	ORCH=""
+	run 0 "$K" --home "$H" memory stats
+else
+	echo "kclawd not built: the Memory rpc path is not checked" >&2
+fi
 
 # Usage errors and help.
 run 2 "$K" --home "$H" memory
