@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "kc_util.h"
 #include "kclaw.pb-c.h"
@@ -167,6 +168,15 @@ const agent_role *agent_role_by_id(Kclaw__Role role);
  */
 int agent_handle(const agent_ctx *ctx, const Kclaw__AgentJob *job,
     Kclaw__AgentReply **reply);
+
+/*
+ * Checks every reply of a recording folder offline, as its role's runtime
+ * would (the role is the folder above each file: <task>/<role>/<n>.json or
+ * .txt). task may be NULL (tensor names are then not checked). Prints one
+ * line per file to out; *bad counts the failures.
+ */
+int agent_check_recording(const char *dir, const Kclaw__TaskSpec *task,
+    FILE *out, unsigned *files, unsigned *bad);
 
 /* ---- control events ---- */
 

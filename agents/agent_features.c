@@ -126,6 +126,43 @@ agent_is_k_ident(const char *s, size_t n)
 	    (n > 4 && memcmp(s, "tile", 4) == 0);
 }
 
+/*
+ * Is the loop's condition bounded by a constant (k < 4, k < VEC, k < TILE)?
+ * Such loops walk a vector or a tile, not the reduction dimension, whose
+ * bound is a run-time value or a one-letter K.
+ */
+static bool
+agent_const_bound(const char *h, const char *e)
+{
+	const char *c, *b, *end, *tok;
+	bool upper = true;
+	size_t n = 0;
+
+	if ((c = memchr(h, ';', (size_t)(e - h))) == NULL ||
+	    (end = memchr(c + 1, ';', (size_t)(e - c - 1))) == NULL)
+		return false;
+	for (b = c + 1; b < end && *b != '<' && *b != '>'; b++)
+		;
+	if (b == end)
+		return false;
+	for (b++; b < end && (*b == '=' || isspace((unsigned char)*b)); b++)
+		;
+	for (tok = b; b < end && !isspace((unsigned char)*b); b++, n++) {
+		if (!agent_idc(*b))
+			return false; /* an expression: n - k0, K / 4 */
+		if (islower((unsigned char)*b))
+			upper = false;
+	}
+	for (; b < end; b++)
+		if (!isspace((unsigned char)*b))
+			return false;
+	if (n == 0)
+		return false;
+	if (isdigit((unsigned char)tok[0]))
+		return true;
+	return upper && n > 1;
+}
+
 /* for-loops whose header names a K-like variable, and if-statements with a
  * comparison (the usual bounds check). */
 static void
@@ -158,7 +195,8 @@ agent_count_control(const char *src, unsigned *k_loops, unsigned *bounds)
 				while (q < e && agent_idc(*q))
 					q++;
 				if (agent_is_k_ident(s, (size_t)(q - s))) {
-					(*k_loops)++;
+					if (!agent_const_bound(h, e))
+						(*k_loops)++;
 					break;
 				}
 			}
@@ -179,29 +217,32 @@ agent_count_control(const char *src, unsigned *k_loops, unsigned *bounds)
 
 #define AGENT_VEC_NAMES 64
 
+/* Pointers declared with a vector type: "const float4 *__restrict__ x". */
 typedef struct {
 	char names[AGENT_VEC_NAMES][48];
 	unsigned n;
 } agent_vec_names;
 
-/* Names declared with a vector type: "float4 *x", "const float4 v". */
 static void
-agent_collect_vec_names(const char *src, agent_vec_names *v)
+agent_collect_vec_ptrs(const char *src, agent_vec_names *v)
 {
 	const char *const *t;
 	const char *p, *q;
-	size_t n;
+	bool ptr;
+	size_t n, tn;
 
 	v->n = 0;
 	for (t = agent_vec_types; *t != NULL; t++) {
-		n = strlen(*t);
-		for (p = src; (p = strstr(p, *t)) != NULL; p += n) {
-			if ((p > src && agent_idc(p[-1])) || agent_idc(p[n]))
+		tn = strlen(*t);
+		for (p = src; (p = strstr(p, *t)) != NULL; p += tn) {
+			if ((p > src && agent_idc(p[-1])) || agent_idc(p[tn]))
 				continue;
-			for (q = p + n;;) {
-				while (isspace((unsigned char)*q) ||
-				    *q == '*' || *q == '&')
+			for (ptr = false, q = p + tn;;) {
+				while (
+				    isspace((unsigned char)*q) || *q == '*') {
+					ptr |= *q == '*';
 					q++;
+				}
 				if (strncmp(q, "const", 5) == 0 &&
 				    !agent_idc(q[5]))
 					q += 5;
@@ -212,46 +253,86 @@ agent_collect_vec_names(const char *src, agent_vec_names *v)
 			}
 			for (n = 0; agent_idc(q[n]); n++)
 				;
-			if (n > 0 && n < 48 && v->n < AGENT_VEC_NAMES) {
+			if (ptr && n > 0 && n < 48 && v->n < AGENT_VEC_NAMES) {
 				memcpy(v->names[v->n], q, n);
 				v->names[v->n++][n] = '\0';
 			}
-			n = strlen(*t);
 		}
 	}
 }
 
-/* Does [s, e) mention a vector type or a name declared with one? */
+/* A vector pointer of v indexed (x4[i]) or dereferenced (*x4) in [s, e). */
 static bool
-agent_mentions_vec(const char *s, const char *e, const agent_vec_names *v)
+agent_vec_ptr_access(const char *s, const char *e, const agent_vec_names *v)
 {
+	const char *p, *q;
 	unsigned i;
+	size_t n;
 
-	if (agent_count_any(s, e, agent_vec_types) > 0)
-		return true;
-	for (i = 0; i < v->n; i++)
-		if (agent_count_word(s, e, v->names[i]) > 0)
-			return true;
+	for (i = 0; i < v->n; i++) {
+		n = strlen(v->names[i]);
+		for (p = s; p + n <= e; p++) {
+			if (memcmp(p, v->names[i], n) != 0 ||
+			    (p > s && agent_idc(p[-1])) ||
+			    (p + n < e && agent_idc(p[n])))
+				continue;
+			for (q = p + n; q < e && isspace((unsigned char)*q);
+			     q++)
+				;
+			if ((q < e && *q == '[') || (p > s && p[-1] == '*'))
+				return true;
+		}
+	}
+	return false;
+}
+
+/* A vector pointer type in [s, e): "float4 *", "const float4*" (a cast or
+ * a declaration). */
+static bool
+agent_vec_ptr_type(const char *s, const char *e)
+{
+	const char *const *t;
+	const char *p, *q;
+	size_t n;
+
+	for (t = agent_vec_types; *t != NULL; t++) {
+		n = strlen(*t);
+		for (p = s; p + n <= e; p++) {
+			if (memcmp(p, *t, n) != 0 ||
+			    (p > s && agent_idc(p[-1])) ||
+			    (p + n < e && agent_idc(p[n])))
+				continue;
+			for (q = p + n; q < e && isspace((unsigned char)*q);
+			     q++)
+				;
+			if (q + 5 <= e && strncmp(q, "const", 5) == 0)
+				for (q += 5;
+				     q < e && isspace((unsigned char)*q); q++)
+					;
+			if (q < e && *q == '*')
+				return true;
+		}
+	}
 	return false;
 }
 
 /*
- * Statements moving vector types to or from memory: an assignment whose
- * indexed or dereferenced side is the memory and whose other side holds a
- * vector type or a name declared with one. Syntax only, as the file's
- * comment says.
+ * Statements moving vector types to or from memory (syntax only, as the
+ * file's comment says). A store: the left side indexes or dereferences a
+ * vector pointer, or dereferences or indexes a cast to one. A load: the
+ * same on the right side. Declaring a vector pointer is neither.
  */
 static void
 agent_count_vector_io(const char *src, unsigned *loads, unsigned *stores)
 {
-	const char *p = src, *end, *eq, *q;
-	agent_vec_names vn;
+	const char *p = src, *end, *eq, *q, *l;
+	agent_vec_names vp;
+	bool lmem, rmem;
 
-	agent_collect_vec_names(src, &vn);
+	agent_collect_vec_ptrs(src, &vp);
 	*loads = *stores = 0;
 	while (*p != '\0') {
-		bool lhs_vec, rhs_vec, lhs_mem, rhs_mem;
-		end = strchr(p, ';');
+		end = strpbrk(p, ";{}");
 		if (end == NULL)
 			end = p + strlen(p);
 		for (eq = NULL, q = p; q < end; q++) {
@@ -261,24 +342,30 @@ agent_count_vector_io(const char *src, unsigned *loads, unsigned *stores)
 				break;
 			}
 		}
-		if (eq != NULL) {
-			const char *l = p;
-			while (l < eq && isspace((unsigned char)*l))
-				l++;
-			lhs_vec = agent_mentions_vec(l, eq, &vn);
-			rhs_vec = agent_mentions_vec(eq + 1, end, &vn);
-			lhs_mem = memchr(l, '[', (size_t)(eq - l)) != NULL ||
-			    *l == '*' || agent_count_sub(l, eq, "->") > 0;
-			rhs_mem = memchr(eq + 1, '[', (size_t)(end - eq - 1)) !=
-			        NULL ||
-			    agent_count_sub(eq + 1, end, "__ldg") > 0 ||
-			    agent_count_sub(eq + 1, end, "*reinterpret_cast") >
-			        0;
-			if (lhs_mem && lhs_vec)
-				(*stores)++;
-			else if (rhs_mem && (lhs_vec || rhs_vec))
-				(*loads)++;
+		if (eq == NULL) {
+			p = *end ? end + 1 : end;
+			continue;
 		}
+		for (l = p; l < eq &&
+		     (isspace((unsigned char)*l) || *l == '{' || *l == '}' ||
+		         *l == ')');
+		     l++)
+			;
+		lmem = memchr(l, '[', (size_t)(eq - l)) != NULL || *l == '*';
+		if (!lmem && agent_vec_ptr_type(l, eq)) {
+			p = *end ? end + 1 : end;
+			continue; /* float4 *x4 = ...: a declaration */
+		}
+		if (lmem &&
+		    (agent_vec_ptr_access(l, eq, &vp) ||
+		        agent_vec_ptr_type(l, eq)))
+			(*stores)++;
+		rmem = memchr(eq + 1, '[', (size_t)(end - eq - 1)) != NULL ||
+		    memchr(eq + 1, '*', (size_t)(end - eq - 1)) != NULL;
+		if (rmem &&
+		    (agent_vec_ptr_access(eq + 1, end, &vp) ||
+		        agent_vec_ptr_type(eq + 1, end)))
+			(*loads)++;
 		p = *end ? end + 1 : end;
 	}
 }

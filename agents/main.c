@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "bundle.h"
 #include "kc_config.h"
 #include "kc_err.h"
 #include "kc_log.h"
@@ -23,12 +24,44 @@ usage(FILE *f)
 	fprintf(f,
 	    "usage: kclaw-agent --role ROLE [--work-url URL] [--home DIR] "
 	    "[--id ID] [--prompts DIR]\n"
+	    "       kclaw-agent --check-recording DIR [--bundle TASK_DIR]\n"
 	    "  ROLE: generator, feature, planner, optimizer, diagnoser, "
 	    "repairer\n"
 	    "  The LLM is configured by KCLAW_LLM_BASE_URL, KCLAW_LLM_MODEL, "
 	    "KCLAW_LLM_API_KEY(_FILE),\n"
 	    "  KCLAW_LLM_RECORD=dir, KCLAW_LLM_REPLAY=dir or the \"llm\" "
-	    "object of kclaw.json (docs/agents.md).\n");
+	    "object of kclaw.json (docs/agents.md).\n"
+	    "  --check-recording validates every reply of a recording "
+	    "folder as its role would\n"
+	    "  (tensor names against the task bundle, when given); exit 1 "
+	    "if any fails.\n");
+}
+
+static int
+check_recording(const char *dir, const char *bundle)
+{
+	Kclaw__TaskSpec *task = NULL;
+	unsigned files, bad;
+
+	if (bundle != NULL && kc_bundle_load(bundle, &task) != 0) {
+		fprintf(stderr, "kclaw-agent: %s\n", kc_lasterr());
+		return 1;
+	}
+	if (agent_check_recording(dir, task, stdout, &files, &bad) != 0) {
+		fprintf(stderr, "kclaw-agent: %s\n", kc_lasterr());
+		bad = 1;
+	} else if (files == 0) {
+		fprintf(stderr,
+		    "kclaw-agent: no recordings (<task>/<role>/<n>.json or "
+		    ".txt) under %s\n",
+		    dir);
+		bad = 1;
+	} else {
+		printf("%u of %u replies usable\n", files - bad, files);
+	}
+	if (task != NULL)
+		kclaw__task_spec__free_unpacked(task, NULL);
+	return bad == 0 ? 0 : 1;
 }
 
 /* <dir of this binary>/../share/kclaw/prompts, if it exists. */
@@ -55,6 +88,7 @@ main(int argc, char **argv)
 {
 	const char *role_name = NULL, *work_url = NULL, *home = NULL;
 	const char *id = NULL, *prompts = NULL, *v;
+	const char *check = NULL, *bundle = NULL;
 	const agent_role *role;
 	agent_ctx ctx = {0};
 	char logname[64], path[KC_PATH_MAX + 32], installed[KC_PATH_MAX + 32];
@@ -82,6 +116,10 @@ main(int argc, char **argv)
 			dst = &id;
 		else if (strcmp(argv[i], "--prompts") == 0)
 			dst = &prompts;
+		else if (strcmp(argv[i], "--check-recording") == 0)
+			dst = &check;
+		else if (strcmp(argv[i], "--bundle") == 0)
+			dst = &bundle;
 		if (dst == NULL || i + 1 >= argc) {
 			fprintf(stderr, "kclaw-agent: %s '%s'\n",
 			    dst ? "missing value for" : "unknown argument",
@@ -91,6 +129,8 @@ main(int argc, char **argv)
 		}
 		*dst = argv[++i];
 	}
+	if (check != NULL)
+		return check_recording(check, bundle);
 	if (role_name == NULL ||
 	    (role = agent_role_by_name(role_name)) == NULL) {
 		fprintf(stderr, "kclaw-agent: %s\n",
