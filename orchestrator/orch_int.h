@@ -126,6 +126,7 @@ struct orch {
 	struct orch_waiter *waiters[ORCH_NROLES];
 	uint32_t nwaiting;
 	uint64_t enq_seq;
+	bool draining; /* the deployment stops: workers are told to exit */
 	uint64_t serve_seq;
 
 	/* The cycle in progress. */
@@ -190,6 +191,10 @@ void orch_work_call(orch *o, bus_call *call);
 void orch_sched_timers(orch *o);
 /* Hands queued jobs to waiting workers. */
 void orch_dispatch(orch *o);
+/* The deployment is stopping (`kclaw up` said so): every waiting worker,
+ * and each one that asks from now on, is told to exit. Results are still
+ * taken. */
+void orch_sched_drain(orch *o);
 /* A process the supervisor saw die: re-queue its jobs now. */
 void orch_sched_process_died(orch *o, uint32_t pid);
 void orch_sched_close(orch *o);

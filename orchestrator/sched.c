@@ -454,6 +454,12 @@ orch_work_call(orch *o, bus_call *call)
 	else if (req->eval_result && req->eval_result->job_id &&
 	    *req->eval_result->job_id)
 		orch_eval_result(o, req->eval_result);
+	if (o->draining) {
+		Kclaw__WorkReply wr = KCLAW__WORK_REPLY__INIT;
+		wr.shutdown = true;
+		orch_work_answer(call, &wr);
+		goto out;
+	}
 	orch_reissue_lost(o, req);
 	/* A worker that asks again gave up its earlier request: NNG would
 	 * discard an answer to it. */
@@ -527,6 +533,22 @@ orch_sched_timers(orch *o)
 			free(w);
 		}
 	}
+}
+
+void
+orch_sched_drain(orch *o)
+{
+	o->draining = true;
+	for (int r = 1; r < ORCH_NROLES; r++)
+		while (o->waiters[r]) {
+			struct orch_waiter *w = o->waiters[r];
+			Kclaw__WorkReply wr = KCLAW__WORK_REPLY__INIT;
+			o->waiters[r] = w->next;
+			wr.shutdown = true;
+			orch_work_answer(w->call, &wr);
+			o->nwaiting--;
+			free(w);
+		}
 }
 
 void
