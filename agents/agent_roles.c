@@ -274,6 +274,24 @@ out:
 
 /* ------------------------------------------------------------- planner */
 
+/* Method names match ignoring case and the choice of '_', '-' or ' '
+ * ("Warp Shuffle Reduction" is warp_shuffle_reduction). */
+static bool
+agent_same_method(const char *a, const char *b)
+{
+	for (; *a != '\0' && *b != '\0'; a++, b++) {
+		char x = (char)tolower((unsigned char)*a);
+		char y = (char)tolower((unsigned char)*b);
+		if (x == '-' || x == ' ')
+			x = '_';
+		if (y == '-' || y == ' ')
+			y = '_';
+		if (x != y)
+			return false;
+	}
+	return *a == *b;
+}
+
 static int
 agent_planner_prepare(const Kclaw__AgentJob *job, agent_vars *vars)
 {
@@ -300,8 +318,10 @@ agent_planner_accept(const Kclaw__AgentJob *job, const char *text, bool last,
 	    (rv = agent_json_text(root, "rationale", &rationale, err)) != 0)
 		goto out;
 	for (i = 0; i < job->n_methods; i++)
-		if (strcmp(job->methods[i]->method, method) == 0)
+		if (agent_same_method(job->methods[i]->method, method))
 			break;
+	if (i < job->n_methods)
+		method = job->methods[i]->method; /* the memory's spelling */
 	if (job->n_methods > 0 && i == job->n_methods) {
 		kc_str_printf(err,
 		    "method '%s' is not one of the retrieved methods; choose "

@@ -397,6 +397,9 @@ planner_job(const char *key)
 	return j;
 }
 
+#define PLAN_LOOSE                                                             \
+	"```json\n{\"method\": \"Vectorize-Memory\", \"steps\": [\"1. x\"], "  \
+	"\"rationale\": \"r\"}\n```"
 #define PLAN_OK                                                                \
 	"```json\n{\"method\": \"vectorize_memory\", \"steps\": [\"1. load "   \
 	"float4\", \"2. quarter the grid\"], \"rationale\": \"memory "         \
@@ -436,6 +439,13 @@ test_planner(void)
 	    "'loop_unroll' is not one of the retrieved methods");
 	KT_CONTAINS(logged_msg(log, 2, 5), "not valid JSON");
 	cJSON_Delete(log);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+
+	/* The method is matched loosely and answered in memory's spelling. */
+	kt_llm_script(&srv, kt_reply(PLAN_LOOSE), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_STR(r->plan->method, "vectorize_memory");
 	kclaw__agent_reply__free_unpacked(r, NULL);
 	llm_close(c);
 }
