@@ -270,6 +270,9 @@ cli_up(int argc, char **argv)
 	}
 	if ((rv = up_wait_ready(&cfg, pid)) != 0) {
 		cli_fail("up", rv);
+		/* Do not leave a deployment behind that cannot start. */
+		kill(pid, SIGTERM);
+		waitpid(pid, NULL, 0);
 		return CLI_FAIL;
 	}
 	printf("kclaw up: running in the background (supervisor pid %d); "
