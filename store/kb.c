@@ -551,6 +551,7 @@ static int
 kb_section(const kb_src *src, const cJSON *doc, const char *key,
     const cJSON **out, size_t *n)
 {
+	*n = 0;
 	*out = cJSON_GetObjectItemCaseSensitive(doc, key);
 	if (*out == NULL)
 		return kb_err(src, NULL, "missing section '%s'", key);
@@ -581,7 +582,7 @@ kb_build_policy(kb *k, const kb_src *src, const cJSON *doc, const kb_src *msrc)
 	    "derived", "predicates", "classes", "rules", "vetoes", NULL};
 	const cJSON *sec, *o;
 	kb_scope sc = {0};
-	size_t n, i;
+	size_t n = 0, i;
 	int rv;
 
 	if ((rv = kb_check_keys(src, "policy", NULL, doc, keys)) != 0 ||
@@ -777,7 +778,7 @@ kb_build_methods(kb *k, const kb_src *src, const cJSON *doc)
 {
 	static const char *const keys[] = {"version", "doc", "methods", NULL};
 	const cJSON *sec, *o;
-	size_t n, i = 0;
+	size_t n = 0, i = 0;
 	int rv;
 
 	if ((rv = kb_check_keys(src, "methods file", NULL, doc, keys)) != 0 ||

@@ -656,6 +656,39 @@ memlt_parse_key(const void *key, size_t klen, char *sig, char *method)
 	return true;
 }
 
+/* A learned record's value: version 1, correct (0/1), speedup (IEEE-754
+ * double, big-endian bits), time in ms (big-endian u64). Fixed-size and
+ * binary because retrieval reads every record of a signature. */
+#define MEMLT_REC_LEN 18
+
+static void
+memlt_rec_encode(
+    uint8_t v[MEMLT_REC_LEN], bool correct, double speedup, uint64_t t)
+{
+	uint64_t bits;
+
+	memcpy(&bits, &speedup, sizeof(bits));
+	v[0] = 1;
+	v[1] = correct ? 1 : 0;
+	store_key_u64(v + 2, bits);
+	store_key_u64(v + 10, t);
+}
+
+static bool
+memlt_rec_decode(
+    const uint8_t *v, size_t len, bool *correct, double *speedup, uint64_t *t)
+{
+	uint64_t bits;
+
+	if (len != MEMLT_REC_LEN || v[0] != 1)
+		return false;
+	*correct = v[1] != 0;
+	bits = store_key_get_u64(v + 2);
+	memcpy(speedup, &bits, sizeof(*speedup));
+	*t = store_key_get_u64(v + 10);
+	return isfinite(*speedup);
+}
+
 static int
 memlt_stats_fn(
     void *arg, const void *key, size_t klen, const void *val, size_t vlen)
@@ -663,31 +696,21 @@ memlt_stats_fn(
 	memlt_stats_acc *acc = arg;
 	char sig[MEMLT_MAX_SIG + 1], method[MEMLT_MAX_METHOD + 1];
 	memlt_stat *st;
-	cJSON *doc;
-	char *text;
+	bool correct;
+	double speedup;
+	uint64_t t;
 
 	if (!memlt_parse_key(key, klen, sig, method))
 		return 0;
 	if (acc->sig != NULL && strcmp(acc->sig, sig) != 0)
 		return 0;
-	if ((text = strndup(val, vlen)) == NULL)
-		return KC_ENOMEM;
-	doc = cJSON_Parse(text);
-	free(text);
-	if (doc == NULL)
-		return 0; /* a damaged record counts as nothing learned */
+	/* A damaged record counts as nothing learned. */
+	if (!memlt_rec_decode(val, vlen, &correct, &speedup, &t))
+		return 0;
 	st = memlt_stat_row(&acc->v, &acc->n, &acc->cap, sig, method);
-	if (st == NULL) {
-		cJSON_Delete(doc);
+	if (st == NULL)
 		return KC_ENOMEM;
-	}
-	const cJSON *c = cJSON_GetObjectItemCaseSensitive(doc, "correct");
-	const cJSON *s = cJSON_GetObjectItemCaseSensitive(doc, "speedup");
-	const cJSON *t = cJSON_GetObjectItemCaseSensitive(doc, "time");
-	memlt_stat_add(st, cJSON_IsTrue(c),
-	    cJSON_IsNumber(s) ? s->valuedouble : 0,
-	    cJSON_IsNumber(t) ? (uint64_t)t->valuedouble : 0);
-	cJSON_Delete(doc);
+	memlt_stat_add(st, correct, speedup, t);
 	return 0;
 }
 
@@ -801,9 +824,8 @@ memlt_learn(store *s, store_batch *b, const char *signature, const char *method,
 {
 	char key[1 + MEMLT_MAX_SIG + 1 + MEMLT_MAX_METHOD + 1 +
 	    MEMLT_MAX_ATTEMPT + 1];
-	char val[160];
+	uint8_t val[MEMLT_REC_LEN];
 	size_t klen;
-	int rv;
 
 	if (!memlt_valid_part(signature, MEMLT_MAX_SIG) ||
 	    !memlt_valid_part(method, MEMLT_MAX_METHOD) ||
@@ -826,17 +848,14 @@ memlt_learn(store *s, store_batch *b, const char *signature, const char *method,
 	    (size_t)snprintf(key + klen, sizeof(key) - klen, "%s", method) + 1;
 	klen +=
 	    (size_t)snprintf(key + klen, sizeof(key) - klen, "%s", attempt_id);
-	snprintf(val, sizeof(val),
-	    "{\"correct\":%s,\"speedup\":%.17g,\"time\":%llu}",
-	    correct ? "true" : "false", speedup,
-	    (unsigned long long)kc_now_ms());
+	memlt_rec_encode(val, correct, speedup, kc_now_ms());
 	if (b != NULL)
 		return store_batch_put(
-		    b, STORE_CF_LEARNED, key, klen, val, strlen(val));
+		    b, STORE_CF_LEARNED, key, klen, val, sizeof(val));
 	if (s == NULL)
 		return kc_seterr(KC_EINVAL, "learned: no store and no batch");
-	rv = store_put(s, STORE_CF_LEARNED, key, klen, val, strlen(val), true);
-	return rv;
+	return store_put(
+	    s, STORE_CF_LEARNED, key, klen, val, sizeof(val), true);
 }
 
 /* ----------------------------------------------------------- retrieval */

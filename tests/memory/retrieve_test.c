@@ -454,6 +454,13 @@ test_learning_across_reopen(void)
 	KT_EQ_INT(one.attempts, 0);
 	KT_OK(store_batch_commit(s, b, true));
 	store_batch_free(b);
+	/* A damaged record counts as nothing learned. */
+	{
+		static const char key[] =
+		    "amemory_bandwidth\0vectorized_access\0junk";
+		KT_OK(store_put(s, STORE_CF_LEARNED, key, sizeof(key) - 1,
+		    "{\"correct\":true}", 16, true));
+	}
 	/* Bad input is refused with a reason. */
 	KT_EQ_INT(memlt_learn(s, NULL, "", "m", "a", true, 1.1), KC_EINVAL);
 	KT_EQ_INT(memlt_learn(s, NULL, "sig", "m", "a", true, NAN), KC_EINVAL);
