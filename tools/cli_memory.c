@@ -256,7 +256,8 @@ cli_memory_print(const char *cmd, int rv, char *text)
 		 * the command was called. */
 		return rv == KC_EINVAL ? CLI_FAIL : code;
 	}
-	fputs(text, stdout);
+	if (text != NULL)
+		fputs(text, stdout);
 	free(text);
 	return CLI_OK;
 }
