@@ -310,6 +310,7 @@ agent_planner_accept(const Kclaw__AgentJob *job, const char *text, bool last,
 	cJSON *root;
 	size_t i;
 	int rv, n;
+	bool outside;
 
 	(void)last;
 	if ((rv = agent_parse_json(text, &root, err)) != 0)
@@ -322,17 +323,14 @@ agent_planner_accept(const Kclaw__AgentJob *job, const char *text, bool last,
 			break;
 	if (i < job->n_methods)
 		method = job->methods[i]->method; /* the memory's spelling */
-	if (job->n_methods > 0 && i == job->n_methods) {
-		kc_str_printf(err,
-		    "method '%s' is not one of the retrieved methods; choose "
-		    "exactly one of:",
-		    method);
-		for (i = 0; i < job->n_methods; i++)
-			kc_str_printf(err, "%s '%s'", i ? "," : "",
-			    job->methods[i]->method);
-		rv = KC_EINVAL;
-		goto out;
-	}
+	/*
+	 * A method outside the retrieved list is accepted, not re-asked: the
+	 * list depends on measured metrics and learned statistics, so a
+	 * recorded session (or a model that knows better) must not fail on
+	 * it. The plan says so, the orchestrator records the attempt, and
+	 * the learned memory scores the method like any other.
+	 */
+	outside = job->n_methods > 0 && i == job->n_methods;
 	steps = cJSON_GetObjectItemCaseSensitive(root, "steps");
 	n = cJSON_GetArraySize(steps);
 	if (!cJSON_IsArray(steps) || n < 1 || n > AGENT_PLAN_MAX_STEPS) {
@@ -374,8 +372,19 @@ agent_planner_accept(const Kclaw__AgentJob *job, const char *text, bool last,
 		}
 		p->n_steps = ++i;
 	}
+	if (outside) {
+		kc_str note = {0};
+		if (kc_str_printf(&note,
+		        "%s [chosen outside the retrieved "
+		        "methods]",
+		        rationale) != 0) {
+			rv = KC_ENOMEM;
+			goto out;
+		}
+		p->rationale = kc_str_take(&note);
+	}
 	if (agent_pb_setstr(&p->method, method) != 0 ||
-	    agent_pb_setstr(&p->rationale, rationale) != 0 ||
+	    (!outside && agent_pb_setstr(&p->rationale, rationale) != 0) ||
 	    agent_pb_setstr(&p->expected_effect,
 	        agent_json_opt(root, "expected_effect")) != 0) {
 		rv = KC_ENOMEM;

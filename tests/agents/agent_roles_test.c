@@ -416,7 +416,7 @@ test_planner(void)
 
 	kt_llm_script(&srv,
 	    kt_reply("```json\n{\"method\": \"loop_unroll\", \"steps\": "
-	             "[\"a\"], \"rationale\": \"r\"}\n```"),
+	             "[], \"rationale\": \"r\"}\n```"),
 	    kt_reply("{\"method\": \"vectorize_memory\", \"steps\": [\"a\"],}"),
 	    kt_reply(PLAN_OK), NULL);
 	r = run(c, &j);
@@ -435,10 +435,23 @@ test_planner(void)
 	KT_CONTAINS(logged_msg(log, 0, 1), "round 1: smem_tiling -> slower");
 	KT_CONTAINS(
 	    logged_msg(log, 0, 1), "from: vectorize_memory, grid_stride");
-	KT_CONTAINS(logged_msg(log, 1, 3),
-	    "'loop_unroll' is not one of the retrieved methods");
+	KT_CONTAINS(logged_msg(log, 1, 3), "\"steps\" must be an array");
 	KT_CONTAINS(logged_msg(log, 2, 5), "not valid JSON");
 	cJSON_Delete(log);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+
+	/* A method outside the retrieved list is taken at once (retrieval
+	 * depends on measurements; a recorded session must still replay),
+	 * and the plan says it was outside. */
+	kt_llm_script(&srv,
+	    kt_reply("{\"method\": \"loop_unroll\", \"steps\": [\"a\"], "
+	             "\"rationale\": \"r\"}"),
+	    NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_STR(r->plan->method, "loop_unroll");
+	KT_EQ_INT(r->usage->calls, 1);
+	KT_CONTAINS(r->plan->rationale, "outside the retrieved methods");
 	kclaw__agent_reply__free_unpacked(r, NULL);
 
 	/* The method is matched loosely and answered in memory's spelling. */
