@@ -9,6 +9,7 @@
                                       watch --json lines) against its
                                       expectation
     mainjob.py ids REPORT             "id name" per task of a report
+    mainjob.py compile NVRTC_CHECK    the failing seeds through NVRTC
 
 The expected states come from a model of orchestrator/fsm.c's rules
 (promotion when rt relatively or at ms absolutely faster than the base, a
@@ -172,6 +173,32 @@ def cmd_events(events_path, expect_path, name):
                                                     len(rounds)))
 
 
+def cmd_compile(nvrtc):
+    """The failing seeds (typos) through NVRTC, and the reference port they
+    sit beside as a control: the typos must fail, the port compile (the
+    hand-written candidates are compiled by tasks_examples)."""
+    import subprocess
+    import tempfile
+    want = {}
+    with tempfile.TemporaryDirectory() as d:
+        for task, what, src, status in generate.sources():
+            if status != "COMPILE_ERROR" and what != "reference":
+                continue
+            path = os.path.join(d, "%s-%s.cu" % (task, what.replace(
+                ":", "")))
+            with open(path, "w") as f:
+                f.write(src)
+            want[path] = status
+        r = subprocess.run([nvrtc] + sorted(want), capture_output=True,
+                           text=True)
+    got = dict(line.split() for line in r.stdout.splitlines())
+    for path, status in sorted(want.items()):
+        if got.get(path) != status:
+            fail("%s: %s, expected %s" % (os.path.basename(path),
+                                          got.get(path), status))
+    print("compile ok: %d kernels" % len(want))
+
+
 def cmd_ids(report_path):
     for t in json.load(open(report_path))["tasks"]:
         print(t["id"], t["name"])
@@ -180,7 +207,7 @@ def cmd_ids(report_path):
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     {"table": cmd_table, "report": cmd_report, "events": cmd_events,
-     "ids": cmd_ids}[cmd](
+     "ids": cmd_ids, "compile": cmd_compile}[cmd](
         *args)
 
 

@@ -60,8 +60,11 @@ home=$(mktemp -d /tmp/kclaw-main.XXXXXX)
 	echo $? >"$logs/main.rc"
 } 2>&1 | tee "$logs/main.log"
 rc=$(cat "$logs/main.rc")
-"$here/bin/kclaw" --home "$home" report --json >"$logs/report.json" || rc=1
-"$here/bin/kclaw" --home "$home" up --stop >/dev/null || rc=1
+if [ -S "$home/run/api.ipc" ]; then
+	"$here/bin/kclaw" --home "$home" report --json >"$logs/report.json" ||
+		rc=1
+	"$here/bin/kclaw" --home "$home" up --stop >/dev/null || rc=1
+fi
 cp "$home"/run/*.log "$logs/" 2>/dev/null || true
 echo "main job exit $rc; logs in $logs, home $home"
 exit $rc
