@@ -562,15 +562,6 @@ main_task_of(main_job *m, const char *id)
 	return NULL;
 }
 
-static const char *
-main_role(Kclaw__Role r)
-{
-	static const char *const names[] = {"", "generator", "feature",
-	    "planner", "optimizer", "diagnoser", "repairer", "sandbox"};
-
-	return (unsigned)r < 8 ? names[r] : "";
-}
-
 /* One line per notable event of our tasks (and process trouble). */
 static void
 main_print_event(main_job *m, const Kclaw__Event *ev)
@@ -610,9 +601,6 @@ main_print_event(main_job *m, const Kclaw__Event *ev)
 		snprintf(what, sizeof(what), "%s", ev->detail);
 		break;
 	case KCLAW__EVENT_KIND__JOB_RETRIED:
-		snprintf(what, sizeof(what), "%s job retried: %s",
-		    main_role(ev->role), ev->detail);
-		break;
 	case KCLAW__EVENT_KIND__PROCESS_CRASHED:
 	case KCLAW__EVENT_KIND__PROCESS_RESTARTED:
 		snprintf(what, sizeof(what), "%s", ev->detail);

@@ -4,7 +4,8 @@
 # shows its health with every process up, stops, exit 0), bad arguments
 # (exit 2), an unknown example (exit 3), no service (exit 4), and a task
 # that fails for want of a GPU (the real sandbox without a driver): FAILED
-# in the report, success 0/1, kclaw main exits 1.
+# in the report, success 0/1, kclaw main exits 1; and a configured model
+# answering instead of the recordings.
 set -eu
 BIN=${KCLAW_BIN:?set KCLAW_BIN to the build bin folder}
 SRC=${KCLAW_SRC:?set KCLAW_SRC to the source tree}
@@ -96,4 +97,15 @@ PY
 expect 3 "$K" --home "$T/keep" report 0123456789abcdef
 grep -q "no task '0123456789abcdef'" "$T/err" || fail "$(cat "$T/err")"
 expect 0 "$K" --home "$T/keep" up --stop
+
+# A configured model wins over the recordings: every bundle, the agents ask
+# the model (here nothing listens), the task fails saying why.
+expect 1 env KCLAW_LLM_MODEL=m KCLAW_LLM_BASE_URL=http://127.0.0.1:9/v1 \
+	KCLAW_LLM_MAX_TRIES=1 "$K" --home "$T/llm" main --skip-gpu-check \
+	--examples "$SRC/examples" sum_reduce
+grep -q "agents answer from model m at http://127.0.0.1:9/v1" "$T/out" ||
+	fail "model mode: $(head -n 3 "$T/out")"
+grep -q "LLM call to http://127.0.0.1:9/v1/chat/completions (model m) failed" \
+	"$T/out" || fail "model mode: no LLM failure in the progress"
+grep -Eq "^sum_reduce +[0-9a-f]+ +FAILED " "$T/out" || fail "model mode row"
 echo "mainjob_cli: ok"
