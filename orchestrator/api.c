@@ -429,10 +429,12 @@ api_events(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 		s.limit = ORCH_EVENTS_MAX;
 	s.resp = &resp;
 	store_key_u64(start, req->since_seq + 1);
-	if (req->since_seq < o->last_seq)
+	/* Only committed events: a caller that continues from last_seq must
+	 * not skip events of this cycle that are published after it. */
+	if (req->since_seq < o->committed_seq)
 		store_scan(o->db, STORE_CF_EVENTS, NULL, 0, start,
 		    sizeof(start), orch_events_add, &s);
-	resp.last_seq = o->last_seq;
+	resp.last_seq = o->committed_seq;
 	orch_api_answer(o, call, env->request_id, KCLAW__API_CODE__API_OK, NULL,
 	    &resp.base);
 	for (size_t i = 0; i < resp.n_events; i++)
@@ -450,7 +452,7 @@ api_health(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 
 	resp.version = KCLAW_VERSION;
 	resp.uptime_ms = kc_mono_ms() - o->started_mono;
-	resp.last_seq = o->last_seq;
+	resp.last_seq = o->committed_seq;
 	resp.tasks_active = (uint32_t)o->nactive;
 	resp.tasks_total = (uint32_t)o->ntasks;
 	resp.workers_waiting = o->nwaiting;

@@ -1092,6 +1092,7 @@ orch_resume(orch *o)
 		for (unsigned k = 0; k < acts.n; k++)
 			orch_queue_retrieve(o, o->all[i], acts.a[k].job);
 	}
+	o->committed_seq = o->last_seq;
 	KC_INFO("resumed %zu task(s), %zu unfinished; last event %llu",
 	    o->ntasks, o->nactive, (unsigned long long)o->last_seq);
 	return 0;
@@ -1254,6 +1255,7 @@ orch_commit(orch *o, bool sync)
 		if (sync)
 			o->counters.commits++;
 	}
+	o->committed_seq = o->last_seq;
 	store_batch_free(o->batch);
 	o->batch = NULL;
 	o->staged = 0;
@@ -1351,7 +1353,8 @@ int
 orch_run(orch *o)
 {
 	while (!o->stopping) {
-		struct orch_msg *m, *next;
+		struct orch_msg *m, *next, *api = NULL, **api_tail;
+		uint64_t before;
 		struct pollfd pfd = {.fd = o->wake_fd[0], .events = POLLIN};
 		char drain[64];
 
@@ -1381,22 +1384,34 @@ orch_run(orch *o)
 			m = o->loop_head;
 			o->loop_head = o->loop_tail = NULL;
 		}
-		for (; m; m = next) {
+		/* Results and retrievals first; API calls after their commit,
+		 * so that what a call reads from the store agrees with the
+		 * tasks in memory. */
+		for (api_tail = &api; m; m = next) {
 			next = m->next;
+			if (m->kind == ORCH_MSG_API) {
+				m->next = NULL;
+				*api_tail = m;
+				api_tail = &m->next;
+				continue;
+			}
 			orch_handle(o, m);
 		}
 		orch_sched_timers(o);
 		orch_ticks(o);
 		orch_commit(o, true);
-		/* Dispatch writes events (and, when a job cannot be built,
-		 * a transition: then the commit is synced too). */
+		/* API calls and dispatch write events and, for Submit, Cancel
+		 * or a job that cannot be built, transitions: then the commit
+		 * is synced too. */
 		if (store_batch_new(&o->batch) != 0)
 			return KC_ENOMEM;
-		{
-			uint64_t before = o->counters.transitions;
-			orch_dispatch(o);
-			orch_commit(o, o->counters.transitions != before);
+		before = o->counters.transitions;
+		for (m = api; m; m = next) {
+			next = m->next;
+			orch_handle(o, m);
 		}
+		orch_dispatch(o);
+		orch_commit(o, o->counters.transitions != before);
 	}
 	return 0;
 }

@@ -140,7 +140,8 @@ struct orch {
 	size_t nto_queue, capto_queue;
 	struct orch_msg *to_retrieve; /* retrievals after the commit */
 
-	uint64_t last_seq;
+	uint64_t last_seq;      /* the last event's, maybe not committed yet */
+	uint64_t committed_seq; /* the last event in the store */
 	uint64_t last_tick_mono;
 	orch_counters counters;
 

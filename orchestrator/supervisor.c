@@ -50,6 +50,7 @@ struct sup {
 	size_t npending;
 	bus_client *api;
 	uint64_t last_report;
+	unsigned failed_reports;
 };
 
 /* ------------------------------------------------------------- options */
@@ -217,8 +218,20 @@ sup_report(struct sup *s)
 	req.events = s->pending;
 	req.n_events = s->npending;
 	if (kc_api_call(s->api, "Supervise", &req.base, s->opt->cfg.token, 1000,
-	        &kclaw__supervise_response__descriptor, &resp) != 0)
-		return; /* kclawd is down or busy: try again later */
+	        &kclaw__supervise_response__descriptor, &resp) != 0) {
+		/* kclawd is down or busy: try again later. After a few
+		 * misses dial afresh: an NNG dialer can stop reconnecting to
+		 * a listener that restarted many times. */
+		if (++s->failed_reports % 3 == 0) {
+			bus_client *c;
+			if (bus_client_open(&c, s->opt->cfg.api_url, 0) == 0) {
+				bus_client_close(s->api);
+				s->api = c;
+			}
+		}
+		return;
+	}
+	s->failed_reports = 0;
 	protobuf_c_message_free_unpacked(resp, NULL);
 	for (size_t i = 0; i < s->npending; i++)
 		kclaw__event__free_unpacked(s->pending[i], NULL);
