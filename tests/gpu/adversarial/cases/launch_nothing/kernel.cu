@@ -1,0 +1,3 @@
+extern "C" __global__ void mul(const float *x, const float *w, float *y, int n)
+{
+}
