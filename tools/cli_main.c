@@ -51,8 +51,7 @@ typedef struct {
 	char examples[PATH_MAX];
 	char recordings[PATH_MAX];
 	char home[PATH_MAX];
-	const char *llm; /* what answers: "recordings DIR" or "model M" */
-	char llm_text[PATH_MAX + 64];
+	char llm[PATH_MAX + 64]; /* who answers: "recordings DIR", "model M" */
 	main_task tasks[MAIN_MAX_TASKS];
 	size_t ntasks;
 	uint32_t rounds; /* --rounds */
@@ -334,9 +333,8 @@ main_plan(main_job *m, const kc_config *cfg, const char *recordings)
 	if ((rv = llm_config_load(&lc, cfg)) != 0)
 		return rv;
 	if (recordings == NULL && !*lc.replay_dir && *lc.model) {
-		snprintf(m->llm_text, sizeof(m->llm_text), "model %s at %s",
-		    lc.model, lc.base_url);
-		m->llm = m->llm_text;
+		snprintf(m->llm, sizeof(m->llm), "model %s at %s", lc.model,
+		    lc.base_url);
 		return main_scan_examples(m);
 	}
 	if (recordings == NULL && *lc.replay_dir)
@@ -353,9 +351,7 @@ main_plan(main_job *m, const kc_config *cfg, const char *recordings)
 		    "--recordings DIR",
 		    recordings);
 	setenv("KCLAW_LLM_REPLAY", m->recordings, 1);
-	snprintf(
-	    m->llm_text, sizeof(m->llm_text), "recordings %s", m->recordings);
-	m->llm = m->llm_text;
+	snprintf(m->llm, sizeof(m->llm), "recordings %s", m->recordings);
 	snprintf(manifest, sizeof(manifest), "%s/main.json", m->recordings);
 	if (access(manifest, R_OK) == 0)
 		return main_read_manifest(m, manifest, true);
