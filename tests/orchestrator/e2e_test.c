@@ -289,6 +289,40 @@ test_worker_dies_holding_a_job(void)
 	stop(5);
 }
 
+/* A sandbox dies holding an evaluation; its replacement on the same GPU
+ * gets the job at once, long before the evaluation's deadline (120 s). */
+static void
+test_sandbox_replaced(void)
+{
+	char id[32];
+	Kclaw__StatusResponse *s;
+	pid_t first;
+
+	start("e2e-gpu", "\"poll_ms\": 300");
+	workers[0] = h_spawn(
+	    "kc-double", "--role", "generator", "--home", h_home, (char *)NULL);
+	first = h_spawn("kc-double", "--device", "0", "--home", h_home,
+	    "--exit-after", "1", (char *)NULL);
+	KT_OK(h_submit(h_spec("gpu", "seeds=ok:1.5", 1), NULL, id));
+	waitpid(first, NULL, 0);
+	workers[1] = h_spawn(
+	    "kc-double", "--device", "0", "--home", h_home, (char *)NULL);
+	for (int i = 0; i < 400; i++) {
+		bool reviewing;
+		s = h_status(id);
+		reviewing = strcmp(s->task->state, "REVIEW_SEEDS") == 0;
+		kclaw__status_response__free_unpacked(s, NULL);
+		if (!reviewing)
+			break;
+		kc_sleep_ms(10);
+	}
+	s = h_status(id);
+	KT_EQ_STR(s->task->state, "FEATURES");
+	KT_ASSERT(s->task->best_ms == 1.5);
+	kclaw__status_response__free_unpacked(s, NULL);
+	stop(2);
+}
+
 /* One sandbox, a task with 16 seeds and one with 1: fair share runs the
  * small task's evaluation next, not after the 16 queued before it. */
 static void
@@ -360,6 +394,7 @@ main(void)
 	signal(SIGPIPE, SIG_IGN);
 	KT_RUN(test_tasks_api_events);
 	KT_RUN(test_worker_dies_holding_a_job);
+	KT_RUN(test_sandbox_replaced);
 	KT_RUN(test_fair_share);
 	KT_RUN(test_no_gpu);
 	return 0;
