@@ -74,6 +74,9 @@ import json, sys
 r = json.load(sys.stdin)
 assert r["task"]["state"] == "DONE", r["task"]
 assert len(r["history"]) == 5, len(r["history"])' || fail "result --json"
+"$K" --home "$H" result "$id" --out "$H/best" >/dev/null || fail "result --out"
+grep -q "KC:ok:0.5" "$H/best/kernel.cu" && [ -s "$H/best/plan.json" ] ||
+	fail "result --out did not write the best kernel"
 "$K" --home "$H" submit "$H/nonexistent" >/dev/null 2>&1
 [ $? -ne 0 ] || fail "submitting a missing bundle must fail"
 "$K" --home "$H" cancel "$id" >/dev/null 2>&1
