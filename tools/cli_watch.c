@@ -3,7 +3,8 @@
  *
  * It first reads what the log holds (Events since --since), then follows
  * the PUB stream; a gap in the sequence numbers (PUB drops messages) is
- * filled from the log, so no event is missed or shown twice.
+ * filled from the log, so no event is missed or shown twice. It follows
+ * every event (filtering here) so that gaps show for one task too.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -116,7 +117,6 @@ cli_watch(int argc, char **argv)
 	kc_config cfg;
 	orch_client c;
 	bus_sub *sub = NULL;
-	char prefix[64];
 	int rv, code = CLI_OK;
 
 	for (int i = 1; i < argc; i++) {
@@ -146,11 +146,12 @@ cli_watch(int argc, char **argv)
 		return cli_fail("watch", rv);
 	signal(SIGINT, watch_on_signal);
 	signal(SIGTERM, watch_on_signal);
-	/* Subscribe before reading the log so nothing falls in between. */
-	snprintf(prefix, sizeof(prefix), task ? "task.%s." : "", task);
+	/* Subscribe before reading the log so nothing falls in between; to
+	 * everything, so that a gap in the sequence shows whatever the
+	 * filter. */
 	if (follow &&
 	    ((rv = bus_sub_open(&sub, cfg.events_url, 0)) != 0 ||
-	        (rv = bus_sub_subscribe(sub, prefix)) != 0)) {
+	        (rv = bus_sub_subscribe(sub, "")) != 0)) {
 		code = cli_fail("watch", rv);
 		goto out;
 	}
@@ -173,7 +174,7 @@ cli_watch(int argc, char **argv)
 		free(data);
 		if (ev == NULL)
 			continue;
-		if (ev->seq > seq + 1 && task == NULL) {
+		if (ev->seq > seq + 1) {
 			/* A gap: PUB dropped some; the log has them. */
 			kclaw__event__free_unpacked(ev, NULL);
 			if ((rv = watch_catch_up(
@@ -184,7 +185,8 @@ cli_watch(int argc, char **argv)
 			continue;
 		}
 		if (ev->seq > seq) {
-			watch_print(ev, json);
+			if (task == NULL || strcmp(ev->task_id, task) == 0)
+				watch_print(ev, json);
 			seq = ev->seq;
 			ended |= watch_ends(ev, task);
 		}
