@@ -10,6 +10,10 @@
                                       expectation
     mainjob.py ids REPORT             "id name" per task of a report
     mainjob.py compile NVRTC_CHECK    the failing seeds through NVRTC
+    mainjob.py tensors-bundle EXAMPLE OUT BASELINE_MS COMPILE_MS
+                                      the example with a `tensors` reference
+    mainjob.py compile-report REPORT NAME REF_MS COMPILE_MS BEST_MS
+                                      check the torch.compile figures
 
 The expected states come from a model of orchestrator/fsm.c's rules
 (promotion when rt relatively or at ms absolutely faster than the base, a
@@ -199,6 +203,65 @@ def cmd_compile(nvrtc):
     print("compile ok: %d kernels" % len(want))
 
 
+def write_npy(path, shape, values):
+    """A little-endian f32 .npy file (format 1.0) without NumPy."""
+    import struct
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % (
+        "".join("%d, " % d for d in shape))
+    pad = 64 - (10 + len(header) + 1) % 64
+    header += " " * pad + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)))
+        f.write(header.encode())
+        f.write(struct.pack("<%df" % len(values), *values))
+
+
+def cmd_tensors_bundle(example, out, baseline_ms, compile_ms):
+    """The example as a KernelBench-style bundle: a `tensors` reference
+    with stored inputs and outputs (8 rows instead of 8192, which nothing
+    of the scripted run reads), its baseline and a torch.compile time."""
+    with open(os.path.join(SRC, "examples", example, "task.json")) as f:
+        task = json.load(f)
+    os.makedirs(os.path.join(out, "set0"))
+    inputs, expected = {}, {}
+    for t in task["tensors"]:
+        t.pop("init", None)
+        if len(t["shape"]) == 2:
+            t["shape"][0] = 8
+        n = 1
+        for d in t["shape"]:
+            n *= d
+        rel = "set0/%s.npy" % t["name"]
+        write_npy(os.path.join(out, rel), t["shape"], [0.5] * n)
+        (expected if t["kind"] == "output" else inputs)[t["name"]] = rel
+    task["reference"] = {"kind": "tensors", "baseline_ms": float(
+        baseline_ms), "torch_compile_ms": float(compile_ms),
+        "sets": [{"seed": 1, "inputs": inputs, "expected": expected}]}
+    task.pop("context", None)
+    with open(os.path.join(out, "task.json"), "w") as f:
+        json.dump(task, f, indent=1)
+
+
+def cmd_compile_report(report_path, name, ref_ms, compile_ms, best_ms):
+    """The report of one task whose bundle recorded a torch.compile time."""
+    rep = json.load(open(report_path))
+    t = [t for t in rep["tasks"] if t["name"] == name][0]
+    best, ref, tc = float(best_ms), float(ref_ms), float(compile_ms)
+    for k, v in (("best_ms", best), ("speedup", ref / best),
+                 ("torch_compile_ms", tc),
+                 ("speedup_vs_torch_compile", tc / best)):
+        if not close(t[k], v):
+            fail("%s: %s = %s, expected %s" % (name, k, t[k], v))
+    s = rep["set"]
+    want = {"torch_compile_known": 1,
+            "fast_1_vs_torch_compile": 1.0 if tc >= best else 0.0,
+            "geomean_speedup_vs_torch_compile": tc / best}
+    for k, v in want.items():
+        if not close(s[k], v):
+            fail("set %s = %s, expected %s" % (k, s[k], v))
+    print("torch.compile report ok: %.3fx" % (tc / best))
+
+
 def cmd_ids(report_path):
     for t in json.load(open(report_path))["tasks"]:
         print(t["id"], t["name"])
@@ -207,7 +270,9 @@ def cmd_ids(report_path):
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     {"table": cmd_table, "report": cmd_report, "events": cmd_events,
-     "ids": cmd_ids, "compile": cmd_compile}[cmd](
+     "ids": cmd_ids, "compile": cmd_compile,
+     "tensors-bundle": cmd_tensors_bundle,
+     "compile-report": cmd_compile_report}[cmd](
         *args)
 
 

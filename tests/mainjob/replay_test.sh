@@ -14,6 +14,7 @@ HERE="$SRC/tests/mainjob"
 T=$(mktemp -d /tmp/kc-mainjob.XXXXXX)
 cleanup() {
 	"$BIN/kclaw" --home "$T/home" up --stop >/dev/null 2>&1 || true
+	"$BIN/kclaw" --home "$T/home2" up --stop >/dev/null 2>&1 || true
 	rm -rf "$T"
 }
 trap cleanup EXIT
@@ -71,4 +72,20 @@ first=$(head -n 1 "$T/ids" | cut -d' ' -f1)
 python3 "$HERE/mainjob.py" report "$T/one.json" "$T/expect.json" bias_gelu
 
 "$BIN/kclaw" --home "$T/home" up --stop >/dev/null
+
+# A KernelBench-style bundle (a `tensors` reference with a recorded
+# torch.compile time): the report's figures over torch.compile.
+python3 "$HERE/mainjob.py" tensors-bundle bias_gelu "$T/kb/bias_gelu" \
+	0.165 0.05
+"$BIN/kclaw" --home "$T/home2" main --skip-gpu-check --keep --examples "$T/kb" \
+	--recordings "$SRC/examples/recordings" bias_gelu >"$T/kb.txt" 2>&1 ||
+	{ cat "$T/kb.txt"; echo "FAIL: kclaw main on the tensors bundle"; exit 1; }
+grep -Eq "^bias_gelu +[0-9a-f]+ +DONE +4.29x +1.30x +0.1650 +0.0385 +4 +1 +0$" \
+	"$T/kb.txt" || { cat "$T/kb.txt"; echo "FAIL: the row"; exit 1; }
+grep -q "over torch.compile (1 known): fast_1 1/1, geomean 1.30x" \
+	"$T/kb.txt" || { echo "FAIL: the torch.compile summary"; exit 1; }
+"$BIN/kclaw" --home "$T/home2" report --json >"$T/kb.json"
+"$BIN/kclaw" --home "$T/home2" up --stop >/dev/null
+python3 "$HERE/mainjob.py" compile-report "$T/kb.json" bias_gelu 0.165 0.05 \
+	0.03846153846
 echo "mainjob_replay: ok"

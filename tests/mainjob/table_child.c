@@ -8,7 +8,8 @@
  *
  * STATUS is an EvalStatus name (OK, COMPILE_ERROR, WRONG_RESULT, ...); ms
  * the median time of an OK kernel. The task's reference is looked up the
- * same way for the baseline, so speedups follow from the table alone. A
+ * same way for the baseline (a `tensors` reference gives its recorded
+ * baseline_ms), so speedups follow from the table alone. A
  * source missing from the table is INTERNAL_ERROR (the sandbox's own
  * failure), which a test notices as retried jobs. A profile, when asked
  * for, reports a memory-bound kernel under the real sandbox's metric
@@ -120,10 +121,15 @@ tc_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 	const tc_entry *e =
 	    tc_find(t, req->candidate ? req->candidate->source : NULL);
 	const tc_entry *ref = NULL;
+	double ref_ms = 0;
 
 	(void)fatal;
 	if (task && task->reference && task->reference->cuda)
 		ref = tc_find(t, task->reference->cuda->source);
+	if (ref)
+		ref_ms = ref->ms;
+	else if (task && task->reference)
+		ref_ms = task->reference->baseline_ms;
 	if (e == NULL) {
 		sbx_result_status(res, KCLAW__EVAL_STATUS__INTERNAL_ERROR,
 		    "table child: this source is not in the table");
@@ -132,10 +138,10 @@ tc_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 	switch (e->status) {
 	case KCLAW__EVAL_STATUS__OK:
 		res->timing = tc_timing(e->ms);
-		if (ref && ref->ms > 0) {
-			res->baseline = tc_timing(ref->ms);
-			res->reference_ms = ref->ms;
-			res->speedup = ref->ms / e->ms;
+		if (ref_ms > 0) {
+			res->baseline = tc_timing(ref_ms);
+			res->reference_ms = ref_ms;
+			res->speedup = ref_ms / e->ms;
 		}
 		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
 		    "correct in 3 trials; median %.4f ms", e->ms);
