@@ -534,8 +534,7 @@ static void
 api_memory(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 {
 	Kclaw__MemoryRequest *req;
-	Kclaw__MemoryResponse resp = KCLAW__MEMORY_RESPONSE__INIT;
-	char *text = NULL;
+	Kclaw__MemoryResponse *resp = NULL;
 	int rv;
 
 	if (o->opt.memory->query == NULL) {
@@ -551,15 +550,15 @@ api_memory(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 	if (req == NULL)
 		return;
 	kc_clearerr();
-	rv = o->opt.memory->query(o->opt.memory_arg, o->db, req, &resp, &text);
-	resp.text = text ? text : "";
+	rv = o->opt.memory->query(o->opt.memory_arg, o->db, req, &resp);
 	if (rv == 0)
 		orch_api_answer(o, call, env->request_id,
-		    KCLAW__API_CODE__API_OK, NULL, &resp.base);
+		    KCLAW__API_CODE__API_OK, NULL, &resp->base);
 	else
 		orch_api_answer(o, call, env->request_id, orch_api_code(rv),
 		    kc_lasterr(), NULL);
-	free(text);
+	if (resp)
+		kclaw__memory_response__free_unpacked(resp, NULL);
 	kclaw__memory_request__free_unpacked(req, NULL);
 }
 

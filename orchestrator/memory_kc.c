@@ -137,27 +137,25 @@ mkc_learn(void *arg, store *s, store_batch *b, const char *signature,
 	    s, b, signature, method, attempt_id, correct != 0, speedup);
 }
 
+/* The Memory rpc: memory_serve on the orchestrator's store. An import
+ * changes the knowledge: retrieval reloads it. */
 static int
 mkc_query(void *arg, store *s, const Kclaw__MemoryRequest *req,
-    Kclaw__MemoryResponse *resp, char **text)
+    Kclaw__MemoryResponse **resp)
 {
-	const char *q = req->query ? req->query : "";
+	int rv;
 
 	(void)arg;
-	(void)resp;
-	if (strcmp(q, "stats") == 0)
-		return memory_cmd_stats(s, NULL, false, text);
-	if (strcmp(q, "methods") == 0)
-		return memory_cmd_methods(s, mkc_knowledge(s), false, text);
-	if (strcmp(q, "explain") == 0) {
-		if (req->candidate_id == NULL || !*req->candidate_id)
-			return kc_seterr(
-			    KC_EINVAL, "Memory explain needs candidate_id");
-		return memory_cmd_explain_candidate(
-		    s, mkc_knowledge(s), req->candidate_id, false, text);
+	if ((*resp = malloc(sizeof(**resp))) == NULL)
+		return KC_ENOMEM;
+	kclaw__memory_response__init(*resp);
+	rv = memory_serve(s, mkc_knowledge(s), req, *resp);
+	if (rv == 0 && req->query && strcmp(req->query, "import") == 0) {
+		kb_free(mkc_kb);
+		mkc_kb = NULL;
+		mkc_tried = false;
 	}
-	return kc_seterr(KC_EINVAL,
-	    "unknown memory query '%.40s': use stats, methods or explain", q);
+	return rv;
 }
 
 static const orch_memory_ops mkc_ops = {

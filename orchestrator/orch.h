@@ -65,9 +65,11 @@ typedef struct {
 	int (*learn)(void *arg, store *s, store_batch *b, const char *signature,
 	    const char *method, const char *attempt_id, int correct,
 	    double speedup);
-	/* Answers the API's Memory rpc; may be NULL (API_UNKNOWN_METHOD). */
+	/* Answers the API's Memory rpc: *resp is malloc'd (freed with
+	 * kclaw__memory_response__free_unpacked). May be NULL
+	 * (API_UNKNOWN_METHOD). */
 	int (*query)(void *arg, store *s, const Kclaw__MemoryRequest *req,
-	    Kclaw__MemoryResponse *resp, char **text);
+	    Kclaw__MemoryResponse **resp);
 } orch_memory_ops;
 
 const orch_memory_ops *orch_memory_basic(void);
