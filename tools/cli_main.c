@@ -558,6 +558,15 @@ main_task_of(main_job *m, const char *id)
 	return NULL;
 }
 
+/* "c0004" of "<task id>-c0004". */
+static const char *
+main_cand(const Kclaw__Event *ev)
+{
+	const char *dash = strrchr(ev->candidate_id, '-');
+
+	return dash ? dash + 1 : ev->candidate_id;
+}
+
 /* One line per notable event of our tasks (and process trouble). */
 static void
 main_print_event(main_job *m, const Kclaw__Event *ev)
@@ -585,12 +594,12 @@ main_print_event(main_job *m, const Kclaw__Event *ev)
 		break;
 	case KCLAW__EVENT_KIND__EVAL_FINISHED:
 		snprintf(what, sizeof(what), "evaluated %s: %.160s",
-		    strrchr(ev->candidate_id, '-')
-		        ? strrchr(ev->candidate_id, '-') + 1
-		        : ev->candidate_id,
-		    ev->detail);
+		    main_cand(ev), ev->detail);
 		break;
 	case KCLAW__EVENT_KIND__BASE_PROMOTED:
+		snprintf(what, sizeof(what), "new base %s (%.4f ms)",
+		    main_cand(ev), ev->value);
+		break;
 	case KCLAW__EVENT_KIND__ROUND_FINISHED:
 	case KCLAW__EVENT_KIND__TASK_FINISHED:
 	case KCLAW__EVENT_KIND__TASK_CANCELLED:
