@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "compile.h"
@@ -79,8 +80,10 @@ typedef struct {
 	char arch_override[16];
 	CUmodule helpers;
 	CUfunction gen[9]; /* by Kclaw__DType */
-	CUfunction hash;
-	CUdeviceptr flush, hash_out, lt_work;
+	CUfunction hash, poison_count, compare;
+	/* acc: the spot checks' sums (2 doubles) and counts (2), then the
+	 * poison count of the timed runs. */
+	CUdeviceptr flush, hash_out, lt_work, acc;
 	size_t flush_bytes;
 	void *pinned;
 	size_t pinned_bytes;
@@ -121,6 +124,14 @@ typedef struct {
 	uint64_t hash_in[64];
 	prog cand, ref;
 	int have_ref;
+	/* Mixed into every generated input's seed, fresh per evaluation, so
+	 * no candidate can know the inputs from the task's seed. */
+	uint64_t salt;
+	/* Timed runs get freshly generated inputs (a `cuda` reference can
+	 * compute their expected outputs); fresh_serial numbers the sets. */
+	int fresh;
+	unsigned fresh_serial;
+	CUdeviceptr held[64]; /* a spot-checked run's outputs */
 } ev;
 
 /* ---------------------------------------------------------------- errors */
@@ -204,8 +215,12 @@ gpu_load_helpers(gpu *g)
 			return kc_seterr(
 			    KC_EINTERNAL, "helper %s missing", gen_names[i]);
 	if (g->cu.cuModuleGetFunction(&g->hash, g->helpers, "kc_hash") !=
-	    CUDA_SUCCESS)
-		return kc_seterr(KC_EINTERNAL, "helper kc_hash missing");
+	        CUDA_SUCCESS ||
+	    g->cu.cuModuleGetFunction(&g->poison_count, g->helpers,
+	        "kc_poison_count") != CUDA_SUCCESS ||
+	    g->cu.cuModuleGetFunction(&g->compare, g->helpers, "kc_compare") !=
+	        CUDA_SUCCESS)
+		return kc_seterr(KC_EINTERNAL, "a helper kernel is missing");
 	return 0;
 }
 
@@ -284,6 +299,8 @@ gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 	if ((r = g->cu.cuMemAlloc(&g->flush, g->flush_bytes)) != CUDA_SUCCESS ||
 	    (r = g->cu.cuMemAlloc(&g->hash_out, 64 * sizeof(uint64_t))) !=
 	        CUDA_SUCCESS ||
+	    (r = g->cu.cuMemAlloc(&g->acc, 8 * sizeof(uint64_t))) !=
+	        CUDA_SUCCESS ||
 	    (r = g->cu.cuMemAlloc(&g->lt_work, EV_LT_WORKSPACE)) !=
 	        CUDA_SUCCESS) {
 		rv = kc_seterr(KC_ENODEV, "GPU %d: cannot allocate: %s",
@@ -329,6 +346,7 @@ gpu_fini(void *state)
 			g->cu.cuMemFreeHost(g->pinned);
 		g->cu.cuMemFree(g->flush);
 		g->cu.cuMemFree(g->hash_out);
+		g->cu.cuMemFree(g->acc);
 		g->cu.cuMemFree(g->lt_work);
 		g->cu.cuModuleUnload(g->helpers);
 	}
@@ -657,7 +675,9 @@ ev_is_float(Kclaw__DType d)
  * task's distribution; odd trials switch normal <-> heavy-tailed (Student
  * t), so every evaluation sees at least two distributions; uniform inputs
  * keep their range (a candidate may rely on it, e.g. for log) but get
- * fresh seeds.
+ * fresh seeds. The evaluation's random salt is part of every seed: a
+ * candidate that regenerates the inputs from the task's seed instead of
+ * reading them (tests/gpu/adversarial, fixed_seed_replica) gets them wrong.
  */
 static int
 ev_generate(ev *e, size_t t, unsigned trial, CUdeviceptr dst)
@@ -707,8 +727,8 @@ ev_generate(ev *e, size_t t, unsigned trial, CUdeviceptr dst)
 		else if (dist == GEN_STUDENT_T)
 			dist = GEN_NORMAL;
 	}
-	seed = e->task->seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)trial << 32) ^
-	    (uint64_t)(t + 1) * 0xd1b54a32d192ed03ull;
+	seed = (e->task->seed ^ e->salt) * 0x9e3779b97f4a7c15ull ^
+	    ((uint64_t)trial << 32) ^ (uint64_t)(t + 1) * 0xd1b54a32d192ed03ull;
 	params[0] = &dst;
 	params[1] = &n;
 	params[2] = &seed;
@@ -978,6 +998,47 @@ ev_mismatch(ev *e, size_t t, unsigned trial, const sbx_cmp *c, const char *note)
 	e->res->mismatch = m;
 }
 
+static const Kclaw__Tolerance *
+ev_tolerance(const ev *e, Kclaw__Tolerance *dflt)
+{
+	if (e->task->tolerance != NULL)
+		return e->task->tolerance;
+	kclaw__tolerance__init(dflt);
+	dflt->atol = 1e-5;
+	dflt->rtol = 1e-5;
+	return dflt;
+}
+
+/* Fills the result for output t of trial k that failed comparison c. */
+static void
+ev_wrong(ev *e, size_t t, unsigned k, const sbx_cmp *c, const char *when)
+{
+	const Kclaw__TensorSpec *ts = e->task->tensors[t];
+	Kclaw__Tolerance dflt;
+	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
+	char note[256];
+
+	if (c->nan_count > 0)
+		snprintf(note, sizeof(note),
+		    "%s: %llu of %zu elements of '%s' are NaN: the "
+		    "poison was never overwritten (an output the "
+		    "candidate did not write) or it produced NaN",
+		    when, (unsigned long long)c->nan_count, e->tcount[t],
+		    ts->name);
+	else
+		snprintf(note, sizeof(note), "%s", when);
+	ev_mismatch(e, t, k, c, note);
+	sbx_result_status(e->res, KCLAW__EVAL_STATUS__WRONG_RESULT,
+	    "output '%s' is wrong (%s, trial %u): %llu of %zu "
+	    "elements outside atol %g + rtol %g; worst at %s: expected "
+	    "%.9g, got %.9g; max abs err %.3g, relative norm %.3g "
+	    "(limit %g)",
+	    ts->name, when, k, (unsigned long long)c->bad_count, e->tcount[t],
+	    tol->atol, tol->rtol,
+	    e->res->mismatch ? e->res->mismatch->coords : "?", c->expected,
+	    c->got, c->max_abs_err, c->rel_norm, tol->max_rel_norm);
+}
+
 /*
  * Copies the outputs out and compares them with trial k's expected ones.
  * Returns 0 when they match, 1 on a mismatch (result filled), -1 on error.
@@ -985,20 +1046,14 @@ ev_mismatch(ev *e, size_t t, unsigned trial, const sbx_cmp *c, const char *note)
 static int
 ev_check_outputs(ev *e, unsigned k, const char *when)
 {
-	const Kclaw__Tolerance *tol = e->task->tolerance;
-	Kclaw__Tolerance dflt = KCLAW__TOLERANCE__INIT;
+	Kclaw__Tolerance dflt;
+	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
 	int bad = 0;
 
-	if (tol == NULL) {
-		dflt.atol = 1e-5;
-		dflt.rtol = 1e-5;
-		tol = &dflt;
-	}
 	ev_expected_protect(e, (int)k, PROT_READ);
 	for (size_t t = 0; t < e->nt && !bad; t++) {
 		const Kclaw__TensorSpec *ts = e->task->tensors[t];
 		sbx_cmp c;
-		char note[256];
 
 		if (ts->kind != KCLAW__TENSOR_KIND__OUTPUT)
 			continue;
@@ -1013,26 +1068,7 @@ ev_check_outputs(ev *e, unsigned k, const char *when)
 		if (c.ok)
 			continue;
 		bad = 1;
-		if (c.nan_count > 0)
-			snprintf(note, sizeof(note),
-			    "%s: %llu of %zu elements of '%s' are NaN: the "
-			    "poison was never overwritten (an output the "
-			    "candidate did not write) or it produced NaN",
-			    when, (unsigned long long)c.nan_count, e->tcount[t],
-			    ts->name);
-		else
-			snprintf(note, sizeof(note), "%s", when);
-		ev_mismatch(e, t, k, &c, note);
-		sbx_result_status(e->res, KCLAW__EVAL_STATUS__WRONG_RESULT,
-		    "output '%s' is wrong (%s, trial %u): %llu of %zu "
-		    "elements outside atol %g + rtol %g; worst at %s: expected "
-		    "%.9g, got %.9g; max abs err %.3g, relative norm %.3g "
-		    "(limit %g)",
-		    ts->name, when, k, (unsigned long long)c.bad_count,
-		    e->tcount[t], tol->atol, tol->rtol,
-		    e->res->mismatch ? e->res->mismatch->coords : "?",
-		    c.expected, c.got, c.max_abs_err, c.rel_norm,
-		    tol->max_rel_norm);
+		ev_wrong(e, t, k, &c, when);
 	}
 	ev_expected_protect(e, (int)k, PROT_NONE);
 	return bad;
@@ -1186,8 +1222,27 @@ ev_prepare_trials(ev *e)
 			    e->tbytes[t], g->nthreads);
 		}
 	}
-	/* Nothing the reference wrote stays on the device. */
-	return ev_poison(e, &e->ref);
+	/* Nothing the reference wrote stays where a candidate could read it:
+	 * not its outputs or scratch, not cuBLASLt's workspace, and not the
+	 * pinned staging buffer (host memory the GPU can map). */
+	if (ev_poison(e, &e->ref) != 0)
+		return -1;
+	EV_CU(e,
+	    g->cu.cuMemsetD8Async(g->lt_work, 0xff, EV_LT_WORKSPACE, g->stream),
+	    EV_INTERNAL, "clearing the matmul workspace");
+	EV_CU(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL,
+	    "poisoning the reference's outputs");
+	/* The largest output, now poison, over the staging buffer: a copy
+	 * engine does it faster than a memset on the host. */
+	for (size_t t = 0, most = 0; t < e->nt; t++)
+		if (e->expected[0][t] != NULL && e->tbytes[t] > most &&
+		    e->tbytes[t] <= g->pinned_bytes) {
+			most = e->tbytes[t];
+			EV_CU(e,
+			    g->cu.cuMemcpyDtoH(g->pinned, e->tdev[t], most),
+			    EV_INTERNAL, "clearing the staging buffer");
+		}
+	return 0;
 }
 
 static int
@@ -1269,38 +1324,227 @@ ev_stats(double *ms, unsigned n, Kclaw__Timing *t)
 }
 
 /*
- * Times p: warm-up, then iterations each between two events, with the
- * next input set copied in and the L2 flushed before each (outside the
- * events). spot > 0 checks that many iterations' outputs.
+ * Inputs for a timed run: trial k's stash, or with fresh inputs the new
+ * set `id`, generated in place (parameters stay the stash's). Fresh sets
+ * mean no timed run sees inputs an earlier run saw, so a candidate that
+ * memoises outputs by input (tests/gpu/adversarial, memo_by_fingerprint)
+ * has to do the work every time.
+ */
+static int
+ev_timed_inputs(ev *e, unsigned k, unsigned id)
+{
+	if (!e->fresh)
+		return ev_set_inputs(e, k);
+	for (size_t t = 0; t < e->nt; t++) {
+		const Kclaw__TensorSpec *ts = e->task->tensors[t];
+		if (ts->kind == KCLAW__TENSOR_KIND__OUTPUT)
+			continue;
+		if (ts->kind == KCLAW__TENSOR_KIND__PARAMETER) {
+			EV_CU(e,
+			    e->g->cu.cuMemcpyDtoDAsync(e->tdev[t],
+			        e->stash[0][t], e->tbytes[t], e->g->stream),
+			    EV_INTERNAL, "copying parameters");
+			continue;
+		}
+		if (ev_generate(e, t, EV_MAX_TRIALS + id, e->tdev[t]) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Counts, on the device, the float output elements a run left poisoned
+ * (into acc[4]); read once after the timed runs. */
+static int
+ev_count_poison(ev *e)
+{
+	gpu *g = e->g;
+	CUdeviceptr dst = g->acc + 4 * sizeof(uint64_t);
+
+	for (size_t t = 0; t < e->nt; t++) {
+		const Kclaw__TensorSpec *ts = e->task->tensors[t];
+		uint64_t n = e->tcount[t];
+		int esz = (int)sbx_dtype_size(ts->dtype);
+		void *params[4] = {&e->tdev[t], &n, &esz, &dst};
+		if (ts->kind != KCLAW__TENSOR_KIND__OUTPUT ||
+		    !ev_is_float(ts->dtype) || n == 0)
+			continue;
+		EV_CU(e,
+		    g->cu.cuLaunchKernel(g->poison_count, (unsigned)g->sms * 8,
+		        1, 1, 256, 1, 1, 0, g->stream, params, NULL),
+		    EV_INTERNAL, "counting poisoned outputs");
+	}
+	return 0;
+}
+
+/* Output t's comparison redone on the host (a spot check that failed on
+ * the device): got is the held copy, expected the reference's output. */
+static int
+ev_check_fresh_host(ev *e, size_t t, sbx_cmp *c)
+{
+	gpu *g = e->g;
+	Kclaw__Tolerance dflt;
+	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
+	void *got = malloc(e->tbytes[t] ? e->tbytes[t] : 1);
+
+	if (got == NULL || ev_pinned(e, e->tbytes[t]) != 0) {
+		free(got);
+		if (got == NULL)
+			sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	if (g->cu.cuMemcpyDtoH(g->pinned, e->held[t], e->tbytes[t]) !=
+	    CUDA_SUCCESS) {
+		free(got);
+		sbx_result_status(e->res, EV_INTERNAL, "reading a spot check");
+		return -1;
+	}
+	memcpy(got, g->pinned, e->tbytes[t]);
+	if (g->cu.cuMemcpyDtoH(g->pinned, e->tdev[t], e->tbytes[t]) !=
+	    CUDA_SUCCESS) {
+		free(got);
+		sbx_result_status(e->res, EV_INTERNAL, "reading a spot check");
+		return -1;
+	}
+	sbx_compare(e->task->tensors[t]->dtype, got, g->pinned, e->tcount[t],
+	    tol, g->nthreads, c);
+	free(got);
+	/* The reference's values leave the staging buffer at once. */
+	g->cu.cuMemcpyDtoH(g->pinned, e->held[t], e->tbytes[t]);
+	return 0;
+}
+
+/*
+ * Spot check of timed run `id` on fresh inputs: the candidate's outputs are
+ * set aside on the device, the reference runs on the same inputs, and a
+ * device kernel compares them. The candidate is not running meanwhile, and
+ * the reference's outputs and scratch are poisoned before it runs again,
+ * so expected values are never on the device while it does. No output
+ * crosses to the host unless the check fails (then the host compares
+ * again, decides and reports). Returns 0, 1 (wrong: result filled) or -1.
+ */
+static int
+ev_check_fresh(ev *e, unsigned id, const char *when)
+{
+	gpu *g = e->g;
+	Kclaw__Tolerance dflt;
+	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
+	int bad = 0;
+
+	for (size_t t = 0; t < e->nt; t++) {
+		if (e->task->tensors[t]->kind != KCLAW__TENSOR_KIND__OUTPUT)
+			continue;
+		if (e->held[t] == 0)
+			EV_CU(e,
+			    g->cu.cuMemAlloc(
+			        &e->held[t], e->tbytes[t] ? e->tbytes[t] : 1),
+			    EV_INTERNAL, "allocating a spot check's buffer");
+		EV_CU(e,
+		    g->cu.cuMemcpyDtoDAsync(
+		        e->held[t], e->tdev[t], e->tbytes[t], g->stream),
+		    EV_INTERNAL, "setting a timed run's outputs aside");
+	}
+	if (ev_timed_inputs(e, 0, id) != 0 || ev_poison(e, &e->ref) != 0 ||
+	    prog_run_sync(e, &e->ref) != 0)
+		return -1;
+	for (size_t t = 0; t < e->nt && !bad; t++) {
+		uint64_t buf[4], n = e->tcount[t];
+		double sums[2], rel;
+		int dt = (int)e->task->tensors[t]->dtype;
+		double atol = tol->atol, rtol = tol->rtol;
+		CUdeviceptr sp = g->acc, cp = g->acc + 2 * sizeof(uint64_t);
+		void *params[8] = {
+		    &e->held[t], &e->tdev[t], &n, &dt, &atol, &rtol, &sp, &cp};
+		sbx_cmp c;
+
+		if (e->task->tensors[t]->kind != KCLAW__TENSOR_KIND__OUTPUT)
+			continue;
+		EV_CU(e, g->cu.cuMemsetD8Async(g->acc, 0, 32, g->stream),
+		    EV_INTERNAL, "comparing a timed run");
+		EV_CU(e,
+		    g->cu.cuLaunchKernel(g->compare, (unsigned)g->sms * 8, 1, 1,
+		        256, 1, 1, 0, g->stream, params, NULL),
+		    EV_INTERNAL, "comparing a timed run");
+		EV_CU(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL,
+		    "comparing a timed run");
+		EV_CU(e, g->cu.cuMemcpyDtoH(buf, g->acc, sizeof(buf)),
+		    EV_INTERNAL, "comparing a timed run");
+		memcpy(sums, buf, sizeof(sums));
+		rel =
+		    sums[1] > 0 ? sqrt(sums[0]) / sqrt(sums[1]) : sqrt(sums[0]);
+		if (buf[2] == 0 && buf[3] == 0 &&
+		    (tol->max_rel_norm <= 0 || rel <= tol->max_rel_norm))
+			continue;
+		if (ev_check_fresh_host(e, t, &c) != 0)
+			return -1;
+		if (c.ok)
+			continue;
+		bad = 1;
+		ev_wrong(e, t, EV_MAX_TRIALS + id, &c, when);
+	}
+	if (ev_poison(e, &e->ref) != 0)
+		return -1;
+	EV_CU(e,
+	    g->cu.cuMemsetD8Async(g->lt_work, 0xff, EV_LT_WORKSPACE, g->stream),
+	    EV_INTERNAL, "clearing the matmul workspace");
+	return bad;
+}
+
+/* A random number no candidate can predict. */
+static uint64_t
+ev_random(void)
+{
+	uint64_t v = 0;
+
+	if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+		v = kc_mono_ns() * 0x9e3779b97f4a7c15ull;
+	return v;
+}
+
+/*
+ * Times p: warm-up, then iterations each between two events. Before each
+ * run (outside the events): the next inputs (fresh ones where the
+ * reference can check them, else the next trial's), outputs and scratch
+ * poisoned, the L2 flushed. So no run can reuse what an earlier one left,
+ * and a run that skips work leaves poison. spot > 0 checks that many
+ * iterations' outputs, drawn at random so that no candidate can work only
+ * on the checked ones; for the candidate, a device kernel also counts the
+ * poison every timed run left, and any is WRONG_RESULT.
  */
 static int
 ev_time(ev *e, const prog *p, int spot, Kclaw__Timing **out)
 {
 	gpu *g = e->g;
 	int flush = !(e->req->options && e->req->options->no_l2_flush);
-	unsigned n = e->iters, checks = 0;
+	int cand = p == &e->cand;
+	unsigned n = e->iters, checks = 0, at[EV_SPOT_CHECKS];
+	uint64_t poisoned = 0;
 	Kclaw__Timing *t;
 	double *ms;
 
+	for (int c = 0; c < EV_SPOT_CHECKS; c++)
+		at[c] = c < spot ? (unsigned)(ev_random() % n) : n;
 	for (unsigned i = 0; i < 2 * n + 2; i++)
 		if (g->ev[i] == NULL)
 			EV_CU(e,
 			    g->cu.cuEventCreate(&g->ev[i], CU_EVENT_DEFAULT),
 			    EV_INTERNAL, "creating events");
+	EV_CU(e,
+	    g->cu.cuMemsetD8Async(
+	        g->acc + 4 * sizeof(uint64_t), 0, sizeof(uint64_t), g->stream),
+	    EV_INTERNAL, "counting poisoned outputs");
 	for (unsigned i = 0; i < e->warmup; i++)
-		if (ev_set_inputs(e, i % e->trials) != 0 ||
-		    prog_enqueue(e, p) != 0)
+		if (ev_timed_inputs(e, i % e->trials, e->fresh_serial++) != 0 ||
+		    ev_poison(e, p) != 0 || prog_enqueue(e, p) != 0)
 			return -1;
 	EV_CU(e, g->cu.cuStreamSynchronize(g->stream),
-	    p == &e->cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
-	    "warm-up");
+	    cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL, "warm-up");
 	for (unsigned i = 0; i < n; i++) {
-		unsigned k = i % e->trials;
-		int check = spot > 0 && (i == n - 1 || (i > 0 && i == n / 2));
+		unsigned k = i % e->trials, id = e->fresh_serial++;
+		int check = 0;
 
-		if (ev_set_inputs(e, k) != 0)
-			return -1;
-		if (check && ev_poison(e, p) != 0)
+		for (int c = 0; c < EV_SPOT_CHECKS; c++)
+			check = check || at[c] == i;
+		if (ev_timed_inputs(e, k, id) != 0 || ev_poison(e, p) != 0)
 			return -1;
 		if (flush)
 			EV_CU(e,
@@ -1313,21 +1557,46 @@ ev_time(ev *e, const prog *p, int spot, Kclaw__Timing **out)
 			return -1;
 		EV_CU(e, g->cu.cuEventRecord(g->ev[2 * i + 1], g->stream),
 		    EV_INTERNAL, "recording an event");
+		if (cand && ev_count_poison(e) != 0)
+			return -1;
 		if (check) {
-			char when[64];
+			char when[96];
 			int rv;
 			EV_CU(e, g->cu.cuStreamSynchronize(g->stream),
 			    KCLAW__EVAL_STATUS__LAUNCH_ERROR,
 			    "running the candidate while timing");
-			snprintf(when, sizeof(when), "timing iteration %u", i);
-			if ((rv = ev_check_outputs(e, k, when)) != 0)
+			if (e->fresh) {
+				snprintf(when, sizeof(when),
+				    "timing iteration %u, fresh inputs", i);
+				rv = ev_check_fresh(e, id, when);
+			} else {
+				snprintf(when, sizeof(when),
+				    "timing iteration %u", i);
+				rv = ev_check_outputs(e, k, when);
+			}
+			if (rv != 0)
 				return rv;
 			checks++;
 		}
 	}
 	EV_CU(e, g->cu.cuStreamSynchronize(g->stream),
-	    p == &e->cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
-	    "timing");
+	    cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL, "timing");
+	if (cand) {
+		EV_CU(e,
+		    g->cu.cuMemcpyDtoH(&poisoned, g->acc + 4 * sizeof(uint64_t),
+		        sizeof(poisoned)),
+		    EV_INTERNAL, "counting poisoned outputs");
+		if (poisoned > 0) {
+			sbx_result_status(e->res,
+			    KCLAW__EVAL_STATUS__WRONG_RESULT,
+			    "timing: %llu output elements still held the "
+			    "poison after timed runs (%u runs): the candidate "
+			    "skipped work on runs it was timed on; every run "
+			    "must write every output",
+			    (unsigned long long)poisoned, n);
+			return 1;
+		}
+	}
 	if ((ms = calloc(n, sizeof(*ms))) == NULL ||
 	    (t = malloc(sizeof(*t))) == NULL) {
 		free(ms);
@@ -1395,9 +1664,12 @@ ev_free(ev *e)
 			    (k == 0 || e->stash[k][t] != e->stash[0][t]))
 				e->g->cu.cuMemFree(e->stash[k][t]);
 		}
-	for (size_t t = 0; e->tdev && t < e->nt; t++)
+	for (size_t t = 0; e->tdev && t < e->nt; t++) {
 		if (e->tdev[t] && !*e->fatal)
 			e->g->cu.cuMemFree(e->tdev[t]);
+		if (t < 64 && e->held[t] && !*e->fatal)
+			e->g->cu.cuMemFree(e->held[t]);
+	}
 	free(e->tdev);
 	free(e->tbytes);
 	free(e->tcount);
@@ -1422,6 +1694,7 @@ gpu_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 
 	e.cand.what = "candidate";
 	e.ref.what = "reference";
+	e.salt = ev_random();
 	if (e.task == NULL)
 		e.task = &empty_task;
 	if (cand == NULL || cand->source == NULL || cand->source[0] == '\0') {
@@ -1487,6 +1760,7 @@ gpu_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 	    e.task->reference->cuda != NULL) {
 		const Kclaw__Candidate *rc = e.task->reference->cuda;
 		e.have_ref = 1;
+		e.fresh = 1;
 		if (prog_compile(&e, &e.ref, rc->source, g->arch) != 0 ||
 		    prog_load(&e, &e.ref) != 0 ||
 		    prog_plan(&e, &e.ref, rc->plan_json, 1) != 0 ||

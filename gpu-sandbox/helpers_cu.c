@@ -1,7 +1,8 @@
 /*
  * helpers_cu.c - the sandbox's own device code: input generators (one per
- * dtype), a position-aware buffer hash and an L2 flush. Compiled with NVRTC
- * like a candidate (and cached), loaded in the child's context.
+ * dtype), a position-aware buffer hash, a poison counter and a comparison
+ * for the timed runs' spot checks. Compiled with NVRTC like a candidate (and
+ * cached), loaded in the child's context.
  */
 #include "sandbox.h"
 
@@ -65,4 +66,63 @@ const char sbx_helpers_cu[] =
     "  for (int o = 16; o > 0; o /= 2) acc += __shfl_down_sync(~0u, acc,"
     " o);\n"
     "  if ((threadIdx.x & 31) == 0) atomicAdd(out, acc);\n"
+    "}\n"
+    /* Elements still all-ones bytes (the poison) in a float output. */
+    "extern \"C\" __global__ void kc_poison_count(const void *p, u64 n,"
+    " int esz, u64 *out) {\n"
+    "  u64 c = 0;\n"
+    "  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n;"
+    " i += (u64)gridDim.x * blockDim.x) {\n"
+    "    if (esz == 2) c += ((const unsigned short *)p)[i] == 0xffffu;\n"
+    "    else if (esz == 4) c += ((const unsigned *)p)[i] == 0xffffffffu;\n"
+    "    else c += ((const u64 *)p)[i] == ~0ull;\n"
+    "  }\n"
+    "  for (int o = 16; o > 0; o /= 2) c += __shfl_down_sync(~0u, c, o);\n"
+    "  if ((threadIdx.x & 31) == 0 && c) atomicAdd(out, c);\n"
+    "}\n"
+    /* The host's comparison (verify.c) on the device, for spot checks of
+     * timed runs: elements outside tolerance, NaNs where a number was
+     * expected, and the sums of the relative norm. Only the pass/fail
+     * decision comes from here; a failure is compared again on the host
+     * for the report. dt is a Kclaw__DType. */
+    "__device__ double kc_elem(const void *p, u64 i, int dt) {\n"
+    "  switch (dt) {\n"
+    "  case 1: return ((const float *)p)[i];\n"
+    "  case 2: return __half2float(((const __half *)p)[i]);\n"
+    "  case 3: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);\n"
+    "  case 4: return ((const double *)p)[i];\n"
+    "  case 5: return ((const int *)p)[i];\n"
+    "  case 6: return (double)((const long long *)p)[i];\n"
+    "  case 7: return ((const signed char *)p)[i];\n"
+    "  default: return ((const unsigned char *)p)[i];\n"
+    "  }\n"
+    "}\n"
+    "extern \"C\" __global__ void kc_compare(const void *got,"
+    " const void *exp, u64 n, int dt, double atol, double rtol,"
+    " double *sums, u64 *counts) {\n"
+    "  double err2 = 0, exp2 = 0;\n"
+    "  u64 bad = 0, nans = 0;\n"
+    "  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n;"
+    " i += (u64)gridDim.x * blockDim.x) {\n"
+    "    double e = kc_elem(exp, i, dt), g = kc_elem(got, i, dt);\n"
+    "    if (isnan(e) && isnan(g)) continue;\n"
+    "    if (isnan(g) || isnan(e) || isinf(g) != isinf(e)) {\n"
+    "      bad++; nans += isnan(g); continue;\n"
+    "    }\n"
+    "    if (isinf(e)) { bad += g != e; continue; }\n"
+    "    double d = fabs(g - e);\n"
+    "    bad += d > atol + rtol * fabs(e);\n"
+    "    err2 += d * d; exp2 += e * e;\n"
+    "  }\n"
+    "  for (int o = 16; o > 0; o /= 2) {\n"
+    "    err2 += __shfl_down_sync(~0u, err2, o);\n"
+    "    exp2 += __shfl_down_sync(~0u, exp2, o);\n"
+    "    bad += __shfl_down_sync(~0u, bad, o);\n"
+    "    nans += __shfl_down_sync(~0u, nans, o);\n"
+    "  }\n"
+    "  if ((threadIdx.x & 31) == 0) {\n"
+    "    atomicAdd(&sums[0], err2); atomicAdd(&sums[1], exp2);\n"
+    "    if (bad) atomicAdd(&counts[0], bad);\n"
+    "    if (nans) atomicAdd(&counts[1], nans);\n"
+    "  }\n"
     "}\n";

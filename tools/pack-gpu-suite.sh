@@ -8,6 +8,7 @@
 #   tools/pack-gpu-suite.sh [OUT_DIR [BUILD_DIR]]
 #
 # Then, on the GPU machine: OUT_DIR/run-gpu-suite.sh [LOG_DIR]
+# (SKIP_GPU_SUITE=1, SKIP_ADV=1, SKIP_BENCH=1 leave a part out).
 set -eu
 cd "$(dirname "$0")/.."
 out=${1:-.carry/gpu-suite}
@@ -16,12 +17,12 @@ build=${2:-build-sandbox-rel}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKC_SANITIZE=OFF \
 	-DKC_TESTS=ON >/dev/null
 cmake --build "$build" -j 2 --target kclaw kclaw-sandbox kclaw-sandbox-child \
-	kclaw-sandbox-bench sbx_gpu_suite >/dev/null
+	kclaw-sandbox-bench sbx_gpu_suite sbx_adversarial >/dev/null
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 for b in kclaw kclaw-sandbox kclaw-sandbox-child kclaw-sandbox-bench \
-	sbx_gpu_suite; do
+	sbx_gpu_suite sbx_adversarial; do
 	cp "$build/bin/$b" "$out/bin/"
 done
 
@@ -38,9 +39,12 @@ done | sort -u | while read -r lib; do
 done
 
 cp -r examples "$out/examples" 2>/dev/null || true
+mkdir -p "$out/adversarial"
+cp -r tests/gpu/adversarial/cases tests/gpu/adversarial/tasks "$out/adversarial/"
 cat >"$out/run-gpu-suite.sh" <<'RUN'
 #!/bin/sh
-# Runs the GPU suite, then the benchmark; logs go to $1 (default: ./logs).
+# Runs the GPU suite, the adversarial suite, then the benchmark; logs go to
+# $1 (default: ./logs).
 here=$(cd "$(dirname "$0")" && pwd)
 logs=${1:-$here/logs}
 mkdir -p "$logs"
@@ -50,8 +54,15 @@ export KCLAW_BIN="$here/bin" KCLAW_HOME="${KCLAW_HOME:-$here/.kclaw}"
 export KCLAW_GPU_LOG="$logs/gpu-suite.jsonl"
 nvidia-smi -L >"$logs/nvidia-smi.txt" 2>&1 || true
 rc=0
-"$here/bin/sbx_gpu_suite" >"$logs/gpu-suite.log" 2>&1 || rc=1
-cat "$logs/gpu-suite.log"
+if [ "${SKIP_GPU_SUITE:-0}" != 1 ]; then
+	"$here/bin/sbx_gpu_suite" >"$logs/gpu-suite.log" 2>&1 || rc=1
+	cat "$logs/gpu-suite.log"
+fi
+if [ "${SKIP_ADV:-0}" != 1 ]; then
+	KCLAW_ADV_LOG="$logs/adversarial.jsonl" "$here/bin/sbx_adversarial" \
+		"$here/adversarial" >"$logs/adversarial.log" 2>&1 || rc=1
+	cat "$logs/adversarial.log"
+fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
 	"$here/bin/kclaw-sandbox-bench" --runs "${BENCH_RUNS:-5}" \
 		>"$logs/bench.log" 2>&1 || rc=1
