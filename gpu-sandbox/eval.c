@@ -458,6 +458,20 @@ prog_compile(ev *e, prog *p, const char *source, const char *arch)
 		    p->comp.log && *p->comp.log ? p->comp.log : kc_lasterr());
 		return -1;
 	}
+	/* Device printf: every call contends for one buffer the driver
+	 * drains at each synchronisation, so a candidate printing from every
+	 * thread stalls its evaluation past the deadline (measured: over 60 s
+	 * for 1M threads; tests/gpu/adversarial, printf_flood). Nobody reads
+	 * the output either. The PTX calls vprintf, whatever the source. */
+	if (p == &e->cand && p->comp.ptx != NULL &&
+	    strstr(p->comp.ptx, "vprintf") != NULL) {
+		sbx_result_status(e->res, KCLAW__EVAL_STATUS__COMPILE_ERROR,
+		    "kernel.cu calls printf on the device: candidates may not "
+		    "print (the output is discarded, and printing from many "
+		    "threads stalls an evaluation past its deadline); remove "
+		    "the printf calls");
+		return -1;
+	}
 	return 0;
 }
 
