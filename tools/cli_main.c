@@ -45,6 +45,8 @@ typedef struct {
 	char name[128];   /* the task's name */
 	char state[16];   /* the last state seen */
 	bool final;
+	Kclaw__TaskSpec *spec; /* loaded before the service starts */
+	Kclaw__Budget budget;  /* when the bundle sets none */
 } main_task;
 
 typedef struct {
@@ -514,36 +516,63 @@ main_shutdown(main_job *m)
 
 /* -------------------------------------------------------- submit, watch */
 
+/* Loads and checks every bundle (before anything starts), with the round
+ * budget the recordings cover or --rounds gives. */
 static int
-main_submit(main_job *m, orch_client *c, main_task *t)
+main_load(main_job *m)
+{
+	for (size_t i = 0; i < m->ntasks; i++) {
+		main_task *t = &m->tasks[i];
+		uint32_t rounds = m->rounds ? m->rounds : t->rounds;
+		char dir[PATH_MAX + 160], why[512];
+		int rv;
+		snprintf(dir, sizeof(dir), "%s/%s", m->examples, t->bundle);
+		if ((rv = kc_bundle_load(dir, &t->spec)) != 0) {
+			snprintf(why, sizeof(why), "%s", kc_lasterr());
+			return kc_seterr(rv, "example %s: %s", t->bundle, why);
+		}
+		if (rounds) {
+			if (t->spec->budget == NULL) {
+				kclaw__budget__init(&t->budget);
+				t->spec->budget = &t->budget;
+			}
+			t->spec->budget->rounds = rounds;
+		}
+		snprintf(t->name, sizeof(t->name), "%s", t->spec->name);
+	}
+	return 0;
+}
+
+static void
+main_unload(main_job *m)
+{
+	for (size_t i = 0; i < m->ntasks; i++) {
+		main_task *t = &m->tasks[i];
+		if (t->spec == NULL)
+			continue;
+		if (t->spec->budget == &t->budget)
+			t->spec->budget = NULL;
+		kclaw__task_spec__free_unpacked(t->spec, NULL);
+		t->spec = NULL;
+	}
+}
+
+static int
+main_submit(orch_client *c, main_task *t)
 {
 	Kclaw__SubmitRequest req = KCLAW__SUBMIT_REQUEST__INIT;
 	Kclaw__SubmitResponse *resp;
-	Kclaw__TaskSpec *spec;
-	Kclaw__Budget budget = KCLAW__BUDGET__INIT;
-	char dir[PATH_MAX + 160];
-	uint32_t rounds = m->rounds ? m->rounds : t->rounds;
+	char why[512];
 	int rv;
 
-	snprintf(dir, sizeof(dir), "%s/%s", m->examples, t->bundle);
-	if ((rv = kc_bundle_load(dir, &spec)) != 0)
-		return rv;
-	if (rounds) {
-		/* The recordings cover exactly this many rounds. */
-		if (spec->budget == NULL)
-			spec->budget = &budget;
-		spec->budget->rounds = rounds;
-	}
-	snprintf(t->name, sizeof(t->name), "%s", spec->name);
-	req.spec = spec;
+	req.spec = t->spec;
 	req.task_id = "";
-	rv = orch_client_call(c, "Submit", &req.base,
-	    &kclaw__submit_response__descriptor, (ProtobufCMessage **)&resp);
-	if (spec->budget == &budget)
-		spec->budget = NULL;
-	kclaw__task_spec__free_unpacked(spec, NULL);
-	if (rv != 0)
-		return rv;
+	if ((rv = orch_client_call(c, "Submit", &req.base,
+	         &kclaw__submit_response__descriptor,
+	         (ProtobufCMessage **)&resp)) != 0) {
+		snprintf(why, sizeof(why), "%s", kc_lasterr());
+		return kc_seterr(rv, "submitting %s: %s", t->bundle, why);
+	}
 	snprintf(t->id, sizeof(t->id), "%s", resp->task_id);
 	kclaw__submit_response__free_unpacked(resp, NULL);
 	return 0;
@@ -855,17 +884,22 @@ cli_main_job(int argc, char **argv)
 		    stderr, "kclaw main: no task bundles in %s\n", m.examples);
 		return CLI_FAIL;
 	}
+	if ((rv = main_load(&m)) != 0) {
+		main_unload(&m);
+		code = cli_fail("main", rv);
+		return code == CLI_USAGE ? CLI_FAIL : code; /* the bundle's */
+	}
 	fprintf(m.progress,
 	    "kclaw main: %zu task(s) from %s; agents answer "
 	    "from %s\n",
 	    m.ntasks, m.examples, m.llm);
-	if ((rv = main_start(&m, &cfg, &c)) != 0)
+	if ((rv = main_start(&m, &cfg, &c)) != 0) {
+		main_unload(&m);
 		return cli_fail("main", rv);
+	}
 	uint64_t since = main_last_seq(&c);
 	for (size_t i = 0; i < m.ntasks && rv == 0; i++)
-		if ((rv = main_submit(&m, &c, &m.tasks[i])) != 0)
-			kc_seterr(rv, "submitting %s: %s", m.tasks[i].bundle,
-			    kc_lasterr());
+		rv = main_submit(&c, &m.tasks[i]);
 	if (rv == 0)
 		rv = main_watch(&m, &c, since);
 	if (rv == 0 && main_stop)
@@ -886,6 +920,7 @@ cli_main_job(int argc, char **argv)
 	main_poll_states(&m, &c, true);
 	orch_client_close(&c);
 	main_shutdown(&m);
+	main_unload(&m);
 	for (size_t i = 0; i < m.ntasks && code == CLI_OK; i++)
 		if (strcmp(m.tasks[i].state, "DONE") != 0)
 			code = CLI_FAIL;

@@ -70,6 +70,15 @@ expect 3 "$K" --home "$T/x" main --skip-gpu-check --examples "$SRC/examples" \
 	--recordings "$T/none"
 grep -q "no recordings at" "$T/err" || fail "$(cat "$T/err")"
 
+# A broken bundle is refused before anything starts.
+mkdir -p "$T/ex/bad" "$T/rec"
+echo '{"name": "bad"}' >"$T/ex/bad/task.json"
+expect 1 "$K" --home "$T/bad" main --skip-gpu-check --examples "$T/ex" \
+	--recordings "$T/rec"
+grep -q "example bad: .*task.json" "$T/err" || fail "$(cat "$T/err")"
+[ ! -e "$T/bad/run/up.pid" ] && [ ! -e "$T/bad/run/up.log" ] ||
+	fail "a service started for a broken bundle"
+
 # No service: report says how to start one.
 expect 4 "$K" --home "$T/nothing" report
 grep -q "kclaw up" "$T/err" || fail "$(cat "$T/err")"
