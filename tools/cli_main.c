@@ -106,8 +106,9 @@ main_usage(FILE *f)
 	    "  --skip-gpu-check run even when this process sees no GPU (the "
 	    "sandboxes\n                   decide; e.g. KCLAW_SANDBOX_BIN "
 	    "names another)\n\n"
-	    "Exit codes: 0 every task DONE, 1 a task did not finish DONE or "
-	    "no GPU,\n2 usage, 4 the service did not start.\n");
+	    "Exit codes: 0 every task DONE; 1 a task did not end DONE, no GPU "
+	    "or a bundle\nthat does not load; 2 usage; 3 an unknown example, "
+	    "examples or recordings\nfolder; 4 the service did not start.\n");
 }
 
 /* ------------------------------------------------------------- the GPU */
