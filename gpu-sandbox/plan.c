@@ -553,7 +553,7 @@ sbx_plan_parse(const char *json, const Kclaw__TaskSpec *task, sbx_plan **out)
 	}
 	for (size_t i = 0; i < task->n_tensors; i++) {
 		const Kclaw__TensorSpec *t = task->tensors[i];
-		size_t count;
+		size_t count = 0;
 		if ((rv = sbx_tensor_count(t, &count)) != 0)
 			goto fail;
 		snprintf(p->buffers[i].name, SBX_NAME_MAX, "%s", t->name);
