@@ -81,8 +81,12 @@ typedef struct bus_client bus_client;
 int bus_client_open(bus_client **out, const char *url, size_t max_msg);
 /*
  * Sends req and waits up to timeout_ms (-1: forever) for the reply. If the
- * connection breaks, NNG resends the request on the next one. On success
- * *reply is malloc'd (caller frees). One call at a time per client.
+ * connection breaks while the call waits (the server restarted), NNG 1.5
+ * does not resend: the call fails with KC_EBUS ("Connection reset") and
+ * the caller sends again. A client whose server restarted many times may
+ * stop redialling (seen with NNG 1.5.2 over ipc://): long-lived callers
+ * reopen the client after a failure (kc_worker does). On success *reply is
+ * malloc'd (caller frees). One call at a time per client.
  */
 int bus_client_call(bus_client *c, const void *req, size_t len, int timeout_ms,
     void **reply, size_t *rlen);

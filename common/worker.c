@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "kc_config.h"
 #include "bus.h"
 #include "kc_err.h"
 #include "kc_util.h"
 
 struct kc_worker {
 	bus_client *client;
+	char url[KC_URL_MAX];
 	Kclaw__Role role;
 	int device;
 	char id[128];
@@ -38,6 +40,7 @@ kc_worker_open(kc_worker **out, const char *work_url, Kclaw__Role role,
 	snprintf(w->token, sizeof(w->token), "%s", token ? token : "");
 	w->role = role;
 	w->device = device;
+	snprintf(w->url, sizeof(w->url), "%s", work_url);
 	if ((rv = bus_client_open(&w->client, work_url, 0)) != 0) {
 		free(w);
 		return rv;
@@ -84,6 +87,22 @@ kc_worker_next(kc_worker *w, const Kclaw__AgentReply *agent_reply,
 		return rv;
 	rv = bus_client_call(w->client, buf, len, wait_ms, &rbuf, &rlen);
 	free(buf);
+	if (rv == KC_EBUS || rv == KC_ECLOSED) {
+		/*
+		 * The orchestrator went away mid-call (it restarted). NNG 1.5
+		 * does not resend, and a client that saw many restarts may stop
+		 * redialling: start over with a fresh socket and tell the
+		 * caller to send its result again, as after a timeout.
+		 */
+		bus_client *fresh;
+		if (bus_client_open(&fresh, w->url, 0) == 0) {
+			bus_client_close(w->client);
+			w->client = fresh;
+		}
+		kc_sleep_ms(100);
+		return kc_seterr(KC_ETIMEDOUT,
+		    "orchestrator at %s went away; asking again", w->url);
+	}
 	if (rv != 0)
 		return rv;
 	rep = kclaw__work_reply__unpack(NULL, rlen, rbuf);

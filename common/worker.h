@@ -28,8 +28,9 @@ const char *kc_worker_id(const kc_worker *w);
  * NULL) and waits up to wait_ms (-1 forever) for the next job. Returns:
  *   0            *job is set (free with kclaw__work_reply__free_unpacked);
  *                a job has a non-empty job_id, an idle reply has none
- *   KC_ETIMEDOUT no answer at all within wait_ms (orchestrator down?); the
- *                result, if any, must be sent again with the next call
+ *   KC_ETIMEDOUT no answer at all within wait_ms, or the orchestrator went
+ *                away mid-call (the socket is then reopened); the result,
+ *                if any, must be sent again with the next call
  *   KC_ECANCELED the orchestrator told this worker to shut down
  *   KC_EPERM     the orchestrator refused this worker (bad token)
  */
