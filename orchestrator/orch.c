@@ -53,7 +53,8 @@ orch_options_json(orch_options *opt, const char *path)
 	    {"job_retries", 0, 100}, {"agent_timeout_ms", 100, 864e5},
 	    {"eval_timeout_ms", 100, 864e5}, {"poll_ms", 10, 600e3},
 	    {"render_bytes", 256, 1 << 20}, {"tokens", 0, 1e15},
-	    {"wall_seconds", 0, 1e9}, {"target_speedup", 0, 1e6}};
+	    {"wall_seconds", 0, 1e9}, {"target_speedup", 0, 1e6},
+	    {"profile", 0, 1}};
 	double v[KC_ARRAY_LEN(keys)];
 	const cJSON *obj;
 	cJSON *root;
@@ -83,6 +84,7 @@ orch_options_json(orch_options *opt, const char *path)
 	v[10] = (double)opt->defaults.token_budget;
 	v[11] = opt->wall_seconds;
 	v[12] = opt->defaults.target_speedup;
+	v[13] = opt->profile;
 	for (size_t i = 0; i < KC_ARRAY_LEN(keys); i++)
 		if (!orch_json_num(
 		        obj, keys[i].key, keys[i].lo, keys[i].hi, &v[i])) {
@@ -105,6 +107,7 @@ orch_options_json(orch_options *opt, const char *path)
 	opt->defaults.token_budget = (uint64_t)v[10];
 	opt->wall_seconds = (uint64_t)v[11];
 	opt->defaults.target_speedup = v[12];
+	opt->profile = (uint32_t)v[13];
 out:
 	cJSON_Delete(root);
 	return rv;
@@ -121,6 +124,7 @@ orch_options_load(orch_options *opt, const kc_config *cfg)
 	opt->eval_timeout_ms = 120 * 1000;
 	opt->poll_ms = 5000;
 	opt->render_bytes = 6000;
+	opt->profile = 1;
 	opt->memory = orch_memory_kc() ? orch_memory_kc() : orch_memory_basic();
 	return orch_options_json(opt, cfg->config_path);
 }

@@ -85,6 +85,9 @@ typedef struct {
 	uint32_t poll_ms;      /* an idle worker's empty answer after this */
 	uint32_t render_bytes; /* bound of a rendered short-term memory */
 	uint64_t wall_seconds; /* default wall-time budget; 0: none */
+	/* Evaluations ask for CUPTI metrics (1, the default): long-term
+	 * retrieval reads them; 0 saves the profiling passes. */
+	uint32_t profile;
 	const orch_memory_ops *memory;
 	void *memory_arg;
 } orch_options;

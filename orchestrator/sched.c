@@ -646,6 +646,7 @@ orch_build_job(orch *o, struct orch_job *j, uint8_t **buf, size_t *len)
 		er.task = spec;
 		er.candidate = cand->candidate;
 		eo.time_baseline = true;
+		eo.profile = o->opt.profile != 0;
 		eo.trials = spec->trials;
 		eo.timeout_ms = timeout;
 		er.options = &eo;

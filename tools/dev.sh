@@ -19,7 +19,7 @@ main)
 	tools/install-deps.sh
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKC_TESTS=OFF >/dev/null
 	cmake --build build -j "$JOBS"
-	exec build/bin/kclaw main
+	exec build/bin/kclaw main --no-gpu-ok
 	;;
 *)
 	echo "usage: tools/dev.sh test|main" >&2
