@@ -68,6 +68,8 @@ kc_config_load(kc_config *cfg, const char *home)
 		kc_config_str(
 		    root, "work_url", cfg->work_url, sizeof(cfg->work_url));
 		kc_config_str(root, "token", cfg->token, sizeof(cfg->token));
+		kc_config_str(
+		    root, "http_url", cfg->http_url, sizeof(cfg->http_url));
 		cJSON_Delete(root);
 		free(text);
 	} else if (rv != KC_ENOENT) {
@@ -79,6 +81,7 @@ kc_config_load(kc_config *cfg, const char *home)
 	    "KCLAW_EVENTS_URL", cfg->events_url, sizeof(cfg->events_url));
 	kc_config_env("KCLAW_WORK_URL", cfg->work_url, sizeof(cfg->work_url));
 	kc_config_env("KCLAW_TOKEN", cfg->token, sizeof(cfg->token));
+	kc_config_env("KCLAW_HTTP_URL", cfg->http_url, sizeof(cfg->http_url));
 	return 0;
 }
 

@@ -8,6 +8,8 @@
  * Each address defaults to ipc:// in run/ and can be overridden by the
  * environment (KCLAW_API_URL, KCLAW_EVENTS_URL, KCLAW_WORK_URL) or by
  * kclaw.json ("api_url", ...), e.g. with tcp://host:port for a fleet.
+ * KCLAW_HTTP_URL / "http_url" (e.g. http://127.0.0.1:8470) makes kclawd
+ * serve the dashboard, its JSON API and /metrics there.
  */
 #ifndef KC_CONFIG_H
 #define KC_CONFIG_H
@@ -25,6 +27,7 @@ typedef struct {
 	char events_url[KC_URL_MAX]; /* orchestrator PUB: events */
 	char work_url[KC_URL_MAX];   /* orchestrator REP: work by pull */
 	char token[128];             /* shared secret for tcp:// (optional) */
+	char http_url[KC_URL_MAX];   /* dashboard + metrics; "" = none */
 	char config_path[KC_PATH_MAX];
 } kc_config;
 

@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "kc_err.h"
+#include "kc_util.h"
 #include "kc_log.h"
+#include "monitor.h"
 #include "orch.h"
 
 static orch *kclawd_orch;
@@ -24,19 +26,23 @@ static void
 kclawd_usage(FILE *f)
 {
 	fprintf(f,
-	    "usage: kclawd [--home DIR]\n\n"
+	    "usage: kclawd [--home DIR] [--http http://HOST:PORT]\n\n"
 	    "The kclaw orchestrator: task state machines, scheduler, API "
 	    "and events.\nIt listens on the API, events and work addresses "
 	    "of the deployment in DIR\n($KCLAW_HOME, else ./.kclaw) and "
 	    "resumes every unfinished task found in its\nstore. SIGINT or "
-	    "SIGTERM stop it cleanly. `kclaw up` starts and supervises it.\n");
+	    "SIGTERM stop it cleanly. `kclaw up` starts and supervises it.\n"
+	    "--http (or KCLAW_HTTP_URL, or \"http_url\" in kclaw.json) "
+	    "also serves the\ndashboard, its JSON API, live events "
+	    "(ws://HOST:PORT/ws) and /metrics.\n");
 }
 
 int
 main(int argc, char **argv)
 {
-	const char *home = NULL;
+	const char *home = NULL, *http = NULL;
 	kc_config cfg;
+	mon *dashboard = NULL;
 	orch_options opt;
 	struct sigaction sa;
 	int rv;
@@ -52,6 +58,10 @@ main(int argc, char **argv)
 			home = argv[++i];
 			continue;
 		}
+		if (strcmp(argv[i], "--http") == 0 && i + 1 < argc) {
+			http = argv[++i];
+			continue;
+		}
 		fprintf(stderr, "kclawd: unknown argument '%s'\n\n", argv[i]);
 		kclawd_usage(stderr);
 		return 2;
@@ -61,10 +71,30 @@ main(int argc, char **argv)
 		fprintf(stderr, "kclawd: %s\n", kc_lasterr());
 		return 1;
 	}
+	if (http != NULL)
+		kc_strlcpy(cfg.http_url, http, sizeof(cfg.http_url));
 	if ((rv = orch_open(&kclawd_orch, &opt)) != 0) {
 		fprintf(stderr, "kclawd: cannot start: %s\n",
 		    *kc_lasterr() ? kc_lasterr() : kc_strerror(rv));
 		return 1;
+	}
+	if (cfg.http_url[0] != '\0') {
+		/*
+		 * The dashboard is an API client of this very process, on its
+		 * own threads: it never touches the loop's state, so the loop
+		 * stays single-threaded.
+		 */
+		mon_opts mo = {.http_url = cfg.http_url,
+		    .api_url = cfg.api_url,
+		    .events_url = cfg.events_url,
+		    .token = cfg.token};
+		if ((rv = mon_start(&dashboard, &mo)) != 0) {
+			fprintf(
+			    stderr, "kclawd: dashboard: %s\n", kc_lasterr());
+			orch_close(kclawd_orch);
+			return 1;
+		}
+		KC_INFO("dashboard on %s", cfg.http_url);
 	}
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = kclawd_on_signal;
@@ -74,6 +104,7 @@ main(int argc, char **argv)
 	KC_INFO("listening: api %s, events %s, work %s; memory: %s",
 	    cfg.api_url, cfg.events_url, cfg.work_url, opt.memory->name);
 	rv = orch_run(kclawd_orch);
+	mon_stop(dashboard);
 	orch_close(kclawd_orch);
 	KC_INFO("stopped");
 	return rv == 0 ? 0 : 1;

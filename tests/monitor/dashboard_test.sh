@@ -1,5 +1,6 @@
 #!/bin/sh
-# The dashboard, end to end: the real kclawd and kclaw-monitor on temporary
+# The dashboard, end to end: the real kclawd serving it (--http), and the
+# standalone kclaw-monitor, on temporary
 # addresses, headless Chromium (Playwright) loading the page; a task
 # submitted during the test appears, and the page follows when it changes
 # (cancelled) without a reload. Also checks /metrics and the JSON API.
@@ -20,9 +21,11 @@ cleanup() {
 }
 fail() { echo "FAIL: $*" >&2; tail -20 "$H/kclawd.log" "$H/monitor.log" >&2; cleanup; exit 1; }
 
-"$B/kclawd" --home "$H" >"$H/kclawd.log" 2>&1 &
+# The orchestrator serves the dashboard itself (--http).
+"$B/kclawd" --home "$H" --http "http://127.0.0.1:$PORT" >"$H/kclawd.log" 2>&1 &
 ORCH=$!
-"$B/kclaw-monitor" --home "$H" --http "http://127.0.0.1:$PORT" >"$H/monitor.log" 2>&1 &
+# A standalone monitor (for fleets) on a second port must agree.
+"$B/kclaw-monitor" --home "$H" --http "http://127.0.0.1:$((PORT + 1))" >"$H/monitor.log" 2>&1 &
 MON=$!
 i=0
 until curl -sf "http://127.0.0.1:$PORT/api/health" >/dev/null; do
@@ -58,5 +61,11 @@ curl -sf "http://127.0.0.1:$PORT/api/tasks/$TASK" | grep -q '"state":"CANCELLED"
 	fail "/api/tasks/ID does not show CANCELLED"
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/api/tasks/nosuchtask")
 [ "$code" = 404 ] || fail "unknown task gives $code, not 404"
+curl -sf "http://127.0.0.1:$((PORT + 1))/api/tasks/$TASK" | grep -q '"state":"CANCELLED"' ||
+	fail "the standalone monitor does not show CANCELLED"
+i=0
+until curl -sf "http://127.0.0.1:$((PORT + 1))/metrics" | grep -q 'kclaw_tasks{state="CANCELLED"} 1'; do
+	i=$((i + 1)); [ $i -gt 50 ] && fail "the standalone monitor's /metrics never counted the cancel"; sleep 0.1
+done
 echo "dashboard test ok"
 cleanup
