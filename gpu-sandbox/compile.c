@@ -4,6 +4,7 @@
 #include "compile.h"
 
 #include <nvrtc.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,13 +195,167 @@ sbx_ptxas_parse(const char *log, sbx_ptxas_info **info, size_t *ninfo)
 	return 0;
 }
 
+/* ---- what a candidate may include ---- */
+
+/*
+ * A candidate's source comes from an LLM, and NVRTC's preprocessor would
+ * read any file the sandbox can: `#include "/etc/passwd"` (or a relative
+ * one, searched from the working folder) puts the file into the compile
+ * log, which travels back to the agents. So before NVRTC runs, every
+ * #include must be a literal <name> that can only be found on the
+ * toolkit's -I folders: letters, digits and _./- without "..", not
+ * absolute. A macro operand (`#include F`) is refused too: what it expands
+ * to is only known to the preprocessor. The scan is deliberately coarse:
+ * it does not know about comments or strings, so it may refuse a harmless
+ * "#include" spelled inside one, never accept a real one.
+ */
+
+static bool
+compile_is_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\r';
+}
+
+/* Skips blanks and comments forward (within the line). */
+static size_t
+compile_skip_fwd(const char *s, size_t i, size_t n)
+{
+	for (;;) {
+		while (i < n && compile_is_space(s[i]))
+			i++;
+		if (i + 1 < n && s[i] == '/' && s[i + 1] == '*') {
+			const char *e = strstr(s + i + 2, "*/");
+			i = e ? (size_t)(e - s) + 2 : n;
+			continue;
+		}
+		return i;
+	}
+}
+
+/* True when the directive name at s[i] is preceded by '#' (or the digraph
+ * "%:" or trigraph "??="), allowing blanks and comments in between. */
+static bool
+compile_after_hash(const char *s, size_t i)
+{
+	for (;;) {
+		while (i > 0 && compile_is_space(s[i - 1]))
+			i--;
+		if (i >= 2 && s[i - 1] == '/' && s[i - 2] == '*') {
+			size_t j = i - 2;
+			while (j >= 2 && !(s[j - 2] == '/' && s[j - 1] == '*'))
+				j--;
+			if (j < 2)
+				return false;
+			i = j - 2;
+			continue;
+		}
+		break;
+	}
+	if (i >= 1 && s[i - 1] == '#')
+		return true;
+	if (i >= 2 && s[i - 2] == '%' && s[i - 1] == ':')
+		return true;
+	return i >= 3 && s[i - 3] == '?' && s[i - 2] == '?' && s[i - 1] == '=';
+}
+
+static bool
+compile_ident_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	    (c >= '0' && c <= '9') || c == '_';
+}
+
+/* Checks the operand at s[i]: "<name>" with an allowed name. */
+static bool
+compile_operand_ok(const char *s, size_t i, size_t n)
+{
+	size_t b;
+
+	if (i >= n || s[i] != '<')
+		return false;
+	b = ++i;
+	while (i < n && s[i] != '>') {
+		if (!compile_ident_char(s[i]) && s[i] != '.' && s[i] != '/' &&
+		    s[i] != '-')
+			return false;
+		i++;
+	}
+	if (i >= n || i == b || s[b] == '/')
+		return false;
+	for (size_t k = b; k + 1 < i; k++)
+		if (s[k] == '.' && s[k + 1] == '.')
+			return false;
+	return true;
+}
+
+int
+sbx_check_includes(const char *source, char *why, size_t whylen)
+{
+	static const char *const names[] = {
+	    "include", "include_next", "import", "embed"};
+	size_t n = 0, line = 1;
+	char *t = malloc(strlen(source) + 1);
+	int rv = 0;
+
+	if (t == NULL)
+		return KC_ENOMEM;
+	/* Line splices first: the preprocessor joins them before it reads a
+	 * directive. */
+	for (const char *p = source; *p; p++) {
+		if (p[0] == '\\' && p[1] == '\n') {
+			p++;
+			continue;
+		}
+		if (p[0] == '\\' && p[1] == '\r' && p[2] == '\n') {
+			p += 2;
+			continue;
+		}
+		t[n++] = *p;
+	}
+	t[n] = '\0';
+	for (size_t i = 0; i < n && rv == 0; i++) {
+		if (t[i] == '\n')
+			line++;
+		if (!compile_ident_char(t[i]) ||
+		    (i > 0 && compile_ident_char(t[i - 1])))
+			continue;
+		size_t e = i;
+		while (e < n && compile_ident_char(t[e]))
+			e++;
+		for (size_t k = 0; k < KC_ARRAY_LEN(names); k++) {
+			if (e - i != strlen(names[k]) ||
+			    memcmp(t + i, names[k], e - i) != 0 ||
+			    !compile_after_hash(t, i))
+				continue;
+			size_t o = compile_skip_fwd(t, e, n);
+			if (compile_operand_ok(t, o, n))
+				continue;
+			size_t oe = o;
+			while (oe < n && oe - o < 60 && t[oe] != '\n')
+				oe++;
+			snprintf(why, whylen,
+			    "kernel.cu:%zu: #%s %.*s is not allowed: a kernel "
+			    "may only include toolkit headers as a literal "
+			    "<name> (letters, digits, _ . / -, no \"..\", not "
+			    "absolute), e.g. #include <cuda_fp16.h>; paste "
+			    "anything else into the source",
+			    line, names[k], (int)(oe - o), t + o);
+			rv = KC_EINVAL;
+			break;
+		}
+		i = e - 1;
+	}
+	free(t);
+	return rv;
+}
+
 /* ---- NVRTC ---- */
 
 static int
 compile_nvrtc(const char *source, const char *arch, sbx_compiled *out)
 {
 	char arch_opt[64], inc[1100], inc_cccl[1100];
-	const char *opts[8];
+	const char *opts[10];
 	int nopts = 0;
 	nvrtcProgram prog;
 	nvrtcResult r;
@@ -218,6 +373,9 @@ compile_nvrtc(const char *source, const char *arch, sbx_compiled *out)
 	opts[nopts++] = inc;
 	opts[nopts++] = inc_cccl;
 	opts[nopts++] = "-DKCLAW_SANDBOX=1";
+	/* Never search the source's folder (the sandbox's working folder):
+	 * only the toolkit's headers may be included. */
+	opts[nopts++] = "--no-source-include";
 
 	r = nvrtcCreateProgram(&prog, source, "kernel.cu", 0, NULL, NULL);
 	if (r != NVRTC_SUCCESS)
@@ -277,8 +435,8 @@ compile_key(const char *source, const char *arch, char key[65])
 	int major = 0, minor = 0;
 
 	nvrtcVersion(&major, &minor);
-	/* The options are fixed in compile_nvrtc; bump v1 when they change. */
-	kc_str_printf(&s, "v1\n%s\nnvrtc %d.%d\n%s\n", arch, major, minor,
+	/* The options are fixed in compile_nvrtc; bump v2 when they change. */
+	kc_str_printf(&s, "v2\n%s\nnvrtc %d.%d\n%s\n", arch, major, minor,
 	    sbx_cuda_include_dir());
 	kc_str_append(&s, source);
 	kc_sha256_hex(s.buf ? s.buf : "", s.len, key);
@@ -334,7 +492,7 @@ sbx_compile(const char *source, const char *arch, const char *cache_dir,
     sbx_compiled *out)
 {
 	uint64_t t0 = kc_mono_ns();
-	char key[65];
+	char key[65], why[400];
 	int rv;
 
 	memset(out, 0, sizeof(*out));
@@ -345,6 +503,11 @@ sbx_compile(const char *source, const char *arch, const char *cache_dir,
 		    "architecture '%s' is not a real GPU architecture; use "
 		    "sm_XX, e.g. sm_90",
 		    arch);
+	}
+	if ((rv = sbx_check_includes(source, why, sizeof(why))) != 0) {
+		out->log = strdup(rv == KC_EINVAL ? why : "");
+		out->ms = (double)(kc_mono_ns() - t0) / 1e6;
+		return rv == KC_EINVAL ? kc_seterr(KC_EINVAL, "%s", why) : rv;
 	}
 	compile_key(source, arch, key);
 	if (cache_dir != NULL && compile_cache_read(cache_dir, key, out) == 0) {

@@ -45,6 +45,13 @@ int sbx_compile(const char *source, const char *arch, const char *cache_dir,
     sbx_compiled *out);
 void sbx_compiled_free(sbx_compiled *c);
 
+/*
+ * Refuses a source whose #include is not a literal <name> of the toolkit's
+ * headers (KC_EINVAL, why says which line and what to do), so that a
+ * candidate cannot read the sandbox's files into its compile log.
+ * sbx_compile calls it before NVRTC; exposed for tests.
+ */
+int sbx_check_includes(const char *source, char *why, size_t whylen);
 /* Parses the .entry signatures of a PTX text (exposed for tests). */
 int sbx_ptx_signatures(const char *ptx, sbx_sig **sigs, size_t *nsigs);
 /* Parses ptxas -v lines of a log (exposed for tests). */

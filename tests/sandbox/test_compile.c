@@ -10,6 +10,7 @@
 #include "compile.h"
 #include "kc_err.h"
 #include "kc_test.h"
+#include "kc_util.h"
 
 static char cache[] = "/tmp/kc-cubin-XXXXXX";
 
@@ -106,11 +107,65 @@ test_cache_by_hash(void)
 	sbx_compiled_free(&d);
 }
 
+/*
+ * A candidate must not read the sandbox's files into its compile log: each
+ * spelling of an #include that is not a toolkit <header> is refused before
+ * NVRTC runs, and the secret never appears in the log.
+ */
+static void
+test_include_escapes_are_refused(void)
+{
+	static const char *const tries[] = {
+	    "#include \"%s/secret.h\"\n",
+	    "#include \"secret.h\"\n",
+	    "#define F \"%s/secret.h\"\n#include F\n",
+	    "#include <%s/secret.h>\n",
+	    "#include <../../../../../../..%s/secret.h>\n",
+	    "# /* hidden */ include \"%s/secret.h\"\n",
+	    "%%:include \"%s/secret.h\"\n",
+	    "#inc\\\nlude \"%s/secret.h\"\n",
+	    "  #  include_next \"secret.h\"\n",
+	};
+	char dir[] = "/tmp/kc-inc-XXXXXX", path[256], src[512], cwd[1024];
+	sbx_compiled c;
+
+	KT_ASSERT(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/secret.h", dir);
+	KT_OK(kc_write_file(path, "TOPSECRET_42 leaked\n", 20));
+	/* The relative spelling is searched from the working folder. */
+	KT_ASSERT(getcwd(cwd, sizeof(cwd)) != NULL);
+	KT_ASSERT(chdir(dir) == 0);
+	for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+		snprintf(src, sizeof(src), tries[i], dir);
+		strncat(src,
+		    "extern \"C\" __global__ void k(float *y) { y[0] = 1; }\n",
+		    sizeof(src) - strlen(src) - 1);
+		fprintf(stderr, "  %s", src);
+		KT_EQ_INT(sbx_compile(src, "sm_90", NULL, &c), KC_EINVAL);
+		KT_CONTAINS(kc_lasterr(), "is not allowed");
+		KT_CONTAINS(c.log, "literal <name>");
+		KT_ASSERT(strstr(c.log, "TOPSECRET_42") == NULL);
+		KT_ASSERT(c.cubin == NULL);
+		sbx_compiled_free(&c);
+	}
+	/* Toolkit headers, however spaced, still compile. */
+	KT_OK(
+	    sbx_compile("#  include<cuda_bf16.h>\n#include <cuda/std/cstdint>\n"
+	                "extern \"C\" __global__ void k(float *y) { y[0] = "
+	                "__bfloat162float(__float2bfloat16(1.f)); }\n",
+	        "sm_90", NULL, &c));
+	sbx_compiled_free(&c);
+	KT_ASSERT(chdir(cwd) == 0);
+	unlink(path);
+	rmdir(dir);
+}
+
 int
 main(void)
 {
 	KT_RUN(test_compiles_for_sm90_without_gpu);
 	KT_RUN(test_compile_error_keeps_the_log);
+	KT_RUN(test_include_escapes_are_refused);
 	KT_RUN(test_cache_by_hash);
 	return 0;
 }
