@@ -1,5 +1,7 @@
 /*
- * cli_watch.c - `kclaw watch [TASK_ID]`: the event log, then live events.
+ * cli_watch.c - `kclaw watch [TASK_ID]`: a live view of the tasks, or the
+ * event log then live events (--log, --json, or when stdout is not a
+ * terminal).
  *
  * It first reads what the log holds (Events since --since), then follows
  * the PUB stream; a gap in the sequence numbers (PUB drops messages) is
@@ -11,10 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "client.h"
 #include "kc_err.h"
+#include "kc_util.h"
 #include "pbjson.h"
 
 static volatile sig_atomic_t watch_stop;
@@ -30,12 +34,16 @@ static void
 watch_usage(FILE *f)
 {
 	fprintf(f,
-	    "usage: kclaw watch [TASK_ID] [--since SEQ] [--json] [--no-follow]"
-	    " [--home DIR]\n\n"
-	    "Shows the events of one task or of all, from the event log and "
-	    "then live,\nuntil the task ends (or Ctrl-C). --json prints one "
-	    "JSON object per line\n(kclaw.Event). --no-follow stops after the "
-	    "log.\n");
+	    "usage: kclaw watch [TASK_ID] [--view|--log] [--since SEQ] [--json]"
+	    " [--no-follow]\n                   [--home DIR]\n\n"
+	    "On a terminal: a live view of one task or all (state, round and "
+	    "budget bars,\nbase and best speedup, last evaluation, tokens, "
+	    "process health), redrawn as\nevents arrive. --log (the default "
+	    "when stdout is not a terminal) prints the\nevents instead, from "
+	    "the event log and then live, until the task ends (or\nCtrl-C). "
+	    "--json prints one JSON object per line (kclaw.Event) for other\n"
+	    "programs. --no-follow stops after the log. Missed live events are "
+	    "fetched\nfrom the event log by sequence number.\n");
 }
 
 static const char *
@@ -47,9 +55,16 @@ watch_kind(Kclaw__EventKind k)
 	return v ? v->name : "?";
 }
 
+static struct watch_view *watch_view_on;
+static void watch_view_note(struct watch_view *v, const Kclaw__Event *ev);
+
 static void
 watch_print(const Kclaw__Event *ev, bool json)
 {
+	if (watch_view_on != NULL) {
+		watch_view_note(watch_view_on, ev);
+		return;
+	}
 	if (json) {
 		char *s = kc_pb_to_json_text(&ev->base);
 		printf("%s\n", s ? s : "null");
@@ -108,11 +123,158 @@ watch_catch_up(
 	}
 }
 
+/* ----------------------------------------------------------- live view */
+
+/* The last evaluation seen per task: the view's "last eval" column. */
+struct watch_last {
+	char task[40];
+	Kclaw__EvalStatus status;
+	double ms;
+};
+
+struct watch_view {
+	struct watch_last last[256];
+	size_t nlast;
+	uint64_t seq;
+	uint64_t drawn_ms;
+	bool dirty;
+};
+
+static void
+watch_view_note(struct watch_view *v, const Kclaw__Event *ev)
+{
+	v->dirty = true;
+	if (ev->seq > v->seq)
+		v->seq = ev->seq;
+	if (ev->kind != KCLAW__EVENT_KIND__EVAL_FINISHED || !*ev->task_id)
+		return;
+	size_t i;
+	for (i = 0; i < v->nlast; i++)
+		if (strcmp(v->last[i].task, ev->task_id) == 0)
+			break;
+	if (i == v->nlast) {
+		if (v->nlast == KC_ARRAY_LEN(v->last))
+			return;
+		snprintf(v->last[v->nlast++].task, sizeof(v->last[0].task),
+		    "%s", ev->task_id);
+	}
+	v->last[i].status = ev->eval_status;
+	v->last[i].ms = ev->value;
+}
+
+/* "[#####-----]" for done out of total (total 0: unlimited). */
+static void
+watch_bar(char *buf, size_t n, double done, double total)
+{
+	enum { W = 10 };
+	char bar[W + 1];
+	int fill = total > 0 ? (int)(W * (done > total ? 1 : done / total)) : 0;
+
+	for (int i = 0; i < W; i++)
+		bar[i] = total <= 0 ? '.' : i < fill ? '#' : '-';
+	bar[W] = '\0';
+	snprintf(buf, n, "[%s]", bar);
+}
+
+static void
+watch_view_draw(orch_client *c, struct watch_view *v, const char *task)
+{
+	Kclaw__ListRequest lr = KCLAW__LIST_REQUEST__INIT;
+	Kclaw__HealthRequest hr = KCLAW__HEALTH_REQUEST__INIT;
+	Kclaw__ListResponse *list = NULL;
+	Kclaw__HealthResponse *health = NULL;
+	unsigned running = 0, down = 0, restarts = 0;
+
+	if (orch_client_call(c, "List", &lr.base,
+	        &kclaw__list_response__descriptor,
+	        (ProtobufCMessage **)&list) != 0 ||
+	    orch_client_call(c, "Health", &hr.base,
+	        &kclaw__health_response__descriptor,
+	        (ProtobufCMessage **)&health) != 0) {
+		printf(
+		    "\033[H\033[2Jkclaw watch: %s (retrying)\n", kc_lasterr());
+		fflush(stdout);
+		goto out;
+	}
+	for (size_t i = 0; i < health->n_processes; i++) {
+		const Kclaw__ProcessInfo *p = health->processes[i];
+		if (strcmp(p->state, "running") == 0)
+			running++;
+		else
+			down++;
+		restarts += p->restarts;
+	}
+	printf("\033[H\033[2J");
+	printf("kclaw watch  %u active / %u tasks  seq %llu  processes: %u "
+	       "running, %u down, %u restarts  (Ctrl-C to quit)\n\n",
+	    health->tasks_active, health->tasks_total,
+	    (unsigned long long)health->last_seq, running, down, restarts);
+	printf("%-16s %-18s %-12s %-18s %-20s %7s %7s  %s\n", "TASK", "NAME",
+	    "STATE", "ROUNDS", "TOKENS", "BASE", "BEST", "LAST EVAL");
+	for (size_t i = 0; i < list->n_tasks; i++) {
+		const Kclaw__TaskRecord *t = list->tasks[i];
+		const Kclaw__Budget *b = t->spec ? t->spec->budget : NULL;
+		char rb[16], tb[16], rounds[40], tokens[48], last[48] = "-";
+		double rounds_max = b && b->rounds ? b->rounds : 15;
+		if (task != NULL && strcmp(t->id, task) != 0)
+			continue;
+		watch_bar(rb, sizeof(rb), t->round, rounds_max);
+		snprintf(rounds, sizeof(rounds), "%s %u/%.0f", rb, t->round,
+		    rounds_max);
+		watch_bar(tb, sizeof(tb), (double)t->tokens,
+		    b ? (double)b->tokens : 0);
+		if (b && b->tokens)
+			snprintf(tokens, sizeof(tokens), "%s %llu", tb,
+			    (unsigned long long)t->tokens);
+		else
+			snprintf(tokens, sizeof(tokens), "%llu",
+			    (unsigned long long)t->tokens);
+		for (size_t k = 0; k < v->nlast; k++)
+			if (strcmp(v->last[k].task, t->id) == 0) {
+				const ProtobufCEnumValue *ev =
+				    protobuf_c_enum_descriptor_get_value(
+				        &kclaw__eval_status__descriptor,
+				        v->last[k].status);
+				snprintf(last, sizeof(last), "%s %.4g ms",
+				    ev ? ev->name : "?", v->last[k].ms);
+			}
+		char base[16] = "-", best[16] = "-";
+		if (t->reference_ms > 0 && t->base_ms > 0)
+			snprintf(base, sizeof(base), "%.2fx",
+			    t->reference_ms / t->base_ms);
+		if (t->reference_ms > 0 && t->best_ms > 0)
+			snprintf(best, sizeof(best), "%.2fx",
+			    t->reference_ms / t->best_ms);
+		printf("%-16.16s %-18.18s %-12.12s %-18s %-20s %7s %7s  %s\n",
+		    t->id, t->spec && t->spec->name ? t->spec->name : "",
+		    t->state, rounds, tokens, base, best, last);
+	}
+	if (down > 0) {
+		printf("\n");
+		for (size_t i = 0; i < health->n_processes; i++) {
+			const Kclaw__ProcessInfo *p = health->processes[i];
+			if (strcmp(p->state, "running") != 0)
+				printf("process %s: %s (restarts %u)\n",
+				    p->name, p->state, p->restarts);
+		}
+	}
+	fflush(stdout);
+out:
+	if (list)
+		kclaw__list_response__free_unpacked(list, NULL);
+	if (health)
+		kclaw__health_response__free_unpacked(health, NULL);
+	v->dirty = false;
+	v->drawn_ms = kc_mono_ms();
+}
+
 int
 cli_watch(int argc, char **argv)
 {
 	const char *task = NULL;
 	bool json = false, follow = true, ended = false;
+	int mode = 0; /* 1: view, -1: log, 0: by the terminal */
+	struct watch_view *view = NULL;
 	uint64_t seq = 0;
 	kc_config cfg;
 	orch_client c;
@@ -126,6 +288,10 @@ cli_watch(int argc, char **argv)
 			return CLI_OK;
 		} else if (strcmp(argv[i], "--json") == 0) {
 			json = true;
+		} else if (strcmp(argv[i], "--view") == 0) {
+			mode = 1;
+		} else if (strcmp(argv[i], "--log") == 0) {
+			mode = -1;
 		} else if (strcmp(argv[i], "--no-follow") == 0) {
 			follow = false;
 		} else if (strcmp(argv[i], "--since") == 0 && i + 1 < argc) {
@@ -146,6 +312,15 @@ cli_watch(int argc, char **argv)
 		return cli_fail("watch", rv);
 	signal(SIGINT, watch_on_signal);
 	signal(SIGTERM, watch_on_signal);
+	if (mode == 0)
+		mode = !json && follow && isatty(STDOUT_FILENO) ? 1 : -1;
+	if (mode == 1 && !json) {
+		if ((view = calloc(1, sizeof(*view))) == NULL) {
+			code = cli_fail("watch", KC_ENOMEM);
+			goto out;
+		}
+		watch_view_on = view;
+	}
 	/* Subscribe before reading the log so nothing falls in between; to
 	 * everything, so that a gap in the sequence shows whatever the
 	 * filter. */
@@ -164,7 +339,13 @@ cli_watch(int argc, char **argv)
 		void *data;
 		size_t len;
 		Kclaw__Event *ev;
-		rv = bus_sub_recv(sub, 500, &topic, &data, &len);
+		/* The view redraws at most 4 times a second, and once a
+		 * second regardless (process health changes without events). */
+		if (view != NULL &&
+		    ((view->dirty && kc_mono_ms() - view->drawn_ms >= 250) ||
+		        kc_mono_ms() - view->drawn_ms >= 1000))
+			watch_view_draw(&c, view, task);
+		rv = bus_sub_recv(sub, view ? 250 : 500, &topic, &data, &len);
 		if (rv == KC_ETIMEDOUT)
 			continue;
 		if (rv != 0)
@@ -192,7 +373,11 @@ cli_watch(int argc, char **argv)
 		}
 		kclaw__event__free_unpacked(ev, NULL);
 	}
+	if (view != NULL)
+		watch_view_draw(&c, view, task); /* the final state */
 out:
+	watch_view_on = NULL;
+	free(view);
 	bus_sub_close(sub);
 	orch_client_close(&c);
 	return code;
