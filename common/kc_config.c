@@ -1,9 +1,11 @@
 #include "kc_config.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kc_err.h"
 #include "kc_util.h"
@@ -94,5 +96,10 @@ kc_config_prepare(const kc_config *cfg)
 	    (rv = kc_mkdirs(cfg->run_dir, 0700)) != 0 ||
 	    (rv = kc_mkdirs(cfg->db_dir, 0700)) != 0)
 		return rv;
+	/* mkdir leaves an existing folder as it was: run/ holds the ipc
+	 * sockets, and only their owner may even look them up. */
+	if (chmod(cfg->run_dir, 0700) != 0)
+		return kc_seterr(KC_EIO, "cannot make %s owner-only: %s",
+		    cfg->run_dir, strerror(errno));
 	return 0;
 }

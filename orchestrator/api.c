@@ -4,6 +4,7 @@
  * acknowledged once the task is durable. A bad request is refused with a
  * message that says what is wrong, before anything changes.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "kc_log.h"
 #include "kc_util.h"
 #include "orch_int.h"
+#include "security.h"
 
 #ifndef KCLAW_VERSION
 #define KCLAW_VERSION "0.0.0"
@@ -106,7 +108,7 @@ api_submit(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 	Kclaw__SubmitResponse resp = KCLAW__SUBMIT_RESPONSE__INIT;
 	Kclaw__TaskSpec *loaded = NULL;
 	const Kclaw__TaskSpec *spec;
-	char id[ORCH_ID_LEN + 1];
+	char id[ORCH_ID_LEN + 1], real[PATH_MAX];
 	int rv;
 
 	if (req == NULL)
@@ -119,7 +121,12 @@ api_submit(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 			    "give either bundle_dir or spec, not both");
 			goto out;
 		}
-		if ((rv = kc_bundle_load(req->bundle_dir, &loaded)) != 0)
+		/* A request may come from anyone who can reach the API:
+		 * it may only make kclawd read folders inside the allowed
+		 * roots. */
+		if ((rv = orch_bundle_dir_check(&o->opt.cfg, req->bundle_dir,
+		         real, sizeof(real))) != 0 ||
+		    (rv = kc_bundle_load(real, &loaded)) != 0)
 			goto out;
 		spec = loaded;
 	}

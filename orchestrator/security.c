@@ -1,0 +1,160 @@
+/*
+ * security.c - kclawd's start-up check of its addresses, and the roots a
+ * Submit.bundle_dir may name. See security.h and docs/security.md.
+ */
+#include "security.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kc_err.h"
+#include "kc_util.h"
+
+/* ipc:// is guarded by file permissions (0600 sockets in a 0700 folder)
+ * and inproc:// never leaves the process; every other transport of NNG
+ * (tcp, tcp4, tcp6, ws, wss, tls+tcp) can be reached from other hosts. */
+static bool
+security_is_network(const char *url)
+{
+	return strncmp(url, "ipc://", 6) != 0 &&
+	    strncmp(url, "inproc://", 9) != 0;
+}
+
+/* kclaw.json's top-level members; *root is NULL when there is no file. */
+static int
+security_config(const kc_config *cfg, cJSON **root)
+{
+	char *text = NULL;
+	size_t len;
+	int rv;
+
+	*root = NULL;
+	if ((rv = kc_read_file(cfg->config_path, 1 << 20, &text, &len)) != 0) {
+		kc_clearerr();
+		return rv == KC_ENOENT ? 0 : rv;
+	}
+	*root = cJSON_ParseWithLength(text, len);
+	free(text);
+	if (*root == NULL || !cJSON_IsObject(*root)) {
+		cJSON_Delete(*root);
+		*root = NULL;
+		return kc_seterr(KC_EINVAL,
+		    "%s is not a JSON object; fix or remove it",
+		    cfg->config_path);
+	}
+	return 0;
+}
+
+int
+orch_security_check(const kc_config *cfg)
+{
+	const char *env = getenv("KCLAW_INSECURE_TCP");
+	const char *what = NULL, *url = NULL;
+	cJSON *root;
+	bool insecure;
+	int rv;
+
+	if (security_is_network(cfg->api_url)) {
+		what = "API";
+		url = cfg->api_url;
+	} else if (security_is_network(cfg->work_url)) {
+		what = "work";
+		url = cfg->work_url;
+	}
+	if (url == NULL || cfg->token[0] != '\0')
+		return 0;
+	if ((rv = security_config(cfg, &root)) != 0)
+		return rv;
+	insecure = (env != NULL && strcmp(env, "1") == 0) ||
+	    cJSON_IsTrue(
+	        cJSON_GetObjectItemCaseSensitive(root, "insecure_tcp"));
+	cJSON_Delete(root);
+	if (insecure)
+		return 0;
+	return kc_seterr(KC_EPERM,
+	    "refusing to start: the %s address %s can be reached from other "
+	    "hosts and no token is set, so anyone who connects could submit "
+	    "tasks (which run kernels on this host's GPUs) or take work. Set a "
+	    "shared secret in KCLAW_TOKEN (or \"token\" in %s) for kclawd, its "
+	    "workers and the CLI alike; or use ipc:// addresses; or, on a "
+	    "network you trust entirely, set \"insecure_tcp\": true in "
+	    "kclaw.json or KCLAW_INSECURE_TCP=1",
+	    what, url, cfg->config_path);
+}
+
+/* True when path is root or below it (both real paths). */
+static bool
+security_inside(const char *path, const char *root)
+{
+	size_t n = strlen(root);
+
+	if (n == 1 && root[0] == '/')
+		return true;
+	return strncmp(path, root, n) == 0 &&
+	    (path[n] == '\0' || path[n] == '/');
+}
+
+static bool
+security_root_holds(const char *root, const char *path)
+{
+	char real[PATH_MAX];
+
+	return realpath(root, real) != NULL && security_inside(path, real);
+}
+
+int
+orch_bundle_dir_check(
+    const kc_config *cfg, const char *dir, char *real, size_t n)
+{
+	char path[PATH_MAX], cwd[PATH_MAX] = "", rel[PATH_MAX * 2];
+	const cJSON *roots, *r;
+	cJSON *root;
+	bool ok = false;
+	int rv;
+
+	if (realpath(dir, path) == NULL)
+		return kc_seterr(errno == ENOENT ? KC_ENOENT : KC_EINVAL,
+		    "bundle_dir %s: %s on the orchestrator's host; submit the "
+		    "bundle's content (kclaw submit without --remote)",
+		    dir, strerror(errno));
+	if (getcwd(cwd, sizeof(cwd)) != NULL)
+		ok = security_root_holds(cwd, path);
+	ok = ok || security_root_holds(cfg->home, path);
+	if (!ok) {
+		if ((rv = security_config(cfg, &root)) != 0)
+			return rv;
+		roots = cJSON_GetObjectItemCaseSensitive(root, "bundle_roots");
+		cJSON_ArrayForEach(r, roots)
+		{
+			if (!cJSON_IsString(r) || r->valuestring[0] == '\0')
+				continue;
+			/* A relative root is relative to the home. */
+			if (r->valuestring[0] == '/')
+				snprintf(
+				    rel, sizeof(rel), "%s", r->valuestring);
+			else
+				snprintf(rel, sizeof(rel), "%s/%s", cfg->home,
+				    r->valuestring);
+			if ((ok = security_root_holds(rel, path)))
+				break;
+		}
+		cJSON_Delete(root);
+	}
+	if (!ok)
+		return kc_seterr(KC_EPERM,
+		    "bundle_dir %s is outside the allowed roots (kclawd's "
+		    "working folder %s, the deployment home %s, and "
+		    "\"bundle_roots\" in %s); submit the bundle's content "
+		    "(kclaw submit without --remote) or add the folder to "
+		    "bundle_roots",
+		    path, cwd, cfg->home, cfg->config_path);
+	if (!kc_strlcpy(real, path, n))
+		return kc_seterr(KC_EINVAL, "bundle_dir %s is too long", path);
+	return 0;
+}
