@@ -3,6 +3,8 @@
  */
 #include "plan.h"
 
+#include "bundle.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,37 +14,18 @@
 #include "kc_err.h"
 #include "kc_util.h"
 
-static const struct {
-	Kclaw__DType dtype;
-	const char *name;
-	size_t size;
-} plan_dtypes[] = {
-    {KCLAW__DTYPE__F32, "f32", 4},
-    {KCLAW__DTYPE__F16, "f16", 2},
-    {KCLAW__DTYPE__BF16, "bf16", 2},
-    {KCLAW__DTYPE__F64, "f64", 8},
-    {KCLAW__DTYPE__I32, "i32", 4},
-    {KCLAW__DTYPE__I64, "i64", 8},
-    {KCLAW__DTYPE__I8, "i8", 1},
-    {KCLAW__DTYPE__U8, "u8", 1},
-};
-
+/* The task's dtypes are the bundle's (common/bundle.h): one table. */
 size_t
 sbx_dtype_size(Kclaw__DType dtype)
 {
-	for (size_t i = 0; i < KC_ARRAY_LEN(plan_dtypes); i++)
-		if (plan_dtypes[i].dtype == dtype)
-			return plan_dtypes[i].size;
-	return 0;
+	return kc_dtype_size(dtype);
 }
 
 const char *
 sbx_dtype_name(Kclaw__DType dtype)
 {
-	for (size_t i = 0; i < KC_ARRAY_LEN(plan_dtypes); i++)
-		if (plan_dtypes[i].dtype == dtype)
-			return plan_dtypes[i].name;
-	return "?";
+	return dtype == KCLAW__DTYPE__DTYPE_UNSPECIFIED ? "?"
+	                                                : kc_dtype_name(dtype);
 }
 
 int
