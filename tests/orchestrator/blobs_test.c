@@ -1,0 +1,115 @@
+/*
+ * blobs_test.c - a task's tensor files are imported by content at submit:
+ * the task survives its bundle folder being deleted, and equal contents are
+ * stored once.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "blobs.h"
+#include "kc_err.h"
+#include "kc_test.h"
+#include "kc_util.h"
+#include "store.h"
+
+static char dir[64];
+
+static Kclaw__TaskSpec *
+spec_with_files(const char *x_path, const char *y_path)
+{
+	Kclaw__TaskSpec spec = KCLAW__TASK_SPEC__INIT;
+	Kclaw__Reference ref = KCLAW__REFERENCE__INIT;
+	Kclaw__TensorSet set = KCLAW__TENSOR_SET__INIT;
+	Kclaw__TensorData x = KCLAW__TENSOR_DATA__INIT,
+	                  y = KCLAW__TENSOR_DATA__INIT,
+	                  z = KCLAW__TENSOR_DATA__INIT;
+	Kclaw__TensorData *in[] = {&x, &z}, *ex[] = {&y};
+	Kclaw__TaskSpec *out;
+	uint8_t *buf;
+	size_t len;
+
+	x.name = "x", x.path = (char *)x_path;
+	y.name = "y", y.path = (char *)y_path;
+	z.name = "z", z.data.data = (uint8_t *)"inline bytes";
+	z.data.len = 12;
+	set.n_inputs = 2, set.inputs = in;
+	set.n_expected = 1, set.expected = ex;
+	ref.kind = KCLAW__REFERENCE__KIND__TENSORS;
+	ref.n_sets = 1;
+	Kclaw__TensorSet *sets[] = {&set};
+	ref.sets = sets;
+	spec.name = "t";
+	spec.reference = &ref;
+	/* As the orchestrator holds it: an unpacked message. */
+	len = kclaw__task_spec__get_packed_size(&spec);
+	KT_ASSERT((buf = malloc(len)) != NULL);
+	kclaw__task_spec__pack(&spec, buf);
+	KT_ASSERT((out = kclaw__task_spec__unpack(NULL, len, buf)) != NULL);
+	free(buf);
+	return out;
+}
+
+static void
+check_file(const char *path, const char *want)
+{
+	char *data;
+	size_t len;
+
+	KT_OK(kc_read_file(path, 1 << 20, &data, &len));
+	KT_EQ_INT(len, strlen(want));
+	KT_ASSERT(memcmp(data, want, len) == 0);
+	free(data);
+}
+
+static void
+test_survives_bundle_deletion(void)
+{
+	char db[128], cache[128], xp[128], yp[128], hx[65];
+	store *s;
+
+	snprintf(db, sizeof(db), "%s/db", dir);
+	snprintf(cache, sizeof(cache), "%s/run/blobs", dir);
+	snprintf(xp, sizeof(xp), "%s/x.npy", dir);
+	snprintf(yp, sizeof(yp), "%s/y.npy", dir);
+	KT_OK(kc_write_file(xp, "x contents", 10));
+	KT_OK(kc_write_file(yp, "y contents", 10));
+	KT_OK(store_open(&s, db));
+	Kclaw__TaskSpec *spec = spec_with_files(xp, yp);
+	KT_OK(orch_blobs_import(s, spec));
+	Kclaw__TensorSet *set = spec->reference->sets[0];
+	kc_sha256_hex("x contents", 10, hx);
+	KT_EQ_STR(set->inputs[0]->blob, hx);
+	KT_EQ_INT(strlen(set->expected[0]->blob), 64);
+	KT_EQ_INT(strlen(set->inputs[1]->blob), 64);
+
+	/* The bundle goes away; the evaluation still gets the tensors. */
+	KT_ASSERT(unlink(xp) == 0 && unlink(yp) == 0);
+	KT_OK(orch_blobs_materialize(s, cache, spec));
+	KT_ASSERT(strncmp(set->inputs[0]->path, cache, strlen(cache)) == 0);
+	check_file(set->inputs[0]->path, "x contents");
+	check_file(set->expected[0]->path, "y contents");
+	check_file(set->inputs[1]->path, "inline bytes");
+	KT_EQ_INT(set->inputs[1]->data.len, 0);
+	kclaw__task_spec__free_unpacked(spec, NULL);
+
+	/* A file that cannot be read is a clear error naming the tensor. */
+	spec = spec_with_files("/nonexistent/x.npy", yp);
+	KT_EQ_INT(orch_blobs_import(s, spec), KC_ENOENT);
+	KT_CONTAINS(kc_lasterr(), "tensor 'x'");
+	kclaw__task_spec__free_unpacked(spec, NULL);
+	store_close(s);
+}
+
+int
+main(void)
+{
+	snprintf(dir, sizeof(dir), "/tmp/kc-blobs-XXXXXX");
+	KT_ASSERT(mkdtemp(dir) != NULL);
+	KT_RUN(test_survives_bundle_deletion);
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	KT_ASSERT(system(cmd) == 0);
+	return 0;
+}
