@@ -138,7 +138,8 @@ api_submit(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 	}
 	/* Validation happens before anything is staged: a refusal changes
 	 * nothing. */
-	rv = orch_submit(o, spec, req->task_id, id);
+	if ((rv = orch_spec_paths_check(&o->opt.cfg, spec)) == 0)
+		rv = orch_submit(o, spec, req->task_id, id);
 out:
 	if (rv == 0) {
 		resp.task_id = id;

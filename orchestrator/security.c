@@ -51,6 +51,21 @@ security_config(const kc_config *cfg, cJSON **root)
 	return 0;
 }
 
+/* An http:// address other hosts can reach: anything but a loopback host
+ * (127.x, localhost, [::1]). */
+static bool
+security_http_public(const char *url)
+{
+	const char *h = strstr(url, "://");
+
+	if (url[0] == '\0')
+		return false;
+	h = h ? h + 3 : url;
+	return !(strncmp(h, "127.", 4) == 0 ||
+	    strncmp(h, "localhost:", 10) == 0 || strcmp(h, "localhost") == 0 ||
+	    strncmp(h, "[::1]", 5) == 0);
+}
+
 int
 orch_security_check(const kc_config *cfg)
 {
@@ -67,7 +82,15 @@ orch_security_check(const kc_config *cfg)
 		what = "work";
 		url = cfg->work_url;
 	}
-	if (url == NULL || cfg->token[0] != '\0')
+	if (url != NULL && cfg->token[0] != '\0')
+		url = NULL;
+	/* The dashboard answers reads (specs, kernel sources, events)
+	 * without a token. */
+	if (url == NULL && security_http_public(cfg->http_url)) {
+		what = "dashboard (http_url)";
+		url = cfg->http_url;
+	}
+	if (url == NULL)
 		return 0;
 	if ((rv = security_config(cfg, &root)) != 0)
 		return rv;
@@ -77,6 +100,16 @@ orch_security_check(const kc_config *cfg)
 	cJSON_Delete(root);
 	if (insecure)
 		return 0;
+	if (url == cfg->http_url)
+		return kc_seterr(KC_EPERM,
+		    "refusing to start: the dashboard address %s can be "
+		    "reached from other hosts, and it shows every task's spec, "
+		    "kernel sources and events without asking for a token. "
+		    "Serve it on 127.0.0.1 (reach it through an SSH tunnel or "
+		    "an authenticating proxy); or, on a network you trust "
+		    "entirely, set \"insecure_tcp\": true in %s or "
+		    "KCLAW_INSECURE_TCP=1",
+		    url, cfg->config_path);
 	return kc_seterr(KC_EPERM,
 	    "refusing to start: the %s address %s can be reached from other "
 	    "hosts and no token is set, so anyone who connects could submit "
@@ -108,14 +141,63 @@ security_root_holds(const char *root, const char *path)
 	return realpath(root, real) != NULL && security_inside(path, real);
 }
 
+/* Whether real (a real path) lies inside one of the allowed roots. */
+static int
+security_allowed(const kc_config *cfg, const char *real, bool *ok)
+{
+	char cwd[PATH_MAX], rel[PATH_MAX * 2];
+	const char *env = getenv("KCLAW_BUNDLE_ROOTS");
+	const cJSON *roots, *r;
+	cJSON *root;
+	int rv;
+
+	*ok = (getcwd(cwd, sizeof(cwd)) != NULL &&
+	          security_root_holds(cwd, real)) ||
+	    security_root_holds(cfg->home, real);
+	/* KCLAW_BUNDLE_ROOTS: folders separated by ':', like PATH. */
+	for (const char *p = env; p && *p && !*ok;) {
+		size_t n = strcspn(p, ":");
+		if (n > 0 && n < sizeof(rel)) {
+			memcpy(rel, p, n);
+			rel[n] = '\0';
+			*ok = security_root_holds(rel, real);
+		}
+		p += n + (p[n] == ':');
+	}
+	if (*ok)
+		return 0;
+	if ((rv = security_config(cfg, &root)) != 0)
+		return rv;
+	roots = cJSON_GetObjectItemCaseSensitive(root, "bundle_roots");
+	cJSON_ArrayForEach(r, roots)
+	{
+		if (!cJSON_IsString(r) || r->valuestring[0] == '\0')
+			continue;
+		/* A relative root is relative to the home. */
+		if (r->valuestring[0] == '/')
+			snprintf(rel, sizeof(rel), "%s", r->valuestring);
+		else
+			snprintf(rel, sizeof(rel), "%s/%s", cfg->home,
+			    r->valuestring);
+		if ((*ok = security_root_holds(rel, real)))
+			break;
+	}
+	cJSON_Delete(root);
+	return 0;
+}
+
+static const char *
+security_cwd(char *buf, size_t n)
+{
+	return getcwd(buf, n) ? buf : "?";
+}
+
 int
 orch_bundle_dir_check(
     const kc_config *cfg, const char *dir, char *real, size_t n)
 {
-	char path[PATH_MAX], cwd[PATH_MAX] = "", rel[PATH_MAX * 2];
-	const cJSON *roots, *r;
-	cJSON *root;
-	bool ok = false;
+	char path[PATH_MAX], cwd[PATH_MAX];
+	bool ok;
 	int rv;
 
 	if (realpath(dir, path) == NULL)
@@ -123,38 +205,70 @@ orch_bundle_dir_check(
 		    "bundle_dir %s: %s on the orchestrator's host; submit the "
 		    "bundle's content (kclaw submit without --remote)",
 		    dir, strerror(errno));
-	if (getcwd(cwd, sizeof(cwd)) != NULL)
-		ok = security_root_holds(cwd, path);
-	ok = ok || security_root_holds(cfg->home, path);
-	if (!ok) {
-		if ((rv = security_config(cfg, &root)) != 0)
-			return rv;
-		roots = cJSON_GetObjectItemCaseSensitive(root, "bundle_roots");
-		cJSON_ArrayForEach(r, roots)
-		{
-			if (!cJSON_IsString(r) || r->valuestring[0] == '\0')
-				continue;
-			/* A relative root is relative to the home. */
-			if (r->valuestring[0] == '/')
-				snprintf(
-				    rel, sizeof(rel), "%s", r->valuestring);
-			else
-				snprintf(rel, sizeof(rel), "%s/%s", cfg->home,
-				    r->valuestring);
-			if ((ok = security_root_holds(rel, path)))
-				break;
-		}
-		cJSON_Delete(root);
-	}
+	if ((rv = security_allowed(cfg, path, &ok)) != 0)
+		return rv;
 	if (!ok)
 		return kc_seterr(KC_EPERM,
 		    "bundle_dir %s is outside the allowed roots (kclawd's "
-		    "working folder %s, the deployment home %s, and "
-		    "\"bundle_roots\" in %s); submit the bundle's content "
-		    "(kclaw submit without --remote) or add the folder to "
-		    "bundle_roots",
-		    path, cwd, cfg->home, cfg->config_path);
+		    "working folder %s, the deployment home %s, "
+		    "KCLAW_BUNDLE_ROOTS and \"bundle_roots\" in %s); submit "
+		    "the bundle's content (kclaw submit without --remote) or "
+		    "add the folder to bundle_roots",
+		    path, security_cwd(cwd, sizeof(cwd)), cfg->home,
+		    cfg->config_path);
 	if (!kc_strlcpy(real, path, n))
 		return kc_seterr(KC_EINVAL, "bundle_dir %s is too long", path);
+	return 0;
+}
+
+static int
+security_tensor_path(const kc_config *cfg, const Kclaw__TensorData *td,
+    size_t set, const char *what)
+{
+	char path[PATH_MAX], cwd[PATH_MAX];
+	bool ok;
+	int rv;
+
+	if (td->path == NULL || td->path[0] == '\0')
+		return 0;
+	if (realpath(td->path, path) == NULL)
+		return kc_seterr(KC_EINVAL,
+		    "reference set %zu: %s tensor '%s': %s: %s on the "
+		    "orchestrator's host; send the data inline, or run the "
+		    "orchestrator where the bundle is",
+		    set + 1, what, td->name ? td->name : "", td->path,
+		    strerror(errno));
+	if ((rv = security_allowed(cfg, path, &ok)) != 0)
+		return rv;
+	if (!ok)
+		return kc_seterr(KC_EPERM,
+		    "reference set %zu: %s tensor '%s': %s is outside the "
+		    "allowed roots (kclawd's working folder %s, the deployment "
+		    "home %s, KCLAW_BUNDLE_ROOTS and \"bundle_roots\" in %s); "
+		    "add the bundle's folder to bundle_roots or send the data "
+		    "inline",
+		    set + 1, what, td->name ? td->name : "", path,
+		    security_cwd(cwd, sizeof(cwd)), cfg->home,
+		    cfg->config_path);
+	return 0;
+}
+
+int
+orch_spec_paths_check(const kc_config *cfg, const Kclaw__TaskSpec *spec)
+{
+	const Kclaw__Reference *ref = spec->reference;
+	int rv;
+
+	for (size_t i = 0; ref && i < ref->n_sets; i++) {
+		const Kclaw__TensorSet *s = ref->sets[i];
+		for (size_t k = 0; k < s->n_inputs; k++)
+			if ((rv = security_tensor_path(
+			         cfg, s->inputs[k], i, "input")) != 0)
+				return rv;
+		for (size_t k = 0; k < s->n_expected; k++)
+			if ((rv = security_tensor_path(
+			         cfg, s->expected[k], i, "expected")) != 0)
+				return rv;
+	}
 	return 0;
 }

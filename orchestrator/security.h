@@ -8,24 +8,35 @@
 #include <stddef.h>
 
 #include "kc_config.h"
+#include "kclaw.pb-c.h"
 
 /*
  * The check at kclawd's start: an API or work address that other hosts can
- * reach (anything but ipc:// and inproc://) needs a token, unless the
- * deployment says "insecure_tcp": true in kclaw.json or
- * KCLAW_INSECURE_TCP=1. Returns 0, or KC_EPERM with kc_lasterr() saying why
- * and what to do.
+ * reach (anything but ipc:// and inproc://) needs a token, and the
+ * dashboard (http_url), which asks for none, must be on a loopback host;
+ * unless the deployment says "insecure_tcp": true in kclaw.json or
+ * KCLAW_INSECURE_TCP=1. Call it after every override of cfg. Returns 0, or
+ * KC_EPERM with kc_lasterr() saying why and what to do.
  */
 int orch_security_check(const kc_config *cfg);
 
 /*
  * Whether Submit.bundle_dir may be read: its real path must lie inside one
- * of the allowed roots (kclawd's working folder, the deployment home, and
- * kclaw.json's "bundle_roots"). On success real (n bytes) holds the real
+ * of the allowed roots: kclawd's working folder, the deployment home,
+ * KCLAW_BUNDLE_ROOTS (folders separated by ':') and kclaw.json's
+ * "bundle_roots" (read per request). On success real (n bytes) holds the real
  * path. KC_ENOENT when dir does not exist, KC_EPERM when it is outside;
  * kc_lasterr() says what to do.
  */
 int orch_bundle_dir_check(
     const kc_config *cfg, const char *dir, char *real, size_t n);
+
+/*
+ * The same rule for the .npy files a spec's reference names
+ * (TensorData.path): a spec sent over the API must not make the sandbox
+ * read a file outside the allowed roots. KC_EPERM / KC_EINVAL with the
+ * tensor and what to do.
+ */
+int orch_spec_paths_check(const kc_config *cfg, const Kclaw__TaskSpec *spec);
 
 #endif

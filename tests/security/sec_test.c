@@ -7,6 +7,7 @@
  */
 #include <sys/stat.h>
 
+#include "bundle.h"
 #include "orchestrator/harness.h"
 #include "security.h"
 
@@ -240,6 +241,50 @@ test_bundle_dir_roots(void)
 	    h_call("Submit", &req.base, &kclaw__submit_response__descriptor,
 	        (ProtobufCMessage **)&resp),
 	    KC_EPERM);
+
+	/* A spec sent whole may not name .npy files outside the roots. */
+	{
+		Kclaw__TaskSpec *spec;
+		Kclaw__TensorData td = KCLAW__TENSOR_DATA__INIT,
+		                  *tds[1] = {&td};
+		Kclaw__TensorSet set = KCLAW__TENSOR_SET__INIT,
+		                 *sets[1] = {&set};
+		Kclaw__TensorSet **old_sets;
+		size_t old_n;
+
+		KT_OK(kc_bundle_load(inside, &spec));
+		KT_ASSERT(spec->reference != NULL);
+		old_sets = spec->reference->sets;
+		old_n = spec->reference->n_sets;
+		td.name = "x";
+		td.path = "/etc/passwd";
+		set.inputs = tds;
+		set.n_inputs = 1;
+		spec->reference->sets = sets;
+		spec->reference->n_sets = 1;
+		req.bundle_dir = NULL;
+		req.spec = spec;
+		KT_EQ_INT(h_call("Submit", &req.base,
+		              &kclaw__submit_response__descriptor,
+		              (ProtobufCMessage **)&resp),
+		    KC_EPERM);
+		KT_CONTAINS(kc_lasterr(), "input tensor 'x'");
+		KT_CONTAINS(kc_lasterr(), "outside the allowed roots");
+		set.inputs = NULL;
+		set.n_inputs = 0;
+		set.expected = tds;
+		set.n_expected = 1;
+		td.path = up;
+		KT_EQ_INT(h_call("Submit", &req.base,
+		              &kclaw__submit_response__descriptor,
+		              (ProtobufCMessage **)&resp),
+		    KC_EPERM);
+		KT_CONTAINS(kc_lasterr(), "expected tensor 'x'");
+		spec->reference->sets = old_sets;
+		spec->reference->n_sets = old_n;
+		req.spec = NULL;
+		kclaw__task_spec__free_unpacked(spec, NULL);
+	}
 	health_ok(NULL);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", outside);
 	KT_ASSERT(system(cmd) == 0);
@@ -396,6 +441,17 @@ test_tcp_start(void)
 	KT_CONTAINS(kc_lasterr(), "work address");
 	snprintf(cfg.work_url, sizeof(cfg.work_url), "ipc://%s/work.ipc",
 	    cfg.run_dir);
+	KT_OK(orch_security_check(&cfg));
+	/* The dashboard asks for no token: loopback only. */
+	kc_strlcpy(cfg.http_url, "http://0.0.0.0:8470", sizeof(cfg.http_url));
+	KT_EQ_INT(orch_security_check(&cfg), KC_EPERM);
+	KT_CONTAINS(kc_lasterr(), "dashboard");
+	kc_strlcpy(cfg.token, "t", sizeof(cfg.token));
+	KT_EQ_INT(orch_security_check(&cfg), KC_EPERM);
+	cfg.token[0] = '\0';
+	kc_strlcpy(cfg.http_url, "http://127.0.0.1:8470", sizeof(cfg.http_url));
+	KT_OK(orch_security_check(&cfg));
+	kc_strlcpy(cfg.http_url, "http://localhost:8470", sizeof(cfg.http_url));
 	KT_OK(orch_security_check(&cfg));
 
 	/* The daemon: exits 1 at once, saying why. */
