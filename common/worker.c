@@ -11,6 +11,8 @@
 #include "kc_err.h"
 #include "kc_util.h"
 
+#define KC_WORKER_MAX_WAIT_MS 15000
+
 struct kc_worker {
 	bus_client *client;
 	char url[KC_URL_MAX];
@@ -85,9 +87,17 @@ kc_worker_next(kc_worker *w, const Kclaw__AgentReply *agent_reply,
 	req.eval_result = (Kclaw__EvalResult *)eval_result;
 	if ((rv = kc_pb_pack(&req.base, &buf, &len)) != 0)
 		return rv;
-	rv = bus_client_call(w->client, buf, len, wait_ms, &rbuf, &rlen);
+	/* Never forever: a dialer NNG 1.5.2 stopped redialling waits for a
+	 * connection for good (tests/chaos saw it). kclawd answers a held
+	 * request within its poll_ms; a call that outlives the bound gets a
+	 * fresh socket below. */
+	rv = bus_client_call(w->client, buf, len,
+	    wait_ms < 0 || wait_ms > KC_WORKER_MAX_WAIT_MS
+	        ? KC_WORKER_MAX_WAIT_MS
+	        : wait_ms,
+	    &rbuf, &rlen);
 	free(buf);
-	if (rv == KC_EBUS || rv == KC_ECLOSED) {
+	if (rv == KC_EBUS || rv == KC_ECLOSED || rv == KC_ETIMEDOUT) {
 		/*
 		 * The orchestrator went away mid-call (it restarted). NNG 1.5
 		 * does not resend, and a client that saw many restarts may stop

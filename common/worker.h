@@ -25,12 +25,13 @@ const char *kc_worker_id(const kc_worker *w);
 
 /*
  * Sends the previous job's result (agent_reply or eval_result, both may be
- * NULL) and waits up to wait_ms (-1 forever) for the next job. Returns:
+ * NULL) and waits up to wait_ms (-1: as long as the orchestrator holds
+ * the request, but at most 15 s) for the next job. Returns:
  *   0            *job is set (free with kclaw__work_reply__free_unpacked);
  *                a job has a non-empty job_id, an idle reply has none
- *   KC_ETIMEDOUT no answer at all within wait_ms, or the orchestrator went
- *                away mid-call (the socket is then reopened); the result,
- *                if any, must be sent again with the next call
+ *   KC_ETIMEDOUT no answer at all within the wait, or the orchestrator went
+ *                away mid-call (either way the socket is reopened); the
+ *                result, if any, must be sent again with the next call
  *   KC_ECANCELED the orchestrator told this worker to shut down
  *   KC_EPERM     the orchestrator refused this worker (bad token)
  */
