@@ -354,7 +354,16 @@ sbx_super_eval(sbx_super *s, const Kclaw__EvalRequest *req, int timeout_ms,
 		goto restart;
 	}
 	st = super_drop(s, 0);
-	if (st >= 0 && WIFSIGNALED(st)) {
+	if (st >= 0 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) {
+		/* Not the kernel's doing: a fault ends in the child's own
+		 * report or SIGSEGV/SIGBUS/SIGABRT, and the watchdog's kill is
+		 * a TIMEOUT above. Someone else killed it (the OOM killer, an
+		 * operator): the sandbox's failure, so the job is retried
+		 * rather than the candidate blamed. */
+		sbx_result_status(r, KCLAW__EVAL_STATUS__INTERNAL_ERROR,
+		    "the GPU process was killed from outside (SIGKILL) while "
+		    "evaluating this candidate; a fresh one was started");
+	} else if (st >= 0 && WIFSIGNALED(st)) {
 		sbx_result_set(
 		    &r->fault_name, "%s", super_signame(WTERMSIG(st)));
 		sbx_result_status(r, KCLAW__EVAL_STATUS__RUNTIME_FAULT,
