@@ -791,6 +791,20 @@ main_parse(main_job *m, int argc, char **argv, const char **examples,
 
 /* The home: --home or KCLAW_HOME, else a fresh one, so the report covers
  * this run only. */
+static void
+main_bundle_root(const main_job *m)
+{
+	const char *roots = getenv("KCLAW_BUNDLE_ROOTS");
+	char buf[PATH_MAX * 2];
+
+	if (roots != NULL && *roots != '\0') {
+		snprintf(buf, sizeof(buf), "%s:%s", roots, m->examples);
+		setenv("KCLAW_BUNDLE_ROOTS", buf, 1);
+	} else {
+		setenv("KCLAW_BUNDLE_ROOTS", m->examples, 1);
+	}
+}
+
 static int
 main_home(main_job *m, int argc, char **argv, kc_config *cfg)
 {
@@ -878,6 +892,10 @@ cli_main_job(int argc, char **argv)
 	    (rv = main_select(&m, names, nnames)) != 0)
 		return cli_fail("main", rv);
 	main_packed_env(&m);
+	/* The bundles' .npy files travel as paths, which the service reads
+	 * only inside its allowed roots (docs/security.md): the examples
+	 * folder is one, wherever kclaw main runs from. */
+	main_bundle_root(&m);
 	if (!gpu)
 		return main_no_gpu(&m, &cfg, why);
 	if (m.ntasks == 0) {

@@ -77,10 +77,6 @@ python3 "$HERE/mainjob.py" report "$T/one.json" "$T/expect.json" bias_gelu
 # torch.compile time): the report's figures over torch.compile.
 python3 "$HERE/mainjob.py" tensors-bundle bias_gelu "$T/kb/bias_gelu" \
 	0.165 0.05
-# Its .npy files travel as paths: kclawd reads them only inside its allowed
-# roots (docs/security.md), so the bundles' folder is one.
-mkdir -p "$T/home2"
-printf '{"bundle_roots": ["%s"]}\n' "$T/kb" >"$T/home2/kclaw.json"
 "$BIN/kclaw" --home "$T/home2" main --skip-gpu-check --keep --examples "$T/kb" \
 	--recordings "$SRC/examples/recordings" bias_gelu >"$T/kb.txt" 2>&1 ||
 	{ cat "$T/kb.txt"; echo "FAIL: kclaw main on the tensors bundle"; exit 1; }
