@@ -511,6 +511,18 @@ def compare(c, calm, chaos, tasks):
     c.expect("report", ra == rb, diff(ra, rb))
 
 
+def check_records(c, name, run_):
+    """Every candidate an event names is a readable record of its task."""
+    for task in run_["tasks"]:
+        have = {h["candidate"]["id"] for h in
+                run_["results"][task].get("history", [])}
+        named = {e["candidate_id"] for e in run_["events"]
+                 if e.get("task_id") == task and e.get("candidate_id")}
+        c.expect("%s: %s candidates readable" % (name, task),
+                 named <= have, "events name %s, not in the history" %
+                 sorted(named - have))
+
+
 def check_crashes(c, chaos):
     killer = chaos["killer"]
     got = {}
@@ -600,11 +612,20 @@ def main():
                 chaos["took"], k.kills, sum(k.kills.values()), k.missed,
                 {n: r for n, r in restarts.items() if r},
                 sum(restarts.values())))
+        kinds = {}
+        for e in chaos["events"]:
+            kinds[e.get("kind")] = kinds.get(e.get("kind"), 0) + 1
+        log("chaos run's log: %d events, %d PROCESS_CRASHED, %d "
+            "PROCESS_RESTARTED, %d JOB_RETRIED; undisturbed: %d events" % (
+                len(chaos["events"]), kinds.get("PROCESS_CRASHED", 0),
+                kinds.get("PROCESS_RESTARTED", 0),
+                kinds.get("JOB_RETRIED", 0), len(calm["events"])))
         c = Checks()
         check_model(c, calm, t, tasks)
         for name, r in (("calm", calm), ("chaos", chaos)):
             check_log(c, name, r["events"])
             check_rounds(c, name, r["events"], tasks)
+            check_records(c, name, r)
         c.expect("at least %d kills" % args.min_kills,
                  sum(k.kills.values()) >= args.min_kills,
                  "only %d: %s" % (sum(k.kills.values()), k.kills))
