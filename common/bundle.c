@@ -1563,3 +1563,75 @@ out:
 	free(l);
 	return rv;
 }
+
+/* ---- inlining tensors for a remote submit ---- */
+
+typedef int (*bundle_td_fn)(Kclaw__TensorData *td, void *arg);
+
+static int
+bundle_each_td(Kclaw__TaskSpec *spec, bundle_td_fn fn, void *arg)
+{
+	Kclaw__Reference *ref = spec->reference;
+	int rv;
+
+	for (size_t i = 0; ref != NULL && i < ref->n_sets; i++) {
+		Kclaw__TensorSet *set = ref->sets[i];
+		for (size_t k = 0; k < set->n_inputs; k++)
+			if ((rv = fn(set->inputs[k], arg)) != 0)
+				return rv;
+		for (size_t k = 0; k < set->n_expected; k++)
+			if ((rv = fn(set->expected[k], arg)) != 0)
+				return rv;
+	}
+	return 0;
+}
+
+static int
+bundle_td_size(Kclaw__TensorData *td, void *arg)
+{
+	struct stat st;
+
+	if (td->path == NULL || *td->path == '\0')
+		return 0;
+	if (stat(td->path, &st) != 0)
+		return kc_seterr(KC_ENOENT, "tensor '%s': cannot read %s",
+		    td->name, td->path);
+	*(size_t *)arg += (size_t)st.st_size;
+	return 0;
+}
+
+static int
+bundle_td_inline(Kclaw__TensorData *td, void *arg)
+{
+	char *data;
+	size_t len;
+	int rv;
+
+	if (td->path == NULL || *td->path == '\0')
+		return 0;
+	if ((rv = kc_read_file(td->path, *(size_t *)arg, &data, &len)) != 0)
+		return rv;
+	free(td->data.data);
+	td->data.data = (uint8_t *)data;
+	td->data.len = len;
+	if (td->path != protobuf_c_empty_string)
+		free(td->path);
+	td->path = (char *)protobuf_c_empty_string;
+	return 0;
+}
+
+int
+kc_bundle_inline(Kclaw__TaskSpec *spec, size_t max_bytes)
+{
+	size_t total = 0;
+	int rv;
+
+	if ((rv = bundle_each_td(spec, bundle_td_size, &total)) != 0)
+		return rv;
+	if (total > max_bytes)
+		return kc_seterr(KC_ENOSPC,
+		    "the bundle's tensors are %zu bytes, more than %zu to send "
+		    "inline",
+		    total, max_bytes);
+	return bundle_each_td(spec, bundle_td_inline, &max_bytes);
+}

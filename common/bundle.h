@@ -38,6 +38,16 @@ int kc_candidate_load(const char *dir, Kclaw__Candidate **out);
 int kc_plan_check(const Kclaw__TaskSpec *spec, const char *plan_json,
     const char *where, int require_outputs);
 
+/*
+ * Moves the contents of every .npy file spec names (a `tensors`
+ * reference's TensorData.path) into the spec (TensorData.data, path
+ * cleared), so the spec can go to an orchestrator that cannot read this
+ * machine's files; the orchestrator stores them by content. Returns
+ * KC_ENOSPC and leaves spec unchanged when they total more than max_bytes
+ * (then submit by folder, inside the orchestrator's bundle roots).
+ */
+int kc_bundle_inline(Kclaw__TaskSpec *spec, size_t max_bytes);
+
 /* Short names of the enums as task.json spells them ("f32", "normal"). */
 const char *kc_dtype_name(Kclaw__DType dtype);
 const char *kc_dist_name(Kclaw__Distribution dist);

@@ -14,6 +14,7 @@
 #include "kc_log.h"
 #include "kc_util.h"
 #include "orch_int.h"
+#include "blobs.h"
 #include "security.h"
 
 #ifndef KCLAW_VERSION
@@ -138,7 +139,11 @@ api_submit(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 	}
 	/* Validation happens before anything is staged: a refusal changes
 	 * nothing. */
-	if ((rv = orch_spec_paths_check(&o->opt.cfg, spec)) == 0)
+	/* Tensor files enter the store by content, so the task no longer
+	 * needs its bundle folder (blobs are idempotent: a refused submit
+	 * leaves at most unreferenced blobs). */
+	if ((rv = orch_spec_paths_check(&o->opt.cfg, spec)) == 0 &&
+	    (rv = orch_blobs_import(o->db, (Kclaw__TaskSpec *)spec)) == 0)
 		rv = orch_submit(o, spec, req->task_id, id);
 out:
 	if (rv == 0) {

@@ -11,6 +11,7 @@
 #include "kc_log.h"
 #include "monitor.h"
 #include "orch.h"
+#include "security.h"
 
 static orch *kclawd_orch;
 
@@ -73,6 +74,12 @@ main(int argc, char **argv)
 	}
 	if (http != NULL)
 		kc_strlcpy(cfg.http_url, http, sizeof(cfg.http_url));
+	/* tcp:// without a token, or a dashboard off loopback: refuse to
+	 * start rather than serve strangers (docs/security.md). */
+	if ((rv = orch_security_check(&cfg)) != 0) {
+		fprintf(stderr, "kclawd: %s\n", kc_lasterr());
+		return 1;
+	}
 	if ((rv = orch_open(&kclawd_orch, &opt)) != 0) {
 		fprintf(stderr, "kclawd: cannot start: %s\n",
 		    *kc_lasterr() ? kc_lasterr() : kc_strerror(rv));

@@ -14,6 +14,7 @@
 #include "kc_err.h"
 #include "kc_log.h"
 #include "kc_util.h"
+#include "blobs.h"
 #include "orch_int.h"
 
 uint32_t
@@ -639,7 +640,10 @@ orch_build_job(orch *o, struct orch_job *j, uint8_t **buf, size_t *len)
 	wr.job_id = jid;
 	wr.deadline_unix_ms = kc_now_ms() + timeout;
 	if (j->role == KCLAW__ROLE__SANDBOX) {
-		if ((rv = orch_cand_get(o, t->id, j->cand, &cand)) != 0)
+		char blobs[KC_PATH_MAX];
+		snprintf(blobs, sizeof(blobs), "%s/blobs", o->opt.cfg.run_dir);
+		if ((rv = orch_cand_get(o, t->id, j->cand, &cand)) != 0 ||
+		    (rv = orch_blobs_materialize(o->db, blobs, spec)) != 0)
 			goto out;
 		er.job_id = jid;
 		er.task_id = t->id;

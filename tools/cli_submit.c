@@ -15,6 +15,9 @@
 #include "kc_util.h"
 #include "pbjson.h"
 
+/* Tensors sent inline with a spec, at most (the bus takes 64 MiB). */
+#define SUBMIT_INLINE_MAX ((size_t)48 << 20)
+
 static void
 submit_usage(FILE *f)
 {
@@ -23,8 +26,11 @@ submit_usage(FILE *f)
 	    " [--json]\n            [--home DIR]\n\n"
 	    "Submits a task bundle (a folder with task.json) to the running "
 	    "orchestrator\nand prints the task's id. The bundle is loaded and "
-	    "checked here; --remote\nsends only its path, for an orchestrator "
-	    "that reads the same folder.\n--task-id makes the submission "
+	    "checked here and sent with its tensors (up to 48 MiB; larger "
+	    "ones go by\npath, inside the orchestrator's bundle roots); "
+	    "--remote sends only its path,\nfor an orchestrator that reads "
+	    "the same folder (inside its bundle roots).\n--task-id makes the "
+	    "submission "
 	    "idempotent (1-16 letters, digits or '_').\n--wait waits for the "
 	    "task to end and exits 0 when it is DONE, 1 otherwise.\n--json "
 	    "prints {\"task_id\": ...} (with --wait, the final TaskRecord).\n");
@@ -120,6 +126,15 @@ cli_submit(int argc, char **argv)
 		req.bundle_dir = abs;
 	} else if ((rv = kc_bundle_load(dir, &spec)) != 0) {
 		code = cli_fail("submit", rv);
+		return code == CLI_USAGE ? CLI_FAIL : code;
+	} else if ((rv = kc_bundle_inline(spec, SUBMIT_INLINE_MAX)) != 0 &&
+	    rv != KC_ENOSPC) {
+		/* Tensors up to the limit travel with the spec (the
+		 * orchestrator stores them by content); larger ones keep
+		 * their paths, which the orchestrator must be allowed to
+		 * read (its bundle roots). */
+		code = cli_fail("submit", rv);
+		kclaw__task_spec__free_unpacked(spec, NULL);
 		return code == CLI_USAGE ? CLI_FAIL : code;
 	}
 	req.spec = spec;

@@ -1,0 +1,47 @@
+#!/bin/sh
+# kclaw watch as a user and a program use it, against the real kclawd:
+#  - on a terminal (script(1) gives it one) the live view shows the task
+#    with its state, round bar and process health, and redraws when the
+#    task is cancelled;
+#  - --json streams events as JSON lines, starting from the event log.
+set -u
+B="$KCLAW_BIN"
+H=$(mktemp -d /tmp/kc-watch-XXXXXX)
+export KCLAW_HOME="$H"
+cleanup() { kill "$ORCH" 2>/dev/null; wait 2>/dev/null; rm -rf "$H"; }
+fail() { echo "FAIL: $*" >&2; cat "$H/view.txt" >&2 2>/dev/null; cleanup; exit 1; }
+command -v script >/dev/null || { echo "SKIP: no script(1)"; exit 77; }
+
+"$B/kclawd" --home "$H" >"$H/kclawd.log" 2>&1 &
+ORCH=$!
+i=0
+until "$B/kclaw" status --json >/dev/null 2>&1; do
+	i=$((i + 1)); [ $i -gt 100 ] && fail "kclawd never answered"; sleep 0.1
+done
+TASK=$("$B/kclaw" submit "$KCLAW_SRC/examples/sum_reduce" --json |
+	python3 -c 'import json,sys; print(json.load(sys.stdin)["task_id"])') || fail submit
+
+# The live view on a pseudo-terminal, for 3 s; the task is cancelled
+# after 1.5 s and the view must show both states.
+(sleep 1.5; "$B/kclaw" cancel "$TASK" >/dev/null) &
+timeout 3 script -qfc "$B/kclaw watch --home $H" /dev/null >"$H/view.txt" 2>&1
+grep -q "kclaw watch" "$H/view.txt" || fail "no view header"
+grep -q "sum_reduce" "$H/view.txt" || fail "the task's name is not shown"
+grep -q "SEEDING" "$H/view.txt" || fail "the task's running state is not shown"
+grep -q "CANCELLED" "$H/view.txt" || fail "the view did not follow the cancel"
+grep -q '\[----------\] 0/' "$H/view.txt" || fail "no round bar"
+
+# --json: the log from the start, as JSON lines a program reads.
+"$B/kclaw" watch "$TASK" --json --no-follow >"$H/events.jsonl" || fail "watch --json"
+python3 - "$H/events.jsonl" "$TASK" <<'PY' || fail "--json output"
+import json, sys
+evs = [json.loads(l) for l in open(sys.argv[1])]
+kinds = [e["kind"] for e in evs]
+assert kinds[0] == "TASK_SUBMITTED", kinds
+assert "TASK_CANCELLED" in kinds, kinds
+assert all(e["task_id"] == sys.argv[2] for e in evs)
+seqs = [e["seq"] for e in evs]
+assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), seqs
+PY
+echo "watch test ok"
+cleanup
