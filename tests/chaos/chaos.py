@@ -524,6 +524,24 @@ def check_records(c, name, run_):
                  sorted(named - have))
 
 
+def check_logs(c, t):
+    """No sanitizer report and no crash but the kills in any process's
+    log (a process that died on its own is a bug the kills may hide)."""
+    bad = []
+    for name in ("chaos", "calm"):
+        d = os.path.join(t, name, "run")
+        for f in sorted(os.listdir(d)):
+            with open(os.path.join(d, f), errors="replace") as fh:
+                for line in fh:
+                    if ("Sanitizer" in line or "runtime error:" in line or
+                            ("killed by signal" in line and
+                             "signal 9" not in line) or
+                            "exited with" in line):
+                        bad.append("%s/%s: %s" % (name, f, line.strip()))
+    c.expect("no sanitizer report or unexpected death in the logs",
+             not bad, "; ".join(bad[:5]))
+
+
 def check_crashes(c, chaos):
     killer = chaos["killer"]
     got = {}
@@ -635,6 +653,11 @@ def main():
         c.expect("every class killed", all(k.kills.values()),
                  "%s" % k.kills)
         check_crashes(c, chaos)
+        check_logs(c, t)
+        c.expect("one restart per kill of a supervised process",
+                 sum(restarts.values()) == len(k.supervised),
+                 "%d restarts, %d kills" % (sum(restarts.values()),
+                                            len(k.supervised)))
         for task in tasks:
             c.expect("%s ended DONE" % task,
                      chaos["results"][task]["task"]["state"] == "DONE",
