@@ -790,6 +790,7 @@ orch_reply_event(orch *o, struct orch_task *t, const orch_input *in,
 		ev->role = KCLAW__ROLE__SANDBOX;
 		ev->eval_status = eval->status;
 		ev->value = eval->timing ? eval->timing->median_ms : 0;
+		ev->latency_ms = eval->wall_ms;
 		orch_cand_id(in->cand, b);
 		snprintf(cid, sizeof(cid), "%s-%s", t->id, b);
 		orch_event_set(&ev->candidate_id, cid);

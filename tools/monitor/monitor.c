@@ -121,12 +121,13 @@ mon_account(struct mon_metrics *mm, const Kclaw__Event *e)
 	case KCLAW__EVENT_KIND__EVAL_FINISHED:
 		if ((unsigned)e->eval_status < MON_NSTATUS)
 			mm->evals[e->eval_status]++;
-		/* EVAL_FINISHED carries the evaluation's wall time in ms. */
+		/* EVAL_FINISHED carries the evaluation's wall time in ms
+		 * (and the kernel's median in value). */
 		for (size_t b = 0; b < MON_NBUCKETS; b++)
-			if (e->value <= mon_lat_buckets[b])
+			if (e->latency_ms <= mon_lat_buckets[b])
 				mm->lat_bucket[b]++;
 		mm->lat_count++;
-		mm->lat_sum += e->value;
+		mm->lat_sum += e->latency_ms;
 		break;
 	case KCLAW__EVENT_KIND__AGENT_REPLIED:
 		if ((unsigned)e->role < MON_NROLES) {
