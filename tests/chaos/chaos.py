@@ -530,7 +530,7 @@ def check_logs(c, t):
     bad = []
     for name in ("chaos", "calm"):
         d = os.path.join(t, name, "run")
-        for f in sorted(os.listdir(d)):
+        for f in sorted(x for x in os.listdir(d) if x.endswith(".log")):
             with open(os.path.join(d, f), errors="replace") as fh:
                 for line in fh:
                     if ("Sanitizer" in line or "runtime error:" in line or
