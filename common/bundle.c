@@ -1566,10 +1566,9 @@ out:
 
 /* ---- inlining tensors for a remote submit ---- */
 
-typedef int (*bundle_td_fn)(Kclaw__TensorData *td, void *arg);
-
-static int
-bundle_each_td(Kclaw__TaskSpec *spec, bundle_td_fn fn, void *arg)
+int
+kc_spec_each_tensor_data(Kclaw__TaskSpec *spec,
+    int (*fn)(Kclaw__TensorData *td, void *arg), void *arg)
 {
 	Kclaw__Reference *ref = spec->reference;
 	int rv;
@@ -1626,12 +1625,12 @@ kc_bundle_inline(Kclaw__TaskSpec *spec, size_t max_bytes)
 	size_t total = 0;
 	int rv;
 
-	if ((rv = bundle_each_td(spec, bundle_td_size, &total)) != 0)
+	if ((rv = kc_spec_each_tensor_data(spec, bundle_td_size, &total)) != 0)
 		return rv;
 	if (total > max_bytes)
 		return kc_seterr(KC_ENOSPC,
 		    "the bundle's tensors are %zu bytes, more than %zu to send "
 		    "inline",
 		    total, max_bytes);
-	return bundle_each_td(spec, bundle_td_inline, &max_bytes);
+	return kc_spec_each_tensor_data(spec, bundle_td_inline, &max_bytes);
 }

@@ -38,6 +38,11 @@ int kc_candidate_load(const char *dir, Kclaw__Candidate **out);
 int kc_plan_check(const Kclaw__TaskSpec *spec, const char *plan_json,
     const char *where, int require_outputs);
 
+/* Calls fn for every tensor (inputs, then expected outputs) of every set of
+ * spec's reference; stops at and returns the first non-zero result. */
+int kc_spec_each_tensor_data(Kclaw__TaskSpec *spec,
+    int (*fn)(Kclaw__TensorData *td, void *arg), void *arg);
+
 /*
  * Moves the contents of every .npy file spec names (a `tensors`
  * reference's TensorData.path) into the spec (TensorData.data, path

@@ -5,31 +5,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bundle.h"
 #include "kc_err.h"
 #include "kc_util.h"
 
 static const struct {
 	Kclaw__DType dtype;
 	const char *descr; /* NumPy's dtype.str, little-endian */
-	size_t size;
 } npy_types[] = {
-    {KCLAW__DTYPE__F32, "<f4", 4},
-    {KCLAW__DTYPE__F16, "<f2", 2},
-    {KCLAW__DTYPE__BF16, "<V2", 2},
-    {KCLAW__DTYPE__F64, "<f8", 8},
-    {KCLAW__DTYPE__I32, "<i4", 4},
-    {KCLAW__DTYPE__I64, "<i8", 8},
-    {KCLAW__DTYPE__I8, "|i1", 1},
-    {KCLAW__DTYPE__U8, "|u1", 1},
+    {KCLAW__DTYPE__F32, "<f4"},
+    {KCLAW__DTYPE__F16, "<f2"},
+    {KCLAW__DTYPE__BF16, "<V2"},
+    {KCLAW__DTYPE__F64, "<f8"},
+    {KCLAW__DTYPE__I32, "<i4"},
+    {KCLAW__DTYPE__I64, "<i8"},
+    {KCLAW__DTYPE__I8, "|i1"},
+    {KCLAW__DTYPE__U8, "|u1"},
 };
 
+/* Sizes come from the bundle's one dtype table. */
 size_t
 kc_npy_elem_size(Kclaw__DType dtype)
 {
-	for (size_t i = 0; i < KC_ARRAY_LEN(npy_types); i++)
-		if (npy_types[i].dtype == dtype)
-			return npy_types[i].size;
-	return 0;
+	return kc_dtype_size(dtype);
 }
 
 /* Finds the value text after 'key': in a Python dict literal. */

@@ -5,32 +5,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bundle.h"
 #include "kc_config.h"
 #include "kc_err.h"
 #include "kc_util.h"
 
-typedef int (*blobs_fn)(store *s, const char *arg, Kclaw__TensorData *td);
-
-/* Calls fn for every tensor of every reference set. */
-static int
-blobs_each(store *s, const char *arg, Kclaw__TaskSpec *spec, blobs_fn fn)
-{
-	Kclaw__Reference *ref = spec->reference;
-	int rv;
-
-	if (ref == NULL)
-		return 0;
-	for (size_t i = 0; i < ref->n_sets; i++) {
-		Kclaw__TensorSet *set = ref->sets[i];
-		for (size_t k = 0; k < set->n_inputs; k++)
-			if ((rv = fn(s, arg, set->inputs[k])) != 0)
-				return rv;
-		for (size_t k = 0; k < set->n_expected; k++)
-			if ((rv = fn(s, arg, set->expected[k])) != 0)
-				return rv;
-	}
-	return 0;
-}
+/* What the per-tensor steps need besides the tensor. */
+struct blobs_ctx {
+	store *s;
+	const char *dir;
+};
 
 static int
 blobs_set_str(char **field, const char *value)
@@ -47,13 +31,13 @@ blobs_set_str(char **field, const char *value)
 }
 
 static int
-blobs_import_one(store *s, const char *arg, Kclaw__TensorData *td)
+blobs_import_one(Kclaw__TensorData *td, void *arg)
 {
+	store *s = ((struct blobs_ctx *)arg)->s;
 	char hash[65], *data = NULL;
 	size_t len;
 	int rv;
 
-	(void)arg;
 	if (td->blob != NULL && strlen(td->blob) == 64)
 		return 0;
 	if (td->data.len > 0) {
@@ -74,12 +58,17 @@ blobs_import_one(store *s, const char *arg, Kclaw__TensorData *td)
 int
 orch_blobs_import(store *s, Kclaw__TaskSpec *spec)
 {
-	return blobs_each(s, NULL, spec, blobs_import_one);
+	struct blobs_ctx ctx = {.s = s};
+
+	return kc_spec_each_tensor_data(spec, blobs_import_one, &ctx);
 }
 
 static int
-blobs_materialize_one(store *s, const char *dir, Kclaw__TensorData *td)
+blobs_materialize_one(Kclaw__TensorData *td, void *arg)
 {
+	const struct blobs_ctx *ctx = arg;
+	store *s = ctx->s;
+	const char *dir = ctx->dir;
 	char path[KC_PATH_MAX];
 	struct stat st;
 	void *data;
@@ -116,5 +105,7 @@ orch_blobs_materialize(store *s, const char *cache_dir, Kclaw__TaskSpec *spec)
 
 	if ((rv = kc_mkdirs(cache_dir, 0700)) != 0)
 		return rv;
-	return blobs_each(s, cache_dir, spec, blobs_materialize_one);
+	struct blobs_ctx ctx = {.s = s, .dir = cache_dir};
+
+	return kc_spec_each_tensor_data(spec, blobs_materialize_one, &ctx);
 }
