@@ -1028,6 +1028,31 @@ memlt_class_rules(const memlt_ctx *ctx, const kb_class *cls, size_t rank,
 	return mem != 0 ? KC_ENOMEM : 0;
 }
 
+/*
+ * Evaluates named expressions (derived fields or predicates) in order,
+ * each seeing the ones before it, and lists them in t; predicates read as
+ * true/false. A failed append is or-ed into *mem, as the caller does.
+ */
+static int
+memlt_eval_named(memlt_ctx *ctx, const kb_named_expr *x, size_t n, bool truth,
+    kc_str *t, int *mem)
+{
+	char buf[64];
+	int rv;
+
+	for (size_t i = 0; i < n; i++) {
+		memlt_val *v = &ctx->vals[ctx->n];
+		v->name = x[i].name;
+		if ((rv = expr_eval(x[i].e, memlt_lookup, ctx, &v->v)) != 0)
+			return rv;
+		ctx->n++;
+		expr_value_str(v->v, truth, buf, sizeof(buf));
+		*mem |= kc_str_printf(t, "  %-26s = %-10s  [%s]\n", v->name,
+		    buf, expr_source(x[i].e));
+	}
+	return 0;
+}
+
 int
 memlt_retrieve(store *s, const kb *k, const memlt_evidence *ev,
     const memlt_options *opt, memlt_result *out)
@@ -1100,29 +1125,13 @@ memlt_retrieve(store *s, const kb *k, const memlt_evidence *ev,
 
 	/* 2. Derived fields and predicates, in order. */
 	mem |= kc_str_printf(&t, "\nderived:\n");
-	for (size_t i = 0; i < k->nderived; i++) {
-		memlt_val *v = &ctx.vals[ctx.n];
-		v->name = k->derived[i].name;
-		if ((rv = expr_eval(
-		         k->derived[i].e, memlt_lookup, &ctx, &v->v)) != 0)
-			goto out;
-		ctx.n++;
-		expr_value_str(v->v, false, buf, sizeof(buf));
-		mem |= kc_str_printf(&t, "  %-26s = %-10s  [%s]\n", v->name,
-		    buf, expr_source(k->derived[i].e));
-	}
+	if ((rv = memlt_eval_named(
+	         &ctx, k->derived, k->nderived, false, &t, &mem)) != 0)
+		goto out;
 	mem |= kc_str_printf(&t, "\npredicates:\n");
-	for (size_t i = 0; i < k->npredicates; i++) {
-		memlt_val *v = &ctx.vals[ctx.n];
-		v->name = k->predicates[i].name;
-		if ((rv = expr_eval(
-		         k->predicates[i].e, memlt_lookup, &ctx, &v->v)) != 0)
-			goto out;
-		ctx.n++;
-		expr_value_str(v->v, true, buf, sizeof(buf));
-		mem |= kc_str_printf(&t, "  %-26s = %-10s  [%s]\n", v->name,
-		    buf, expr_source(k->predicates[i].e));
-	}
+	if ((rv = memlt_eval_named(
+	         &ctx, k->predicates, k->npredicates, true, &t, &mem)) != 0)
+		goto out;
 
 	/* 3. Bottleneck classes by priority; an active class suppresses the
 	 * lower ones it names. */
