@@ -575,6 +575,33 @@ kb_cmp_class(const void *a, const void *b)
 	(((ptr) = calloc((n) ? (n) : 1, sizeof(*(ptr)))) == NULL ? KC_ENOMEM   \
 	                                                         : 0)
 
+/*
+ * Parses a section of named expressions ("derived" or "predicates") into
+ * *v; *nv counts the entries parsed so far, so that the caller's cleanup
+ * frees them after a failure too.
+ */
+static int
+kb_parse_named_section(const kb_src *src, const cJSON *doc, const char *key,
+    kb_named_expr **v, size_t *nv, kb_scope *sc)
+{
+	const cJSON *sec, *o;
+	size_t n = 0, i = 0;
+	int rv;
+
+	if ((rv = kb_section(src, doc, key, &sec, &n)) != 0 ||
+	    (rv = KB_ALLOC(*v, n)) != 0)
+		return rv;
+	cJSON_ArrayForEach(o, sec)
+	{
+		*nv = i + 1;
+		if ((rv = kb_parse_named_expr(src, key, o, i, &(*v)[i], sc)) !=
+		    0)
+			return rv;
+		i++;
+	}
+	return 0;
+}
+
 static int
 kb_build_policy(kb *k, const kb_src *src, const cJSON *doc, const kb_src *msrc)
 {
@@ -600,30 +627,11 @@ kb_build_policy(kb *k, const kb_src *src, const cJSON *doc, const kb_src *msrc)
 			goto out;
 		i++;
 	}
-	if ((rv = kb_section(src, doc, "derived", &sec, &n)) != 0 ||
-	    (rv = KB_ALLOC(k->derived, n)) != 0)
+	if ((rv = kb_parse_named_section(
+	         src, doc, "derived", &k->derived, &k->nderived, &sc)) != 0 ||
+	    (rv = kb_parse_named_section(src, doc, "predicates", &k->predicates,
+	         &k->npredicates, &sc)) != 0)
 		goto out;
-	i = 0;
-	cJSON_ArrayForEach(o, sec)
-	{
-		k->nderived = i + 1;
-		if ((rv = kb_parse_named_expr(
-		         src, "derived", o, i, &k->derived[i], &sc)) != 0)
-			goto out;
-		i++;
-	}
-	if ((rv = kb_section(src, doc, "predicates", &sec, &n)) != 0 ||
-	    (rv = KB_ALLOC(k->predicates, n)) != 0)
-		goto out;
-	i = 0;
-	cJSON_ArrayForEach(o, sec)
-	{
-		k->npredicates = i + 1;
-		if ((rv = kb_parse_named_expr(
-		         src, "predicates", o, i, &k->predicates[i], &sc)) != 0)
-			goto out;
-		i++;
-	}
 	/* Classes read fields, derived fields and predicates, not each
 	 * other; rules and vetoes may read classes too (1 when active). */
 	if ((rv = kb_section(src, doc, "classes", &sec, &n)) != 0 ||
