@@ -288,16 +288,14 @@ llm_close(llm_client *c)
 
 /* ------------------------------------------------------------- helpers */
 
-int
-llm_request_hash(const llm_request *req, char out[65])
+cJSON *
+llm_messages_json(const llm_request *req)
 {
 	cJSON *arr, *m;
-	char *text;
-	size_t i;
 
 	if ((arr = cJSON_CreateArray()) == NULL)
-		return KC_ENOMEM;
-	for (i = 0; i < req->nmessages; i++) {
+		return NULL;
+	for (size_t i = 0; i < req->nmessages; i++) {
 		if ((m = cJSON_CreateObject()) == NULL ||
 		    !cJSON_AddItemToArray(arr, m) ||
 		    cJSON_AddStringToObject(m, "role", req->messages[i].role) ==
@@ -305,9 +303,20 @@ llm_request_hash(const llm_request *req, char out[65])
 		    cJSON_AddStringToObject(
 		        m, "content", req->messages[i].content) == NULL) {
 			cJSON_Delete(arr);
-			return KC_ENOMEM;
+			return NULL;
 		}
 	}
+	return arr;
+}
+
+int
+llm_request_hash(const llm_request *req, char out[65])
+{
+	cJSON *arr;
+	char *text;
+
+	if ((arr = llm_messages_json(req)) == NULL)
+		return KC_ENOMEM;
 	text = cJSON_PrintUnformatted(arr);
 	cJSON_Delete(arr);
 	if (text == NULL)

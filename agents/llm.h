@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "kc_config.h"
 
 typedef struct {
@@ -116,6 +118,10 @@ int llm_open(llm_client **out, const llm_config *cfg);
 const char *llm_provider_name(const llm_client *c);
 int llm_chat(llm_client *c, const llm_request *req, llm_response *resp);
 void llm_close(llm_client *c);
+
+/* The request's messages as a new JSON array, [{"role":...,"content":...},
+ * ...] (the caller deletes it); NULL when out of memory. */
+cJSON *llm_messages_json(const llm_request *req);
 
 /* SHA-256 (hex) of the request's messages as compact JSON,
  * [{"role":...,"content":...},...]: the strict replay match. */

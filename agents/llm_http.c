@@ -78,23 +78,17 @@ llm_http_close(void *state)
 static char *
 llm_http_body(const llm_http *h, const llm_request *req)
 {
-	cJSON *root, *msgs, *m;
+	cJSON *root, *msgs;
 	char *text = NULL;
-	size_t i;
 
 	if ((root = cJSON_CreateObject()) == NULL)
 		return NULL;
 	if (cJSON_AddStringToObject(root, "model", h->cfg.model) == NULL ||
-	    (msgs = cJSON_AddArrayToObject(root, "messages")) == NULL)
+	    (msgs = llm_messages_json(req)) == NULL)
 		goto out;
-	for (i = 0; i < req->nmessages; i++) {
-		if ((m = cJSON_CreateObject()) == NULL ||
-		    !cJSON_AddItemToArray(msgs, m) ||
-		    cJSON_AddStringToObject(m, "role", req->messages[i].role) ==
-		        NULL ||
-		    cJSON_AddStringToObject(
-		        m, "content", req->messages[i].content) == NULL)
-			goto out;
+	if (!cJSON_AddItemToObject(root, "messages", msgs)) {
+		cJSON_Delete(msgs);
+		goto out;
 	}
 	if (cJSON_AddNumberToObject(root, "temperature", h->cfg.temperature) ==
 	        NULL ||

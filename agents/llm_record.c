@@ -52,8 +52,7 @@ static cJSON *
 llm_record_json(const llm_recorder *r, const llm_request *req, const char *hash,
     const llm_response *resp)
 {
-	cJSON *root, *rq, *msgs, *m, *rs;
-	size_t i;
+	cJSON *root, *rq, *msgs, *rs;
 
 	if ((root = cJSON_CreateObject()) == NULL)
 		return NULL;
@@ -68,16 +67,11 @@ llm_record_json(const llm_recorder *r, const llm_request *req, const char *hash,
 	    cJSON_AddNumberToObject(rq, "temperature", r->temperature) ==
 	        NULL ||
 	    cJSON_AddNumberToObject(rq, "max_tokens", r->max_tokens) == NULL ||
-	    (msgs = cJSON_AddArrayToObject(rq, "messages")) == NULL)
+	    (msgs = llm_messages_json(req)) == NULL)
 		goto fail;
-	for (i = 0; i < req->nmessages; i++) {
-		if ((m = cJSON_CreateObject()) == NULL ||
-		    !cJSON_AddItemToArray(msgs, m) ||
-		    cJSON_AddStringToObject(m, "role", req->messages[i].role) ==
-		        NULL ||
-		    cJSON_AddStringToObject(
-		        m, "content", req->messages[i].content) == NULL)
-			goto fail;
+	if (!cJSON_AddItemToObject(rq, "messages", msgs)) {
+		cJSON_Delete(msgs);
+		goto fail;
 	}
 	if ((rs = cJSON_AddObjectToObject(root, "response")) == NULL ||
 	    cJSON_AddStringToObject(rs, "content", resp->content) == NULL ||
