@@ -2,9 +2,9 @@
  * cli_cancel.c - `kclaw cancel TASK_ID`.
  */
 #include <stdio.h>
-#include <string.h>
 
 #include "cli.h"
+#include "cli_args.h"
 #include "client.h"
 #include "kc_err.h"
 
@@ -29,32 +29,12 @@ cli_cancel(int argc, char **argv)
 	kc_config cfg;
 	orch_client c;
 	int rv, code = CLI_OK;
+	const cli_opt opts[] = {{"--json", &json, NULL}};
 
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--help") == 0 ||
-		    strcmp(argv[i], "-h") == 0) {
-			cancel_usage(stdout);
-			return CLI_OK;
-		} else if (strcmp(argv[i], "--json") == 0) {
-			json = true;
-		} else if (strcmp(argv[i], "--home") == 0 && i + 1 < argc) {
-			i++;
-		} else if (argv[i][0] != '-' && task == NULL) {
-			task = argv[i];
-		} else {
-			fprintf(stderr,
-			    "kclaw cancel: unknown argument '%s'\n\n", argv[i]);
-			cancel_usage(stderr);
-			return CLI_USAGE;
-		}
-	}
-	if (task == NULL) {
-		fprintf(stderr,
-		    "kclaw cancel: which task? (`kclaw status` "
-		    "lists them)\n\n");
-		cancel_usage(stderr);
-		return CLI_USAGE;
-	}
+	if ((rv = cli_args(argc, argv, opts, CLI_NOPTS(opts), &task,
+	         "which task? (`kclaw status` lists them)", cancel_usage)) !=
+	    CLI_ARGS_GO)
+		return rv;
 	if ((rv = cli_config(argc, argv, &cfg)) != 0 ||
 	    (rv = orch_client_open(&c, &cfg)) != 0)
 		return cli_fail("cancel", rv);

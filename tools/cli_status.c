@@ -4,9 +4,9 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "cli.h"
+#include "cli_args.h"
 #include "client.h"
 #include "kc_err.h"
 #include "pbjson.h"
@@ -56,25 +56,11 @@ cli_status(int argc, char **argv)
 	kc_config cfg;
 	orch_client c;
 	int rv, code = CLI_OK;
+	const cli_opt opts[] = {{"--json", &json, NULL}};
 
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--help") == 0 ||
-		    strcmp(argv[i], "-h") == 0) {
-			status_usage(stdout);
-			return CLI_OK;
-		} else if (strcmp(argv[i], "--json") == 0) {
-			json = true;
-		} else if (strcmp(argv[i], "--home") == 0 && i + 1 < argc) {
-			i++;
-		} else if (argv[i][0] != '-' && task == NULL) {
-			task = argv[i];
-		} else {
-			fprintf(stderr,
-			    "kclaw status: unknown argument '%s'\n\n", argv[i]);
-			status_usage(stderr);
-			return CLI_USAGE;
-		}
-	}
+	if ((rv = cli_args(argc, argv, opts, CLI_NOPTS(opts), &task, NULL,
+	         status_usage)) != CLI_ARGS_GO)
+		return rv;
 	if ((rv = cli_config(argc, argv, &cfg)) != 0 ||
 	    (rv = orch_client_open(&c, &cfg)) != 0)
 		return cli_fail("status", rv);

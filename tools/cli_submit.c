@@ -10,6 +10,7 @@
 
 #include "bundle.h"
 #include "cli.h"
+#include "cli_args.h"
 #include "client.h"
 #include "kc_err.h"
 #include "kc_util.h"
@@ -89,37 +90,13 @@ cli_submit(int argc, char **argv)
 	kc_config cfg;
 	orch_client c;
 	int rv, code;
+	const cli_opt opts[] = {{"--json", &json, NULL},
+	    {"--wait", &wait, NULL}, {"--remote", &remote, NULL},
+	    {"--task-id", NULL, &task_id}};
 
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--help") == 0 ||
-		    strcmp(argv[i], "-h") == 0) {
-			submit_usage(stdout);
-			return CLI_OK;
-		} else if (strcmp(argv[i], "--json") == 0) {
-			json = true;
-		} else if (strcmp(argv[i], "--wait") == 0) {
-			wait = true;
-		} else if (strcmp(argv[i], "--remote") == 0) {
-			remote = true;
-		} else if (strcmp(argv[i], "--task-id") == 0 && i + 1 < argc) {
-			task_id = argv[++i];
-		} else if (strcmp(argv[i], "--home") == 0 && i + 1 < argc) {
-			i++;
-		} else if (argv[i][0] != '-' && dir == NULL) {
-			dir = argv[i];
-		} else {
-			fprintf(stderr,
-			    "kclaw submit: unknown argument '%s'\n\n", argv[i]);
-			submit_usage(stderr);
-			return CLI_USAGE;
-		}
-	}
-	if (dir == NULL) {
-		fprintf(
-		    stderr, "kclaw submit: which bundle? give its folder\n\n");
-		submit_usage(stderr);
-		return CLI_USAGE;
-	}
+	if ((rv = cli_args(argc, argv, opts, CLI_NOPTS(opts), &dir,
+	         "which bundle? give its folder", submit_usage)) != CLI_ARGS_GO)
+		return rv;
 	if (remote) {
 		if (realpath(dir, abs) == NULL)
 			snprintf(abs, sizeof(abs), "%s", dir);
