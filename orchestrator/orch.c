@@ -246,6 +246,21 @@ orch_task_aux_get(
 	return store_get(o->db, STORE_CF_TASKS, key, strlen(key), val, len);
 }
 
+ProtobufCMessage *
+orch_task_aux_msg(orch *o, const char *task_id, const char *what,
+    const ProtobufCMessageDescriptor *d)
+{
+	ProtobufCMessage *m = NULL;
+	void *val;
+	size_t len;
+
+	if (orch_task_aux_get(o, task_id, what, &val, &len) == 0) {
+		m = protobuf_c_message_unpack(d, NULL, len, val);
+		free(val);
+	}
+	return m;
+}
+
 int
 orch_spec_get(orch *o, const char *task_id, Kclaw__TaskSpec **out)
 {
@@ -449,34 +464,6 @@ orch_task_put(orch *o, struct orch_task *t, const char *detail)
 
 /* -------------------------------------------------------- transitions */
 
-static Kclaw__OptPlan *
-orch_plan_get(orch *o, const char *task_id)
-{
-	Kclaw__OptPlan *p = NULL;
-	void *val;
-	size_t len;
-
-	if (orch_task_aux_get(o, task_id, "plan", &val, &len) == 0) {
-		p = kclaw__opt_plan__unpack(NULL, len, val);
-		free(val);
-	}
-	return p;
-}
-
-static Kclaw__Diagnosis *
-orch_diag_get(orch *o, const char *task_id)
-{
-	Kclaw__Diagnosis *d = NULL;
-	void *val;
-	size_t len;
-
-	if (orch_task_aux_get(o, task_id, "diag", &val, &len) == 0) {
-		d = kclaw__diagnosis__unpack(NULL, len, val);
-		free(val);
-	}
-	return d;
-}
-
 static int
 orch_aux_put(
     orch *o, const char *task_id, const char *what, const ProtobufCMessage *m)
@@ -498,9 +485,11 @@ orch_store_candidates(orch *o, struct orch_task *t, const orch_fsm *prev,
 	int rv = 0;
 
 	if (prev->state == ORCH_ST_OPTIMIZE)
-		plan = orch_plan_get(o, t->id);
+		plan = (Kclaw__OptPlan *)orch_task_aux_msg(
+		    o, t->id, "plan", &kclaw__opt_plan__descriptor);
 	if (prev->state == ORCH_ST_REPAIR)
-		diag = orch_diag_get(o, t->id);
+		diag = (Kclaw__Diagnosis *)orch_task_aux_msg(
+		    o, t->id, "diag", &kclaw__diagnosis__descriptor);
 	if (prev->state != ORCH_ST_SEEDING) {
 		orch_cand_id(
 		    prev->state == ORCH_ST_REPAIR ? prev->cur : prev->base, b);

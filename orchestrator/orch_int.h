@@ -175,6 +175,9 @@ int orch_spec_get(orch *o, const char *task_id, Kclaw__TaskSpec **out);
 /* TASKS keys "<id>/plan", "<id>/diag", "<id>/sig": scratch records. */
 int orch_task_aux_get(
     orch *o, const char *task_id, const char *what, void **val, size_t *len);
+/* The same record unpacked as d's message; NULL if absent or unreadable. */
+ProtobufCMessage *orch_task_aux_msg(orch *o, const char *task_id,
+    const char *what, const ProtobufCMessageDescriptor *d);
 const char *orch_eval_status_name(Kclaw__EvalStatus st);
 
 /* ---- sched.c ---- */

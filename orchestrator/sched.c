@@ -630,8 +630,6 @@ orch_build_job(orch *o, struct orch_job *j, uint8_t **buf, size_t *len)
 	Kclaw__Diagnosis *diag = NULL;
 	char jid[64], key[200], *text = NULL;
 	uint32_t timeout = orch_job_timeout_ms(o, j);
-	void *val;
-	size_t vlen;
 	int rv;
 
 	orch_job_id(t, j->n, jid, sizeof(jid));
@@ -664,18 +662,13 @@ orch_build_job(orch *o, struct orch_job *j, uint8_t **buf, size_t *len)
 		aj.replay_key = key;
 		if ((rv = orch_build_agent(o, j, spec, &aj, &cand, &text)) != 0)
 			goto out;
-		if (j->role == KCLAW__ROLE__OPTIMIZER &&
-		    orch_task_aux_get(o, t->id, "plan", &val, &vlen) == 0) {
-			plan = kclaw__opt_plan__unpack(NULL, vlen, val);
-			free(val);
-			aj.plan = plan;
-		}
-		if (j->role == KCLAW__ROLE__REPAIRER &&
-		    orch_task_aux_get(o, t->id, "diag", &val, &vlen) == 0) {
-			diag = kclaw__diagnosis__unpack(NULL, vlen, val);
-			free(val);
-			aj.diagnosis = diag;
-		}
+		if (j->role == KCLAW__ROLE__OPTIMIZER)
+			aj.plan = plan = (Kclaw__OptPlan *)orch_task_aux_msg(
+			    o, t->id, "plan", &kclaw__opt_plan__descriptor);
+		if (j->role == KCLAW__ROLE__REPAIRER)
+			aj.diagnosis = diag =
+			    (Kclaw__Diagnosis *)orch_task_aux_msg(o, t->id,
+			        "diag", &kclaw__diagnosis__descriptor);
 		wr.agent = &aj;
 	}
 	rv = kc_pb_pack(&wr.base, buf, len);
