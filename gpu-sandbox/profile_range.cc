@@ -81,6 +81,12 @@ range_fail(Kclaw__EvalResult *res, const char *what, CUptiResult r)
 		}                                                              \
 	} while (0)
 
+/* Zeroes a CUPTI parameter struct and sets the size its type's header
+ * declares: the two lines every CUPTI call needs, and no way to pair a
+ * struct with another type's size. */
+#define RANGE_INIT(p, type)                                                    \
+	(memset(&(p), 0, sizeof(p)), (p).structSize = type##_STRUCT_SIZE)
+
 extern "C" int
 sbx_prof_range(CUcontext ctx, int device, sbx_prof_run_fn run, void *arg,
     Kclaw__EvalResult *res)
@@ -120,9 +126,7 @@ sbx_prof_range(CUcontext ctx, int device, sbx_prof_run_fn run, void *arg,
 
 	{
 		CUpti_Profiler_Host_Initialize_Params hi;
-		memset(&hi, 0, sizeof(hi));
-		hi.structSize =
-		    CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE;
+		RANGE_INIT(hi, CUpti_Profiler_Host_Initialize_Params);
 		hi.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
 		hi.pChipName = chip.pChipName;
 		hi.pCounterAvailabilityImage = st.avail;
@@ -133,9 +137,7 @@ sbx_prof_range(CUcontext ctx, int device, sbx_prof_run_fn run, void *arg,
 	/* Keep the metrics this chip knows; name the others in the note. */
 	for (size_t i = 0; i < RANGE_NMETRICS; i++) {
 		CUpti_Profiler_Host_GetMetricProperties_Params mp;
-		memset(&mp, 0, sizeof(mp));
-		mp.structSize =
-		    CUpti_Profiler_Host_GetMetricProperties_Params_STRUCT_SIZE;
+		RANGE_INIT(mp, CUpti_Profiler_Host_GetMetricProperties_Params);
 		mp.pHostObject = st.host;
 		mp.pMetricName = range_metrics[i].metric;
 		if (cuptiProfilerHostGetMetricProperties(&mp) !=
@@ -159,17 +161,13 @@ sbx_prof_range(CUcontext ctx, int device, sbx_prof_run_fn run, void *arg,
 		CUpti_Profiler_Host_GetConfigImageSize_Params cs;
 		CUpti_Profiler_Host_GetConfigImage_Params ci;
 		CUpti_Profiler_Host_GetNumOfPasses_Params np;
-		memset(&am, 0, sizeof(am));
-		am.structSize =
-		    CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE;
+		RANGE_INIT(am, CUpti_Profiler_Host_ConfigAddMetrics_Params);
 		am.pHostObject = st.host;
 		am.ppMetricNames = st.names;
 		am.numMetrics = st.n;
 		RANGE_TRY(cuptiProfilerHostConfigAddMetrics(&am),
 		    "cuptiProfilerHostConfigAddMetrics");
-		memset(&cs, 0, sizeof(cs));
-		cs.structSize =
-		    CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE;
+		RANGE_INIT(cs, CUpti_Profiler_Host_GetConfigImageSize_Params);
 		cs.pHostObject = st.host;
 		RANGE_TRY(cuptiProfilerHostGetConfigImageSize(&cs),
 		    "cuptiProfilerHostGetConfigImageSize");
@@ -179,17 +177,13 @@ sbx_prof_range(CUcontext ctx, int device, sbx_prof_run_fn run, void *arg,
 			rv = KC_ENOMEM;
 			goto out;
 		}
-		memset(&ci, 0, sizeof(ci));
-		ci.structSize =
-		    CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE;
+		RANGE_INIT(ci, CUpti_Profiler_Host_GetConfigImage_Params);
 		ci.pHostObject = st.host;
 		ci.configImageSize = st.config_len;
 		ci.pConfigImage = st.config;
 		RANGE_TRY(cuptiProfilerHostGetConfigImage(&ci),
 		    "cuptiProfilerHostGetConfigImage");
-		memset(&np, 0, sizeof(np));
-		np.structSize =
-		    CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE;
+		RANGE_INIT(np, CUpti_Profiler_Host_GetNumOfPasses_Params);
 		np.configImageSize = st.config_len;
 		np.pConfigImage = st.config;
 		RANGE_TRY(cuptiProfilerHostGetNumOfPasses(&np),
@@ -198,8 +192,7 @@ sbx_prof_range(CUcontext ctx, int device, sbx_prof_run_fn run, void *arg,
 	}
 	{
 		CUpti_RangeProfiler_Enable_Params en;
-		memset(&en, 0, sizeof(en));
-		en.structSize = CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE;
+		RANGE_INIT(en, CUpti_RangeProfiler_Enable_Params);
 		en.ctx = ctx;
 		RANGE_TRY(
 		    cuptiRangeProfilerEnable(&en), "cuptiRangeProfilerEnable");
@@ -209,9 +202,7 @@ sbx_prof_range(CUcontext ctx, int device, sbx_prof_run_fn run, void *arg,
 	{
 		CUpti_RangeProfiler_GetCounterDataSize_Params ds;
 		CUpti_RangeProfiler_CounterDataImage_Initialize_Params di;
-		memset(&ds, 0, sizeof(ds));
-		ds.structSize =
-		    CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE;
+		RANGE_INIT(ds, CUpti_RangeProfiler_GetCounterDataSize_Params);
 		ds.pRangeProfilerObject = st.rp;
 		ds.pMetricNames = st.names;
 		ds.numMetrics = st.n;
@@ -225,9 +216,8 @@ sbx_prof_range(CUcontext ctx, int device, sbx_prof_run_fn run, void *arg,
 			rv = KC_ENOMEM;
 			goto out;
 		}
-		memset(&di, 0, sizeof(di));
-		di.structSize =
-		    CUpti_RangeProfiler_CounterDataImage_Initialize_Params_STRUCT_SIZE;
+		RANGE_INIT(
+		    di, CUpti_RangeProfiler_CounterDataImage_Initialize_Params);
 		di.pRangeProfilerObject = st.rp;
 		di.counterDataSize = st.counters_len;
 		di.pCounterData = st.counters;
@@ -236,9 +226,7 @@ sbx_prof_range(CUcontext ctx, int device, sbx_prof_run_fn run, void *arg,
 	}
 	{
 		CUpti_RangeProfiler_SetConfig_Params sc;
-		memset(&sc, 0, sizeof(sc));
-		sc.structSize =
-		    CUpti_RangeProfiler_SetConfig_Params_STRUCT_SIZE;
+		RANGE_INIT(sc, CUpti_RangeProfiler_SetConfig_Params);
 		sc.pRangeProfilerObject = st.rp;
 		sc.configSize = st.config_len;
 		sc.pConfig = st.config;
@@ -261,26 +249,21 @@ sbx_prof_range(CUcontext ctx, int device, sbx_prof_run_fn run, void *arg,
 		CUpti_RangeProfiler_Stop_Params so;
 		int run_rv;
 
-		memset(&sp, 0, sizeof(sp));
-		sp.structSize = CUpti_RangeProfiler_Start_Params_STRUCT_SIZE;
+		RANGE_INIT(sp, CUpti_RangeProfiler_Start_Params);
 		sp.pRangeProfilerObject = st.rp;
 		RANGE_TRY(
 		    cuptiRangeProfilerStart(&sp), "cuptiRangeProfilerStart");
-		memset(&pu, 0, sizeof(pu));
-		pu.structSize =
-		    CUpti_RangeProfiler_PushRange_Params_STRUCT_SIZE;
+		RANGE_INIT(pu, CUpti_RangeProfiler_PushRange_Params);
 		pu.pRangeProfilerObject = st.rp;
 		pu.pRangeName = "plan";
 		RANGE_TRY(cuptiRangeProfilerPushRange(&pu),
 		    "cuptiRangeProfilerPushRange");
 		run_rv = run(arg);
-		memset(&po, 0, sizeof(po));
-		po.structSize = CUpti_RangeProfiler_PopRange_Params_STRUCT_SIZE;
+		RANGE_INIT(po, CUpti_RangeProfiler_PopRange_Params);
 		po.pRangeProfilerObject = st.rp;
 		RANGE_TRY(cuptiRangeProfilerPopRange(&po),
 		    "cuptiRangeProfilerPopRange");
-		memset(&so, 0, sizeof(so));
-		so.structSize = CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE;
+		RANGE_INIT(so, CUpti_RangeProfiler_Stop_Params);
 		so.pRangeProfilerObject = st.rp;
 		RANGE_TRY(
 		    cuptiRangeProfilerStop(&so), "cuptiRangeProfilerStop");
@@ -296,15 +279,11 @@ sbx_prof_range(CUcontext ctx, int device, sbx_prof_run_fn run, void *arg,
 	{
 		CUpti_RangeProfiler_DecodeData_Params dd;
 		CUpti_Profiler_Host_EvaluateToGpuValues_Params ev;
-		memset(&dd, 0, sizeof(dd));
-		dd.structSize =
-		    CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE;
+		RANGE_INIT(dd, CUpti_RangeProfiler_DecodeData_Params);
 		dd.pRangeProfilerObject = st.rp;
 		RANGE_TRY(cuptiRangeProfilerDecodeData(&dd),
 		    "cuptiRangeProfilerDecodeData");
-		memset(&ev, 0, sizeof(ev));
-		ev.structSize =
-		    CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE;
+		RANGE_INIT(ev, CUpti_Profiler_Host_EvaluateToGpuValues_Params);
 		ev.pHostObject = st.host;
 		ev.pCounterDataImage = st.counters;
 		ev.counterDataImageSize = st.counters_len;
@@ -327,16 +306,13 @@ sbx_prof_range(CUcontext ctx, int device, sbx_prof_run_fn run, void *arg,
 out:
 	if (enabled) {
 		CUpti_RangeProfiler_Disable_Params dp;
-		memset(&dp, 0, sizeof(dp));
-		dp.structSize = CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE;
+		RANGE_INIT(dp, CUpti_RangeProfiler_Disable_Params);
 		dp.pRangeProfilerObject = st.rp;
 		cuptiRangeProfilerDisable(&dp);
 	}
 	if (st.host != NULL) {
 		CUpti_Profiler_Host_Deinitialize_Params hd;
-		memset(&hd, 0, sizeof(hd));
-		hd.structSize =
-		    CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE;
+		RANGE_INIT(hd, CUpti_Profiler_Host_Deinitialize_Params);
 		hd.pHostObject = st.host;
 		cuptiProfilerHostDeinitialize(&hd);
 	}
