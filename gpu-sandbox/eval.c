@@ -32,6 +32,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "bundle.h"
 #include "compile.h"
 #include "cu.h"
 #include "gpu.h"
@@ -778,7 +779,7 @@ ev_load_tensor(ev *e, size_t t, const Kclaw__TensorData *td, kc_npy *out)
 		memset(out, 0, sizeof(*out));
 		out->dtype = ts->dtype;
 		out->count = e->tcount[t];
-		out->elem_size = sbx_dtype_size(ts->dtype);
+		out->elem_size = kc_dtype_size(ts->dtype);
 		if ((out->data = malloc(td->data.len ? td->data.len : 1)) ==
 		    NULL)
 			return KC_ENOMEM;
@@ -810,6 +811,31 @@ ev_find_data(Kclaw__TensorData **v, size_t n, const char *name)
 		if (v[i]->name != NULL && strcmp(v[i]->name, name) == 0)
 			return v[i];
 	return NULL;
+}
+
+/*
+ * Trial k's tensor t from the reference set's list v (role "input" or
+ * "expected"), loaded into arr; on failure the result says why.
+ */
+static int
+ev_ref_tensor(ev *e, unsigned k, size_t t, Kclaw__TensorData **v, size_t n,
+    const char *role, kc_npy *arr)
+{
+	const Kclaw__TensorSpec *ts = e->task->tensors[t];
+	const Kclaw__TensorData *td = ev_find_data(v, n, ts->name);
+
+	if (td == NULL) {
+		sbx_result_status(e->res, EV_INTERNAL,
+		    "the task's reference set %u has no %s '%s'", k, role,
+		    ts->name);
+		return -1;
+	}
+	if (ev_load_tensor(e, t, td, arr) != 0) {
+		sbx_result_status(e->res, EV_INTERNAL,
+		    "the task's reference: %s", kc_lasterr());
+		return -1;
+	}
+	return 0;
 }
 
 /*
@@ -1111,7 +1137,7 @@ ev_alloc_tensors(ev *e)
 	}
 	for (size_t t = 0; t < e->nt; t++) {
 		const Kclaw__TensorSpec *ts = e->task->tensors[t];
-		size_t esz = sbx_dtype_size(ts->dtype);
+		size_t esz = kc_dtype_size(ts->dtype);
 		if (esz == 0 || sbx_tensor_count(ts, &e->tcount[t]) != 0) {
 			sbx_result_status(e->res, EV_INTERNAL,
 			    "the task's tensor '%s' has no dtype or a bad "
@@ -1145,7 +1171,6 @@ ev_prepare_trials(ev *e)
 		    tensors_ref ? ref->sets[k % ref->n_sets] : NULL;
 		for (size_t t = 0; t < e->nt; t++) {
 			const Kclaw__TensorSpec *ts = e->task->tensors[t];
-			const Kclaw__TensorData *td;
 			kc_npy arr;
 
 			if (ts->kind == KCLAW__TENSOR_KIND__OUTPUT) {
@@ -1159,21 +1184,9 @@ ev_prepare_trials(ev *e)
 				}
 				if (!tensors_ref)
 					continue;
-				td = ev_find_data(
-				    set->expected, set->n_expected, ts->name);
-				if (td == NULL) {
-					sbx_result_status(e->res, EV_INTERNAL,
-					    "the task's reference set %u has "
-					    "no expected '%s'",
-					    k, ts->name);
+				if (ev_ref_tensor(e, k, t, set->expected,
+				        set->n_expected, "expected", &arr) != 0)
 					return -1;
-				}
-				if (ev_load_tensor(e, t, td, &arr) != 0) {
-					sbx_result_status(e->res, EV_INTERNAL,
-					    "the task's reference: %s",
-					    kc_lasterr());
-					return -1;
-				}
 				memcpy(
 				    e->expected[k][t], arr.data, e->tbytes[t]);
 				kc_npy_free(&arr);
@@ -1194,19 +1207,9 @@ ev_prepare_trials(ev *e)
 					return -1;
 				continue;
 			}
-			td = ev_find_data(set->inputs, set->n_inputs, ts->name);
-			if (td == NULL) {
-				sbx_result_status(e->res, EV_INTERNAL,
-				    "the task's reference set %u has no input "
-				    "'%s'",
-				    k, ts->name);
+			if (ev_ref_tensor(e, k, t, set->inputs, set->n_inputs,
+			        "input", &arr) != 0)
 				return -1;
-			}
-			if (ev_load_tensor(e, t, td, &arr) != 0) {
-				sbx_result_status(e->res, EV_INTERNAL,
-				    "the task's reference: %s", kc_lasterr());
-				return -1;
-			}
 			EV_CU(e,
 			    g->cu.cuMemcpyHtoD(
 			        e->stash[k][t], arr.data, e->tbytes[t]),
@@ -1377,7 +1380,7 @@ ev_count_poison(ev *e)
 	for (size_t t = 0; t < e->nt; t++) {
 		const Kclaw__TensorSpec *ts = e->task->tensors[t];
 		uint64_t n = e->tcount[t];
-		int esz = (int)sbx_dtype_size(ts->dtype);
+		int esz = (int)kc_dtype_size(ts->dtype);
 		void *params[4] = {&e->tdev[t], &n, &esz, &dst};
 		if (ts->kind != KCLAW__TENSOR_KIND__OUTPUT ||
 		    !ev_is_float(ts->dtype) || n == 0)

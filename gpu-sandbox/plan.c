@@ -14,13 +14,7 @@
 #include "kc_err.h"
 #include "kc_util.h"
 
-/* The task's dtypes are the bundle's (common/bundle.h): one table. */
-size_t
-sbx_dtype_size(Kclaw__DType dtype)
-{
-	return kc_dtype_size(dtype);
-}
-
+/* The bundle's dtype table (common/bundle.h), with "?" for none. */
 const char *
 sbx_dtype_name(Kclaw__DType dtype)
 {
@@ -304,7 +298,7 @@ plan_mm_size(const sbx_plan *p, const Kclaw__TaskSpec *task, int b,
     const char *field, Kclaw__DType dtype, uint64_t count, const char *where)
 {
 	const sbx_buffer *buf = &p->buffers[b];
-	size_t esz = sbx_dtype_size(dtype);
+	size_t esz = kc_dtype_size(dtype);
 
 	if (buf->tensor >= 0 && task->tensors[buf->tensor]->dtype != dtype)
 		return kc_seterr(KC_EINVAL,
@@ -541,7 +535,7 @@ sbx_plan_parse(const char *json, const Kclaw__TaskSpec *task, sbx_plan **out)
 			goto fail;
 		snprintf(p->buffers[i].name, SBX_NAME_MAX, "%s", t->name);
 		p->buffers[i].tensor = (int)i;
-		p->buffers[i].bytes = count * sbx_dtype_size(t->dtype);
+		p->buffers[i].bytes = count * kc_dtype_size(t->dtype);
 	}
 	p->nbuffers = p->ntensors = task->n_tensors;
 

@@ -109,8 +109,7 @@ typedef struct {
  * (compile-only). The device's own replace them when there is one. */
 void sbx_limits_generic(sbx_limits *lim);
 
-/* Bytes per element of a dtype; 0 when unknown. */
-size_t sbx_dtype_size(Kclaw__DType dtype);
+/* A dtype's name for messages; kc_dtype_size (bundle.h) gives its size. */
 const char *sbx_dtype_name(Kclaw__DType dtype);
 /* Elements of a tensor; refuses negative or overflowing shapes. */
 int sbx_tensor_count(const Kclaw__TensorSpec *t, size_t *count);
