@@ -60,6 +60,23 @@ memory_time(uint64_t ms, char *buf, size_t len)
 	strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* The knowledge given, else the store's current version (into *own, which
+ * the caller frees). */
+static int
+memory_knowledge(store *s, const kb **k, kb **own)
+{
+	int rv;
+
+	if (*k != NULL)
+		return 0;
+	if (s == NULL)
+		return kc_seterr(KC_EINVAL, "no knowledge given");
+	if ((rv = kb_load(s, 0, own)) != 0)
+		return rv;
+	*k = *own;
+	return 0;
+}
+
 /* --------------------------------------------------- import and export */
 
 int
@@ -241,13 +258,8 @@ memory_cmd_methods(store *s, const kb *k, bool json, char **out)
 	int rv = 0;
 
 	*out = NULL;
-	if (k == NULL) {
-		if (s == NULL)
-			return kc_seterr(KC_EINVAL, "no knowledge given");
-		if ((rv = kb_load(s, 0, &own)) != 0)
-			return rv;
-		k = own;
-	}
+	if ((rv = memory_knowledge(s, &k, &own)) != 0)
+		return rv;
 	if (s != NULL && (rv = memlt_stats(s, NULL, true, &st, &n)) != 0) {
 		kb_free(own);
 		return rv;
@@ -406,13 +418,8 @@ memory_explain_evidence(
 	int rv;
 
 	memset(r, 0, sizeof(*r));
-	if (k == NULL) {
-		if (s == NULL)
-			return kc_seterr(KC_EINVAL, "no knowledge given");
-		if ((rv = kb_load(s, 0, &own)) != 0)
-			return rv;
-		k = own;
-	}
+	if ((rv = memory_knowledge(s, &k, &own)) != 0)
+		return rv;
 	if ((rv = memlt_evidence_new(&ev)) == 0 &&
 	    (rv = memlt_evidence_add_json(ev, evidence_json)) == 0)
 		rv = memlt_retrieve(s, k, ev, NULL, r);
