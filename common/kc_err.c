@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char kc_errbuf[2048];
 
@@ -36,11 +37,16 @@ kc_strerror(int err)
 int
 kc_seterr(int err, const char *fmt, ...)
 {
+	char msg[sizeof(kc_errbuf)];
 	va_list ap;
 
+	/* Callers wrap the last error ("%s: %s", file, kc_lasterr()): format
+	 * into a copy first, as vsnprintf must not write the buffer it reads.
+	 */
 	va_start(ap, fmt);
-	vsnprintf(kc_errbuf, sizeof(kc_errbuf), fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	memcpy(kc_errbuf, msg, strlen(msg) + 1);
 	return err;
 }
 

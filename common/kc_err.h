@@ -41,6 +41,7 @@ const char *kc_strerror(int err);
  * Per-thread detail for the last error ("task.json: tensor 'x': unknown
  * dtype 'f33'; use one of f32, f16, ..."). kc_seterr formats it and returns
  * err so callers can write `return kc_seterr(KC_EINVAL, "...", ...)`.
+ * The arguments may include kc_lasterr() itself, to add context to it.
  */
 int kc_seterr(int err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
