@@ -28,8 +28,12 @@ eval_usage(FILE *f)
 	    "Compiles, verifies and times the candidate (kernel.cu + "
 	    "plan.json) against the task\nin a private sandbox, and prints "
 	    "the result. Without CANDIDATE_DIR the task's\ncuda reference "
-	    "is evaluated. --compile-only needs no GPU (give --arch).\n"
-	    "Exit status: 0 when the result is OK, 1 otherwise.\n");
+	    "is evaluated. --compile-only needs no GPU (give --arch).\n\n"
+	    "Exit codes: 0 the result is OK; 1 the candidate was evaluated "
+	    "and is not OK\n(compile error, wrong result, ...) or the sandbox "
+	    "failed; 2 usage, or a task.json\nor plan.json that does not "
+	    "parse; 3 a task or candidate folder, kernel.cu or\nplan.json "
+	    "that does not exist. docs/cli.md lists the errors.\n");
 }
 
 static int
@@ -117,11 +121,25 @@ cli_eval(int argc, char **argv)
 		eval_usage(stderr);
 		return CLI_USAGE;
 	}
-	if ((rv = kc_bundle_load(dirs[0], &task)) != 0)
-		return cli_fail("eval", rv);
+	if ((rv = kc_bundle_load(dirs[0], &task)) != 0) {
+		code = cli_fail("eval", rv);
+		if (rv == KC_ENOENT)
+			fprintf(stderr,
+			    "kclaw eval: TASK_DIR is a task bundle folder "
+			    "(task.json, "
+			    "docs/bundle.md), e.g. examples/softmax_rows\n");
+		return code;
+	}
 	if (ndirs == 2) {
 		if ((rv = kc_candidate_load(dirs[1], &cand)) != 0) {
 			code = cli_fail("eval", rv);
+			if (rv == KC_ENOENT)
+				fprintf(stderr,
+				    "kclaw eval: CANDIDATE_DIR is a folder "
+				    "with "
+				    "kernel.cu and plan.json (docs/plan.md), "
+				    "e.g. "
+				    "examples/softmax_rows/candidates/2\n");
 			goto out;
 		}
 		req.candidate = cand;
@@ -129,8 +147,11 @@ cli_eval(int argc, char **argv)
 		req.candidate = task->reference->cuda;
 	} else {
 		fprintf(stderr,
-		    "kclaw eval: give a CANDIDATE_DIR (the task's reference "
-		    "is not CUDA code)\n");
+		    "kclaw eval: the reference of %s is not CUDA code, so "
+		    "there is nothing to evaluate without a candidate; run "
+		    "`kclaw eval %s CANDIDATE_DIR` (a folder with kernel.cu "
+		    "and plan.json)\n",
+		    dirs[0], dirs[0]);
 		code = CLI_USAGE;
 		goto out;
 	}
@@ -161,7 +182,10 @@ out:
 	sbx_session_close(s);
 	if (res != NULL)
 		kclaw__eval_result__free_unpacked(res, NULL);
-	free(req.job_id);
+	/* The client sets job_id when it sends; until then it is protobuf-c's
+	 * static empty string, which must not be freed. */
+	if (req.job_id != protobuf_c_empty_string)
+		free(req.job_id);
 	if (cand != NULL)
 		kclaw__candidate__free_unpacked(cand, NULL);
 	if (task != NULL)
