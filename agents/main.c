@@ -64,25 +64,6 @@ check_recording(const char *dir, const char *bundle)
 	return bad == 0 ? 0 : 1;
 }
 
-/* <dir of this binary>/../share/kclaw/prompts, if it exists. */
-static bool
-agent_installed_prompts(char *out, size_t n)
-{
-	char exe[KC_PATH_MAX], *slash;
-	struct stat st;
-	ssize_t len;
-
-	len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (len <= 0)
-		return false;
-	exe[len] = '\0';
-	if ((slash = strrchr(exe, '/')) == NULL)
-		return false;
-	*slash = '\0';
-	snprintf(out, n, "%s/../share/kclaw/prompts", exe);
-	return stat(out, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 int
 main(int argc, char **argv)
 {
@@ -152,13 +133,16 @@ main(int argc, char **argv)
 	    *v != '\0')
 		prompts = v;
 	if (prompts == NULL) {
-		/* The source tree's templates, else an installed copy beside
-		 * the binary (<prefix>/share/kclaw/prompts). */
-		prompts = KC_AGENT_PROMPTS_DIR;
-		snprintf(path, sizeof(path), "%s/system.md", prompts);
-		if (stat(path, &st) != 0 &&
-		    agent_installed_prompts(installed, sizeof(installed)))
-			prompts = installed;
+		/* The installed templates (<prefix>/share/kclaw/prompts; a
+		 * build tree links its share/kclaw to the sources). */
+		if (kc_share_dir("prompts", installed, sizeof(installed)) !=
+		    0) {
+			KC_ERROR("no prompt templates: %s; or pass --prompts "
+			         "DIR or set KCLAW_PROMPTS_DIR",
+			    kc_lasterr());
+			return 1;
+		}
+		prompts = installed;
 	}
 	snprintf(path, sizeof(path), "%s/system.md", prompts);
 	if (stat(path, &st) != 0) {

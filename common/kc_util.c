@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -369,4 +370,38 @@ kc_strlcpy(char *dst, const char *src, size_t n)
 	}
 	memcpy(dst, src, l + 1);
 	return true;
+}
+
+int
+kc_share_dir(const char *sub, char *out, size_t n)
+{
+	const char *env = getenv("KCLAW_SHARE_DIR");
+	char exe[PATH_MAX], *slash;
+	struct stat st;
+	ssize_t len;
+
+	if (env != NULL && *env != '\0') {
+		snprintf(out, n, "%s/%s", env, sub);
+	} else {
+		len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+		if (len <= 0)
+			return kc_seterr(KC_ENOENT,
+			    "cannot find this program's folder "
+			    "(/proc/self/exe) "
+			    "to look for share/kclaw/%s; set KCLAW_SHARE_DIR",
+			    sub);
+		exe[len] = '\0';
+		if ((slash = strrchr(exe, '/')) != NULL)
+			*slash = '\0';
+		if ((slash = strrchr(exe, '/')) != NULL)
+			*slash = '\0'; /* <prefix>/bin -> <prefix> */
+		snprintf(out, n, "%s/share/kclaw/%s", exe, sub);
+	}
+	if (stat(out, &st) != 0 || !S_ISDIR(st.st_mode))
+		return kc_seterr(KC_ENOENT,
+		    "kclaw's %s folder %s does not exist; install kclaw "
+		    "(cmake --install) or set KCLAW_SHARE_DIR to its "
+		    "share/kclaw folder",
+		    sub, out);
+	return 0;
 }

@@ -53,6 +53,15 @@ int kc_str_printf(kc_str *s, const char *fmt, ...)
 char *kc_str_take(kc_str *s);
 void kc_str_free(kc_str *s);
 
+/*
+ * The folder of kclaw's shipped files (prompts, knowledge, examples) named
+ * sub, into out: $KCLAW_SHARE_DIR/sub if that variable is set, else
+ * <folder of this binary>/../share/kclaw/sub (an install prefix, or a build
+ * tree, whose share/kclaw links to the sources). KC_ENOENT with a message
+ * naming both ways when the folder does not exist.
+ */
+int kc_share_dir(const char *sub, char *out, size_t n);
+
 /* Copies src into dst of size n, always terminated; true if it fitted. */
 bool kc_strlcpy(char *dst, const char *src, size_t n);
 

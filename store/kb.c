@@ -15,10 +15,6 @@
 #include "kc_err.h"
 #include "kc_util.h"
 
-#ifndef KC_KNOWLEDGE_DIR
-#define KC_KNOWLEDGE_DIR "store/knowledge"
-#endif
-
 /* Keys of STORE_CF_KNOWLEDGE. */
 static const char kb_head_key[] = "head";
 #define KB_VER_PREFIX 'v'
@@ -1278,9 +1274,16 @@ kb_versions(store *s, kb_version_info **out, size_t *n)
 const char *
 kb_default_dir(void)
 {
+	static _Thread_local char dir[KC_PATH_MAX];
 	const char *env = getenv("KCLAW_KNOWLEDGE");
 
-	return env != NULL && *env != '\0' ? env : KC_KNOWLEDGE_DIR;
+	if (env != NULL && *env != '\0')
+		return env;
+	/* Where it is not, dir still names where it was looked for, so the
+	 * import's error says which folder is missing. */
+	kc_share_dir("knowledge", dir, sizeof(dir));
+	kc_clearerr();
+	return dir;
 }
 
 const kb_method *

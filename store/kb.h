@@ -163,8 +163,8 @@ typedef struct {
 /* All stored versions, oldest first; *out is malloc'd (caller frees). */
 int kb_versions(store *s, kb_version_info **out, size_t *n);
 
-/* The shipped knowledge folder: $KCLAW_KNOWLEDGE, else the source tree's
- * store/knowledge this binary was built from. */
+/* The shipped knowledge folder: $KCLAW_KNOWLEDGE, else the installed
+ * share/kclaw/knowledge (kc_share_dir). */
 const char *kb_default_dir(void);
 
 const kb_method *kb_method_find(const kb *k, const char *name);

@@ -168,8 +168,9 @@ main_is_dir(const char *path)
 	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* The examples folder: --examples, $KCLAW_EXAMPLES, else beside the
- * binaries (a packed folder: bin/../examples; a build: build/bin/../..). */
+/* The examples folder: --examples, $KCLAW_EXAMPLES, the installed
+ * share/kclaw/examples (kc_share_dir), else beside the binaries (a packed
+ * folder: bin/../examples). */
 static int
 main_find_examples(main_job *m, const char *given)
 {
@@ -186,6 +187,10 @@ main_find_examples(main_job *m, const char *given)
 			    "the examples folder %s does not exist", given);
 		return 0;
 	}
+	if (kc_share_dir("examples", cand, sizeof(cand)) == 0 &&
+	    realpath(cand, m->examples) != NULL)
+		return 0;
+	kc_clearerr();
 	if ((len = readlink("/proc/self/exe", exe, sizeof(exe) - 1)) > 0) {
 		exe[len] = '\0';
 		if ((slash = strrchr(exe, '/')) != NULL)
