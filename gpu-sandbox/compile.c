@@ -372,7 +372,8 @@ compile_nvrtc(const char *source, const char *arch, sbx_compiled *out)
 	opts[nopts++] = "--std=c++17";
 	opts[nopts++] = inc;
 	opts[nopts++] = inc_cccl;
-	opts[nopts++] = "-DKCLAW_SANDBOX=1";
+	/* No define tells a candidate it is being evaluated: what it
+	 * compiles to here is what runs in production. */
 	/* Never search the source's folder (the sandbox's working folder):
 	 * only the toolkit's headers may be included. */
 	opts[nopts++] = "--no-source-include";

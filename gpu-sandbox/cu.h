@@ -22,6 +22,8 @@
 	X(cuModuleLoadData, (CUmodule *, const void *))                        \
 	X(cuModuleUnload, (CUmodule))                                          \
 	X(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))         \
+	X(cuModuleGetGlobal,                                                   \
+	    (CUdeviceptr *, size_t *, CUmodule, const char *))                 \
 	X(cuFuncGetAttribute, (int *, CUfunction_attribute, CUfunction))       \
 	X(cuFuncSetAttribute, (CUfunction, CUfunction_attribute, int))         \
 	X(cuFuncGetParamInfo, (CUfunction, size_t, size_t *, size_t *))        \
@@ -36,6 +38,9 @@
 	X(cuMemFreeHost, (void *))                                             \
 	X(cuMemGetInfo, (size_t *, size_t *))                                  \
 	X(cuMemcpyHtoD, (CUdeviceptr, const void *, size_t))                   \
+	X(cuMemcpyHtoDAsync, (CUdeviceptr, const void *, size_t, CUstream))    \
+	X(cuIpcOpenMemHandle, (CUdeviceptr *, CUipcMemHandle, unsigned int))   \
+	X(cuIpcCloseMemHandle, (CUdeviceptr))                                  \
 	X(cuMemcpyDtoH, (void *, CUdeviceptr, size_t))                         \
 	X(cuMemcpyDtoDAsync, (CUdeviceptr, CUdeviceptr, size_t, CUstream))     \
 	X(cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream))     \

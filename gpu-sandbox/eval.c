@@ -24,6 +24,7 @@
  */
 #include <cuda.h>
 #include <math.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@
 #include "compile.h"
 #include "cu.h"
 #include "gpu.h"
+#include "integrity.h"
 #include "kc_err.h"
 #include "kc_log.h"
 #include "kc_util.h"
@@ -49,7 +51,10 @@
 #define EV_DEFAULT_WARMUP 5
 #define EV_DEFAULT_ITERS 50
 #define EV_DEFAULT_TRIALS 3
-#define EV_SPOT_CHECKS 2
+/* Per timed run and output: the device comparison's two sums and two
+ * counts (kc_compare), read once after the timed loop. */
+#define EV_CHK_SLOT 32
+#define EV_CHK_OUTS 64
 #define EV_LT_WORKSPACE (32u << 20)
 #define EV_MAX_NPY ((size_t)8 << 30)
 #define EV_HUGE ((size_t)2 << 20)
@@ -62,8 +67,13 @@ enum {
 	GEN_ZEROS = 4,
 	GEN_ONES = 5,
 	GEN_ARANGE = 6,
-	GEN_RANDINT = 7
+	GEN_RANDINT = 7,
+	GEN_SPARSE = 8, /* normal, three quarters of it zeros */
+	GEN_SKEWED = 9  /* |normal|, a tenth of the signs flipped */
 };
+/* Distinct input distributions an evaluation cycles through (trial k and
+ * timed run i use variant k % EV_VARIANTS, i % EV_VARIANTS). */
+#define EV_VARIANTS 7
 
 typedef struct {
 	sbx_cu cu;
@@ -85,6 +95,12 @@ typedef struct {
 	/* acc: the spot checks' sums (2 doubles) and counts (2), then the
 	 * poison count of the timed runs. */
 	CUdeviceptr flush, hash_out, lt_work, acc;
+	/* Every timed run's comparison, [iteration][output] (EV_CHK_SLOT
+	 * bytes each). */
+	CUdeviceptr chk;
+	/* Measured at start-up: the device's copy bandwidth and its peak
+	 * arithmetic rate, for the speed of light. */
+	double bw_bytes_per_ms, peak_flops_per_ms;
 	size_t flush_bytes;
 	void *pinned;
 	size_t pinned_bytes;
@@ -100,6 +116,13 @@ typedef struct {
 } gpu;
 
 /* One program (the candidate or the `cuda` reference) ready to run. */
+/* A module-scope variable of the candidate: restored before every run. */
+typedef struct {
+	CUdeviceptr ptr;
+	size_t bytes;
+	void *init; /* loaded contents; NULL: zero-filled */
+} ev_global;
+
 typedef struct {
 	const char *what; /* "candidate" or "reference" */
 	sbx_compiled comp;
@@ -108,7 +131,11 @@ typedef struct {
 	CUfunction *funcs; /* per step */
 	CUdeviceptr *scratch;
 	size_t nscratch;
+	ev_global *globals;
+	size_t nglobals;
 } prog;
+
+struct ev_ref_ops;
 
 typedef struct {
 	gpu *g;
@@ -125,14 +152,24 @@ typedef struct {
 	uint64_t hash_in[64];
 	prog cand, ref;
 	int have_ref;
+	/* What the reference kind does at each step of the protocol. */
+	const struct ev_ref_ops *ops;
+	/* Per output: the smallest relative difference between the expected
+	 * outputs of two verification trials (the variation rule; 0 when
+	 * unknown), and the candidate's worst relative error. */
+	double var_rel[64];
+	double err_rel[64];
+	double max_abs, max_rel;
+	/* tensors references: the hash of every stashed input set, so a
+	 * candidate that writes the sandbox's copies is caught. */
+	uint64_t stash_hash;
+	void *torch; /* the torch reference's state (torchref.c) */
 	/* Mixed into every generated input's seed, fresh per evaluation, so
 	 * no candidate can know the inputs from the task's seed. */
 	uint64_t salt;
-	/* Timed runs get freshly generated inputs (a `cuda` reference can
-	 * compute their expected outputs); fresh_serial numbers the sets. */
-	int fresh;
+	/* Numbers the timed runs' input sets (every one is new). */
 	unsigned fresh_serial;
-	CUdeviceptr held[64]; /* a spot-checked run's outputs */
+	CUdeviceptr held[64]; /* a run's outputs, set aside to be compared */
 } ev;
 
 /* ---------------------------------------------------------------- errors */
@@ -225,6 +262,48 @@ gpu_load_helpers(gpu *g)
 	return 0;
 }
 
+/*
+ * The device's ceilings for the speed of light: the copy bandwidth,
+ * measured (best of three device-to-device copies of 256 MiB, which no L2
+ * holds; read plus write), and the arithmetic peak, from the SM count and
+ * clock at 8192 operations per SM per clock (Hopper's dense fp8 tensor
+ * rate, the fastest arithmetic there is). Nothing measured: 0, and the
+ * speed of light is not applied.
+ */
+static void
+gpu_measure_ceilings(gpu *g)
+{
+	size_t half = (size_t)256 << 20;
+	CUdeviceptr buf = 0;
+	CUevent a = NULL, b = NULL;
+	float best = 0;
+	int clock_khz = gpu_attr(g, CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+
+	g->peak_flops_per_ms = (double)g->sms * clock_khz * 8192.0;
+	if (g->cu.cuMemAlloc(&buf, 2 * half) != CUDA_SUCCESS)
+		return;
+	if (g->cu.cuEventCreate(&a, CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
+	    g->cu.cuEventCreate(&b, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
+		for (int i = 0; i < 4; i++) {
+			float ms = 0;
+			g->cu.cuEventRecord(a, g->stream);
+			g->cu.cuMemcpyDtoDAsync(
+			    buf + half, buf, half, g->stream);
+			g->cu.cuEventRecord(b, g->stream);
+			if (g->cu.cuEventSynchronize(b) != CUDA_SUCCESS ||
+			    g->cu.cuEventElapsedTime(&ms, a, b) != CUDA_SUCCESS)
+				break;
+			if (i > 0 && ms > 0 && (best == 0 || ms < best))
+				best = ms;
+		}
+	}
+	if (best > 0)
+		g->bw_bytes_per_ms = 2.0 * (double)half / best;
+	g->cu.cuMemFree(buf);
+	KC_INFO("copy bandwidth %.0f GB/s, arithmetic peak %.0f TFLOP/s",
+	    g->bw_bytes_per_ms / 1e6, g->peak_flops_per_ms / 1e9);
+}
+
 static int
 gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 {
@@ -303,6 +382,9 @@ gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 	    (r = g->cu.cuMemAlloc(&g->acc, 8 * sizeof(uint64_t))) !=
 	        CUDA_SUCCESS ||
 	    (r = g->cu.cuMemAlloc(&g->lt_work, EV_LT_WORKSPACE)) !=
+	        CUDA_SUCCESS ||
+	    (r = g->cu.cuMemAlloc(
+	         &g->chk, (size_t)EV_MAX_ITERS * EV_CHK_OUTS * EV_CHK_SLOT)) !=
 	        CUDA_SUCCESS) {
 		rv = kc_seterr(KC_ENODEV, "GPU %d: cannot allocate: %s",
 		    cfg->device, sbx_cu_errname(&g->cu, r));
@@ -310,6 +392,7 @@ gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 	}
 	if ((rv = gpu_load_helpers(g)) != 0)
 		goto nodev;
+	gpu_measure_ceilings(g);
 	if (sbx_lt_open(&g->lt) != 0)
 		KC_WARN("cuBLASLt unavailable: %s", kc_lasterr());
 	else
@@ -348,6 +431,7 @@ gpu_fini(void *state)
 		g->cu.cuMemFree(g->flush);
 		g->cu.cuMemFree(g->hash_out);
 		g->cu.cuMemFree(g->acc);
+		g->cu.cuMemFree(g->chk);
 		g->cu.cuMemFree(g->lt_work);
 		g->cu.cuModuleUnload(g->helpers);
 	}
@@ -459,18 +543,12 @@ prog_compile(ev *e, prog *p, const char *source, const char *arch)
 		    p->comp.log && *p->comp.log ? p->comp.log : kc_lasterr());
 		return -1;
 	}
-	/* Device printf: every call contends for one buffer the driver
-	 * drains at each synchronisation, so a candidate printing from every
-	 * thread stalls its evaluation past the deadline (measured: over 60 s
-	 * for 1M threads; tests/gpu/adversarial, printf_flood). Nobody reads
-	 * the output either. The PTX calls vprintf, whatever the source. */
-	if (p == &e->cand && p->comp.ptx != NULL &&
-	    strstr(p->comp.ptx, "vprintf") != NULL) {
+	/* Device printf stalls an evaluation (measured: over 60 s for 1M
+	 * threads; tests/gpu/adversarial, printf_flood) and the device heap
+	 * outlives a run: both are refused by what the PTX calls. */
+	if (p == &e->cand && sbx_ptx_refusal(p->comp.ptx) != NULL) {
 		sbx_result_status(e->res, KCLAW__EVAL_STATUS__COMPILE_ERROR,
-		    "kernel.cu calls printf on the device: candidates may not "
-		    "print (the output is discarded, and printing from many "
-		    "threads stalls an evaluation past its deadline); remove "
-		    "the printf calls");
+		    "%s", sbx_ptx_refusal(p->comp.ptx));
 		return -1;
 	}
 	return 0;
@@ -582,9 +660,93 @@ prog_prepare(ev *e, prog *p)
 	return 0;
 }
 
+static int ev_poison(ev *e, const prog *p);
+
+/*
+ * The candidate's module-scope variables (`__device__` arrays, static
+ * locals), which would otherwise carry state from one run into the next
+ * (a memo of outputs by input, a run counter): each is found by its PTX
+ * declaration, and its loaded contents are kept in host memory no kernel
+ * can reach (zero-filled ones need no copy), to be restored before every
+ * run.
+ */
+static int
+prog_globals(ev *e, prog *p)
+{
+	sbx_ptx_global *v = NULL;
+	size_t n = 0;
+	gpu *g = e->g;
+
+	if (p->comp.ptx == NULL)
+		return 0;
+	if (sbx_ptx_globals(p->comp.ptx, &v, &n) != 0 ||
+	    (p->globals = calloc(n + 1, sizeof(*p->globals))) == NULL) {
+		sbx_ptx_globals_free(v, n);
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		ev_global *gl = &p->globals[p->nglobals];
+		if (g->cu.cuModuleGetGlobal(&gl->ptr, &gl->bytes, p->mod,
+		        v[i].name) != CUDA_SUCCESS ||
+		    gl->bytes == 0)
+			continue;
+		if (v[i].initialised) {
+			if ((gl->init = malloc(gl->bytes)) == NULL ||
+			    g->cu.cuMemcpyDtoH(gl->init, gl->ptr, gl->bytes) !=
+			        CUDA_SUCCESS) {
+				free(gl->init);
+				sbx_ptx_globals_free(v, n);
+				sbx_result_status(e->res, EV_INTERNAL,
+				    "cannot read the candidate's global '%s'",
+				    v[i].name);
+				return -1;
+			}
+		}
+		p->nglobals++;
+	}
+	sbx_ptx_globals_free(v, n);
+	return 0;
+}
+
+/*
+ * Before every run of p, nothing an earlier run left may remain: outputs
+ * and scratch hold the poison (all-ones bytes, NaN), cuBLASLt's workspace
+ * too, and the module's variables their loaded contents. So no state
+ * survives from one run to the next (docs/plan.md, guarantee 2).
+ */
+static int
+ev_fresh_state(ev *e, const prog *p)
+{
+	gpu *g = e->g;
+
+	if (ev_poison(e, p) != 0)
+		return -1;
+	EV_CU(e,
+	    g->cu.cuMemsetD8Async(g->lt_work, 0xff, EV_LT_WORKSPACE, g->stream),
+	    EV_INTERNAL, "clearing the matmul workspace");
+	for (size_t i = 0; i < p->nglobals; i++) {
+		const ev_global *gl = &p->globals[i];
+		if (gl->init == NULL)
+			EV_CU(e,
+			    g->cu.cuMemsetD8Async(
+			        gl->ptr, 0, gl->bytes, g->stream),
+			    EV_INTERNAL, "restoring the module's variables");
+		else
+			EV_CU(e,
+			    g->cu.cuMemcpyHtoDAsync(
+			        gl->ptr, gl->init, gl->bytes, g->stream),
+			    EV_INTERNAL, "restoring the module's variables");
+	}
+	return 0;
+}
+
 static void
 prog_free(ev *e, prog *p)
 {
+	for (size_t i = 0; i < p->nglobals; i++)
+		free(p->globals[i].init);
+	free(p->globals);
 	if (e->g->have_device && !*e->fatal) {
 		for (size_t i = 0; p->scratch && i < p->nscratch; i++)
 			if (p->scratch[i])
@@ -686,13 +848,16 @@ ev_is_float(Kclaw__DType d)
 }
 
 /*
- * Generates tensor t's contents for a trial into dst. Trial 0 uses the
- * task's distribution; odd trials switch normal <-> heavy-tailed (Student
- * t), so every evaluation sees at least two distributions; uniform inputs
- * keep their range (a candidate may rely on it, e.g. for log) but get
- * fresh seeds. The evaluation's random salt is part of every seed: a
- * candidate that regenerates the inputs from the task's seed instead of
- * reading them (tests/gpu/adversarial, fixed_seed_replica) gets them wrong.
+ * Generates tensor t's contents for a trial into dst. Floating inputs get
+ * one of EV_VARIANTS distributions by trial: the task's own, then
+ * heavy-tailed, uniform, shifted, scaled, sparse and sign-skewed versions
+ * of it, so that an output that only looks right for one distribution (a
+ * tabulated statistic, a near-constant loss) is caught; uniform inputs
+ * keep their range (a candidate may rely on it, e.g. for log) but move
+ * within it. Parameters are the same in every trial. The evaluation's
+ * random salt is part of every seed: a candidate that regenerates the
+ * inputs from the task's seed instead of reading them
+ * (tests/gpu/adversarial, fixed_seed_replica) gets them wrong.
  */
 static int
 ev_generate(ev *e, size_t t, unsigned trial, CUdeviceptr dst)
@@ -735,13 +900,35 @@ ev_generate(ev *e, size_t t, unsigned trial, CUdeviceptr dst)
 		default: break;
 		}
 	}
-	if (ts->kind == KCLAW__TENSOR_KIND__INPUT && (trial % 2) == 1 &&
-	    ev_is_float(ts->dtype)) {
-		if (dist == GEN_NORMAL)
-			dist = GEN_STUDENT_T;
-		else if (dist == GEN_STUDENT_T)
-			dist = GEN_NORMAL;
+	if (ts->kind == KCLAW__TENSOR_KIND__INPUT && ev_is_float(ts->dtype)) {
+		unsigned v = trial % EV_VARIANTS;
+		if (dist == GEN_NORMAL || dist == GEN_STUDENT_T) {
+			switch (v) {
+			case 1:
+				dist = dist == GEN_NORMAL ? GEN_STUDENT_T
+				                          : GEN_NORMAL;
+				break;
+			case 2:
+				dist = GEN_UNIFORM;
+				a = a - 2 * b;
+				b = a + 4 * b;
+				break;
+			case 3: a = a + b; break;
+			case 4: b = 4 * b; break;
+			case 5: dist = GEN_SPARSE; break;
+			case 6: dist = GEN_SKEWED; break;
+			default: break;
+			}
+		} else if (dist == GEN_UNIFORM && v > 0) {
+			double q = (b - a) / 4;
+			if (v % 2 == 1)
+				b = a + q;
+			else if (v % 3 == 0)
+				a = b - q;
+		}
 	}
+	if (ts->kind == KCLAW__TENSOR_KIND__PARAMETER)
+		trial = 0;
 	seed = (e->task->seed ^ e->salt) * 0x9e3779b97f4a7c15ull ^
 	    ((uint64_t)trial << 32) ^ (uint64_t)(t + 1) * 0xd1b54a32d192ed03ull;
 	params[0] = &dst;
@@ -1079,6 +1266,63 @@ ev_wrong(ev *e, size_t t, unsigned k, const sbx_cmp *c, const char *when)
 	    c->got, c->max_abs_err, c->rel_norm, tol->max_rel_norm);
 }
 
+/* The worst error figures seen, over every checked run (an OK result
+ * carries them). */
+static void
+ev_note_error(ev *e, size_t t, double max_abs, double max_rel, double rel)
+{
+	if (max_abs > e->max_abs)
+		e->max_abs = max_abs;
+	if (max_rel > e->max_rel)
+		e->max_rel = max_rel;
+	if (t < 64 && (rel > e->err_rel[t] || rel != rel))
+		e->err_rel[t] = rel;
+}
+
+/*
+ * Enqueues the device comparison of output t's got against exp (kc_compare)
+ * into slot (EV_CHK_SLOT bytes: the two sums, then the bad and NaN
+ * counts), zeroed first.
+ */
+static int
+ev_dev_compare(ev *e, size_t t, CUdeviceptr got, CUdeviceptr exp, double atol,
+    double rtol, CUdeviceptr slot)
+{
+	gpu *g = e->g;
+	uint64_t n = e->tcount[t];
+	int dt = (int)e->task->tensors[t]->dtype;
+	CUdeviceptr sp = slot, cp = slot + 2 * sizeof(uint64_t);
+	void *params[8] = {&got, &exp, &n, &dt, &atol, &rtol, &sp, &cp};
+
+	EV_CU(e, g->cu.cuMemsetD8Async(slot, 0, EV_CHK_SLOT, g->stream),
+	    EV_INTERNAL, "comparing outputs");
+	EV_CU(e,
+	    g->cu.cuLaunchKernel(g->compare, (unsigned)g->sms * 8, 1, 1, 256, 1,
+	        1, 0, g->stream, params, NULL),
+	    EV_INTERNAL, "comparing outputs");
+	return 0;
+}
+
+/* A slot's figures: the relative norm of the difference, bad and NaN
+ * counts. */
+typedef struct {
+	double rel;
+	uint64_t bad, nans;
+} ev_slot;
+
+static void
+ev_slot_read(const void *raw, ev_slot *out)
+{
+	double sums[2];
+	uint64_t counts[2];
+
+	memcpy(sums, raw, sizeof(sums));
+	memcpy(counts, (const char *)raw + 16, sizeof(counts));
+	out->rel = sums[1] > 0 ? sqrt(sums[0]) / sqrt(sums[1]) : sqrt(sums[0]);
+	out->bad = counts[0];
+	out->nans = counts[1];
+}
+
 /*
  * Copies the outputs out and compares them with trial k's expected ones.
  * Returns 0 when they match, 1 on a mismatch (result filled), -1 on error.
@@ -1105,6 +1349,7 @@ ev_check_outputs(ev *e, unsigned k, const char *when)
 		    EV_INTERNAL, "reading outputs");
 		sbx_compare(ts->dtype, e->g->pinned, e->expected[k][t],
 		    e->tcount[t], tol, e->g->nthreads, &c);
+		ev_note_error(e, t, c.max_abs_err, c.max_rel_err, c.rel_norm);
 		if (c.ok)
 			continue;
 		bad = 1;
@@ -1153,8 +1398,70 @@ ev_alloc_tensors(ev *e)
 		    g->cu.cuMemAlloc(
 		        &e->tdev[t], e->tbytes[t] ? e->tbytes[t] : 1),
 		    EV_INTERNAL, what);
+		if (ts->kind == KCLAW__TENSOR_KIND__OUTPUT)
+			EV_CU(e,
+			    g->cu.cuMemAlloc(
+			        &e->held[t], e->tbytes[t] ? e->tbytes[t] : 1),
+			    EV_INTERNAL, what);
 	}
 	return 0;
+}
+
+/*
+ * How much output t varies with the inputs: after trial k's expected
+ * outputs are in the output buffers, the relative difference from trial
+ * k-1's (kept in held) on the device; var_rel keeps the smallest.
+ */
+static int
+ev_note_variation(ev *e, unsigned k)
+{
+	gpu *g = e->g;
+
+	for (size_t t = 0; t < e->nt && t < 64; t++) {
+		uint8_t raw[EV_CHK_SLOT];
+		ev_slot sl;
+
+		if (e->task->tensors[t]->kind != KCLAW__TENSOR_KIND__OUTPUT)
+			continue;
+		if (k > 0) {
+			if (ev_dev_compare(e, t, e->held[t], e->tdev[t], 1e300,
+			        0, g->acc) != 0)
+				return -1;
+			EV_CU(e, g->cu.cuStreamSynchronize(g->stream),
+			    EV_INTERNAL, "measuring the outputs' variation");
+			EV_CU(e, g->cu.cuMemcpyDtoH(raw, g->acc, sizeof(raw)),
+			    EV_INTERNAL, "measuring the outputs' variation");
+			ev_slot_read(raw, &sl);
+			if (k == 1 || sl.rel < e->var_rel[t])
+				e->var_rel[t] = sl.rel;
+		}
+		EV_CU(e,
+		    g->cu.cuMemcpyDtoDAsync(
+		        e->held[t], e->tdev[t], e->tbytes[t], g->stream),
+		    EV_INTERNAL, "measuring the outputs' variation");
+	}
+	return 0;
+}
+
+/* The same from the expected outputs in host memory (tensors sets). */
+static void
+ev_note_variation_host(ev *e)
+{
+	Kclaw__Tolerance loose = KCLAW__TOLERANCE__INIT;
+
+	loose.atol = 1e300;
+	for (unsigned k = 1; k < e->trials; k++)
+		for (size_t t = 0; t < e->nt && t < 64; t++) {
+			sbx_cmp c;
+			if (e->expected[k][t] == NULL ||
+			    e->expected[k - 1][t] == NULL)
+				continue;
+			sbx_compare(e->task->tensors[t]->dtype,
+			    e->expected[k - 1][t], e->expected[k][t],
+			    e->tcount[t], &loose, e->g->nthreads, &c);
+			if (k == 1 || c.rel_norm < e->var_rel[t])
+				e->var_rel[t] = c.rel_norm;
+		}
 }
 
 /* Step 3: every trial's inputs in the stash, expected outputs on the host. */
@@ -1219,11 +1526,14 @@ ev_prepare_trials(ev *e)
 	}
 	EV_CU(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL,
 	    "making inputs");
-	if (!e->have_ref)
+	if (!e->have_ref) {
+		ev_note_variation_host(e);
 		return 0;
+	}
 	for (unsigned k = 0; k < e->trials; k++) {
 		if (ev_set_inputs(e, k) != 0 || ev_poison(e, &e->ref) != 0 ||
-		    prog_run_sync(e, &e->ref) != 0)
+		    prog_run_sync(e, &e->ref) != 0 ||
+		    ev_note_variation(e, k) != 0)
 			return -1;
 		for (size_t t = 0; t < e->nt; t++) {
 			if (e->expected[k][t] == NULL)
@@ -1244,6 +1554,12 @@ ev_prepare_trials(ev *e)
 	 * pinned staging buffer (host memory the GPU can map). */
 	if (ev_poison(e, &e->ref) != 0)
 		return -1;
+	for (size_t t = 0; t < e->nt && t < 64; t++)
+		if (e->held[t] != 0)
+			EV_CU(e,
+			    g->cu.cuMemsetD8Async(
+			        e->held[t], 0xff, e->tbytes[t], g->stream),
+			    EV_INTERNAL, "poisoning the reference's outputs");
 	EV_CU(e,
 	    g->cu.cuMemsetD8Async(g->lt_work, 0xff, EV_LT_WORKSPACE, g->stream),
 	    EV_INTERNAL, "clearing the matmul workspace");
@@ -1262,56 +1578,323 @@ ev_prepare_trials(ev *e)
 	return 0;
 }
 
+/* ------------------------------------------------- the reference kinds */
+
+/*
+ * What each reference kind does at each step of the protocol (docs/plan.md
+ * "What the reviewer guarantees"); ev_verify and ev_time are the same for
+ * every kind. Checks return 0 (right), 1 (wrong: the result is filled) or
+ * -1 (error: the result is filled).
+ */
+typedef struct ev_ref_ops {
+	const char *name;
+	/* Every verification trial's inputs and expected outputs. */
+	int (*prepare)(ev *e);
+	/* Verification trial k: its inputs; after the candidate ran, the
+	 * comparison of its outputs. */
+	int (*trial_inputs)(ev *e, unsigned k);
+	int (*trial_check)(ev *e, unsigned k, const char *when);
+	/* Timed run `id` (distribution of trial k): its inputs, made before
+	 * the events; after the candidate ran, the comparison of every output
+	 * into chk slot `slot`, read once after the loop (or decided at once,
+	 * returning 1). */
+	int (*run_inputs)(ev *e, unsigned k, unsigned id);
+	int (*run_check)(ev *e, unsigned k, unsigned id, unsigned slot);
+	/* Fills res->baseline / reference_ms (0 when there is none). */
+	int (*baseline)(ev *e);
+	/* The guarantees that do not hold for this kind, or NULL. */
+	const char *caveat;
+} ev_ref_ops;
+
+static CUdeviceptr
+ev_chk_slot(const ev *e, unsigned slot, size_t t)
+{
+	return e->g->chk + ((size_t)slot * EV_CHK_OUTS + t) * EV_CHK_SLOT;
+}
+
+/* A timed run's inputs and parameters, generated in place from their
+ * seeds (host memory no kernel can reach): whatever an earlier run wrote
+ * into them is gone, and no input set comes back. */
+static int
+cuda_run_inputs(ev *e, unsigned k, unsigned id)
+{
+	(void)k;
+	for (size_t t = 0; t < e->nt; t++) {
+		if (e->task->tensors[t]->kind == KCLAW__TENSOR_KIND__OUTPUT)
+			continue;
+		if (ev_generate(e, t, EV_MAX_TRIALS + id, e->tdev[t]) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* The candidate's outputs set aside, the inputs made again (so a candidate
+ * that wrote them cannot change the problem), the reference run on them,
+ * and every output compared on the device; the reference's outputs and
+ * scratch are poisoned again before the candidate runs next. */
+static int
+cuda_run_check(ev *e, unsigned k, unsigned id, unsigned slot)
+{
+	Kclaw__Tolerance dflt;
+	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
+	gpu *g = e->g;
+
+	for (size_t t = 0; t < e->nt; t++)
+		if (e->task->tensors[t]->kind == KCLAW__TENSOR_KIND__OUTPUT)
+			EV_CU(e,
+			    g->cu.cuMemcpyDtoDAsync(e->held[t], e->tdev[t],
+			        e->tbytes[t], g->stream),
+			    EV_INTERNAL, "setting a timed run's outputs aside");
+	if (cuda_run_inputs(e, k, id) != 0 || ev_poison(e, &e->ref) != 0 ||
+	    prog_enqueue(e, &e->ref) != 0)
+		return -1;
+	for (size_t t = 0; t < e->nt && t < EV_CHK_OUTS; t++)
+		if (e->task->tensors[t]->kind == KCLAW__TENSOR_KIND__OUTPUT &&
+		    ev_dev_compare(e, t, e->held[t], e->tdev[t], tol->atol,
+		        tol->rtol, ev_chk_slot(e, slot, t)) != 0)
+			return -1;
+	return ev_poison(e, &e->ref);
+}
+
+static int ev_time(ev *e, const prog *p, int check, Kclaw__Timing **out);
+
+static int
+cuda_baseline(ev *e)
+{
+	int rv = ev_time(e, &e->ref, 0, &e->res->baseline);
+
+	if (rv == 0)
+		e->res->reference_ms = e->res->baseline->median_ms;
+	return rv;
+}
+
+static int
+tensors_run_inputs(ev *e, unsigned k, unsigned id)
+{
+	(void)id;
+	return ev_set_inputs(e, k);
+}
+
+/* The set's expected outputs uploaded after the candidate finished (they
+ * are never on the device while it runs) and compared on the device. */
+static int
+tensors_run_check(ev *e, unsigned k, unsigned id, unsigned slot)
+{
+	Kclaw__Tolerance dflt;
+	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
+	gpu *g = e->g;
+
+	(void)id;
+	EV_CU(e, g->cu.cuStreamSynchronize(g->stream),
+	    KCLAW__EVAL_STATUS__LAUNCH_ERROR,
+	    "running the candidate while timing");
+	for (size_t t = 0; t < e->nt && t < EV_CHK_OUTS; t++) {
+		CUresult r;
+		if (e->task->tensors[t]->kind != KCLAW__TENSOR_KIND__OUTPUT)
+			continue;
+		EV_CU(e,
+		    g->cu.cuMemcpyDtoDAsync(
+		        e->held[t], e->tdev[t], e->tbytes[t], g->stream),
+		    EV_INTERNAL, "setting a timed run's outputs aside");
+		ev_expected_protect(e, (int)k, PROT_READ);
+		r = g->cu.cuMemcpyHtoD(
+		    e->tdev[t], e->expected[k][t], e->tbytes[t]);
+		ev_expected_protect(e, (int)k, PROT_NONE);
+		EV_CU(e, r, EV_INTERNAL, "uploading expected outputs");
+		if (ev_dev_compare(e, t, e->held[t], e->tdev[t], tol->atol,
+		        tol->rtol, ev_chk_slot(e, slot, t)) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int
+tensors_baseline(ev *e)
+{
+	e->res->reference_ms = e->task->reference->baseline_ms;
+	return 0;
+}
+
+static const ev_ref_ops ev_cuda_ops = {
+    .name = "cuda",
+    .prepare = ev_prepare_trials,
+    .trial_inputs = ev_set_inputs,
+    .trial_check = ev_check_outputs,
+    .run_inputs = cuda_run_inputs,
+    .run_check = cuda_run_check,
+    .baseline = cuda_baseline,
+};
+
+static const ev_ref_ops ev_tensors_ops = {
+    .name = "tensors",
+    .prepare = ev_prepare_trials,
+    .trial_inputs = ev_set_inputs,
+    .trial_check = ev_check_outputs,
+    .run_inputs = tensors_run_inputs,
+    .run_check = tensors_run_check,
+    .baseline = tensors_baseline,
+    .caveat = "tensors reference: its input sets are fixed, so timed runs "
+              "repeat inputs the candidate has seen (memoising across "
+              "runs is stopped only by resetting the candidate's state "
+              "before every run), the inputs' distributions are the "
+              "recorded ones, and the baseline time is the one recorded "
+              "at import, not measured in this evaluation",
+};
+
+/* ------------------------------------------------------ the protocol */
+
+static void ev_warn(ev *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+ev_warn(ev *e, const char *fmt, ...)
+{
+	Kclaw__EvalResult *res = e->res;
+	char buf[1024], **v;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if ((v = realloc(res->warnings, (res->n_warnings + 1) * sizeof(*v))) ==
+	    NULL)
+		return;
+	res->warnings = v;
+	if ((v[res->n_warnings] = strdup(buf)) != NULL)
+		res->n_warnings++;
+}
+
+/* The variation rule (integrity.h) for output t with relative error rel,
+ * seen `when`: 0 when it holds, 1 when it fails (result filled). */
+static int
+ev_check_variation(ev *e, size_t t, double rel, const char *when)
+{
+	const char *name = e->task->tensors[t]->name;
+
+	if (t >= 64 || e->var_rel[t] <= 0 ||
+	    sbx_error_small_vs_variation(rel, e->var_rel[t]))
+		return 0;
+	sbx_result_status(e->res, KCLAW__EVAL_STATUS__WRONG_RESULT,
+	    "output '%s' does not follow its inputs (%s): its relative error "
+	    "%.3g is %.0f%% of how much the expected output changes from one "
+	    "input set to another (%.3g), though within atol/rtol; compute "
+	    "the output from the inputs (a constant, a tabulated statistic or "
+	    "a partial sum is not the computation)",
+	    name, when, rel, 100 * rel / e->var_rel[t], e->var_rel[t]);
+	return 1;
+}
+
+/* Writes to inputs and parameters during verification trial k (hashed on
+ * the device before and after): 0, or 1 with the result filled. */
+static int
+ev_check_writes(
+    ev *e, unsigned k, const uint64_t *before, const uint64_t *after)
+{
+	for (size_t t = 0; t < e->nt && t < 64; t++) {
+		const Kclaw__TensorSpec *ts = e->task->tensors[t];
+		Kclaw__Mismatch *m;
+		char note[256];
+		if (ts->kind == KCLAW__TENSOR_KIND__OUTPUT ||
+		    before[t] == after[t])
+			continue;
+		snprintf(note, sizeof(note),
+		    "%s '%s' was written by the candidate",
+		    ts->kind == KCLAW__TENSOR_KIND__PARAMETER ? "parameter"
+		                                              : "input",
+		    ts->name);
+		if ((m = malloc(sizeof(*m))) != NULL) {
+			kclaw__mismatch__init(m);
+			m->tensor = strdup(ts->name);
+			m->trial = k;
+			m->note = strdup(note);
+			if (e->res->mismatch)
+				kclaw__mismatch__free_unpacked(
+				    e->res->mismatch, NULL);
+			e->res->mismatch = m;
+		}
+		sbx_result_status(e->res, KCLAW__EVAL_STATUS__WRONG_RESULT,
+		    "%s (trial %u); inputs and parameters are read-only: write "
+		    "results only to outputs or scratch buffers",
+		    note, k);
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * Verification: every trial from a fresh state on fresh inputs of its own
+ * distribution, inputs hashed before and after, outputs compared; then the
+ * variation rule over every output; then trial 0 again from a fresh state,
+ * whose outputs must equal the first run's bit for bit (or the result says
+ * by how much they differ) and still be right.
+ */
 static int
 ev_verify(ev *e)
 {
 	uint64_t before[64], after[64];
+	gpu *g = e->g;
+	uint8_t raw[EV_CHK_SLOT];
+	int rv;
 
 	ev_expected_protect(e, -1, PROT_NONE);
 	for (unsigned k = 0; k < e->trials; k++) {
 		char when[64];
-		int rv;
 
-		if (ev_set_inputs(e, k) != 0 || ev_poison(e, &e->cand) != 0 ||
-		    ev_hash_inputs(e, before) != 0)
+		if (e->ops->trial_inputs(e, k) != 0 ||
+		    ev_fresh_state(e, &e->cand) != 0 ||
+		    ev_hash_inputs(e, before) != 0 ||
+		    prog_run_sync(e, &e->cand) != 0 ||
+		    ev_hash_inputs(e, after) != 0)
 			return -1;
-		if (prog_run_sync(e, &e->cand) != 0)
-			return -1;
-		if (ev_hash_inputs(e, after) != 0)
-			return -1;
-		for (size_t t = 0; t < e->nt && t < 64; t++) {
-			const Kclaw__TensorSpec *ts = e->task->tensors[t];
-			Kclaw__Mismatch *m;
-			char note[256];
-			if (ts->kind == KCLAW__TENSOR_KIND__OUTPUT ||
-			    before[t] == after[t])
-				continue;
-			snprintf(note, sizeof(note),
-			    "%s '%s' was written by the candidate",
-			    ts->kind == KCLAW__TENSOR_KIND__PARAMETER
-			        ? "parameter"
-			        : "input",
-			    ts->name);
-			if ((m = malloc(sizeof(*m))) != NULL) {
-				kclaw__mismatch__init(m);
-				m->tensor = strdup(ts->name);
-				m->trial = k;
-				m->note = strdup(note);
-				e->res->mismatch = m;
-			}
-			sbx_result_status(e->res,
-			    KCLAW__EVAL_STATUS__WRONG_RESULT,
-			    "%s (trial %u); inputs and parameters are "
-			    "read-only: write results only to outputs or "
-			    "scratch buffers",
-			    note, k);
-			return 1;
-		}
-		snprintf(when, sizeof(when), "verification trial %u", k);
-		if ((rv = ev_check_outputs(e, k, when)) != 0)
+		if ((rv = ev_check_writes(e, k, before, after)) != 0)
 			return rv;
+		snprintf(when, sizeof(when), "verification trial %u", k);
+		if ((rv = e->ops->trial_check(e, k, when)) != 0)
+			return rv;
+		if (k == 0)
+			for (size_t t = 0; t < e->nt && t < 64; t++)
+				if (e->held[t] != 0)
+					EV_CU(e,
+					    g->cu.cuMemcpyDtoDAsync(e->held[t],
+					        e->tdev[t], e->tbytes[t],
+					        g->stream),
+					    EV_INTERNAL, "keeping outputs");
 	}
-	return 0;
+	for (size_t t = 0; t < e->nt && t < 64; t++)
+		if (e->task->tensors[t]->kind == KCLAW__TENSOR_KIND__OUTPUT &&
+		    (rv = ev_check_variation(
+		         e, t, e->err_rel[t], "verification trials")) != 0)
+			return rv;
+	/* The determinism check. */
+	if (e->ops->trial_inputs(e, 0) != 0 ||
+	    ev_fresh_state(e, &e->cand) != 0 || prog_run_sync(e, &e->cand) != 0)
+		return -1;
+	for (size_t t = 0; t < e->nt && t < 64; t++) {
+		ev_slot sl;
+		if (e->held[t] == 0)
+			continue;
+		if (ev_dev_compare(
+		        e, t, e->tdev[t], e->held[t], 0, 0, g->acc) != 0)
+			return -1;
+		EV_CU(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL,
+		    "comparing two runs");
+		EV_CU(e, g->cu.cuMemcpyDtoH(raw, g->acc, sizeof(raw)),
+		    EV_INTERNAL, "comparing two runs");
+		ev_slot_read(raw, &sl);
+		if (sl.bad == 0)
+			continue;
+		e->res->nondeterministic = 1;
+		if (sl.rel > e->res->nondeterminism_max_diff)
+			e->res->nondeterminism_max_diff = sl.rel;
+		ev_warn(e,
+		    "nondeterministic: the same inputs run twice from a fresh "
+		    "state gave %llu different elements of '%s' (relative "
+		    "difference %.3g); atomics in a different order do this, a "
+		    "race does too",
+		    (unsigned long long)sl.bad, e->task->tensors[t]->name,
+		    sl.rel);
+	}
+	return e->ops->trial_check(e, 0, "the determinism run (trial 0 again)");
 }
 
 static int
@@ -1340,172 +1923,6 @@ ev_stats(double *ms, unsigned n, Kclaw__Timing *t)
 	t->stddev_ms = n > 1 ? sqrt(sq / (n - 1)) : 0;
 }
 
-/*
- * Inputs for a timed run: trial k's stash, or with fresh inputs the new
- * set `id`, generated in place (parameters stay the stash's). Fresh sets
- * mean no timed run sees inputs an earlier run saw, so a candidate that
- * memoises outputs by input (tests/gpu/adversarial, memo_by_fingerprint)
- * has to do the work every time.
- */
-static int
-ev_timed_inputs(ev *e, unsigned k, unsigned id)
-{
-	if (!e->fresh)
-		return ev_set_inputs(e, k);
-	for (size_t t = 0; t < e->nt; t++) {
-		const Kclaw__TensorSpec *ts = e->task->tensors[t];
-		if (ts->kind == KCLAW__TENSOR_KIND__OUTPUT)
-			continue;
-		if (ts->kind == KCLAW__TENSOR_KIND__PARAMETER) {
-			EV_CU(e,
-			    e->g->cu.cuMemcpyDtoDAsync(e->tdev[t],
-			        e->stash[0][t], e->tbytes[t], e->g->stream),
-			    EV_INTERNAL, "copying parameters");
-			continue;
-		}
-		if (ev_generate(e, t, EV_MAX_TRIALS + id, e->tdev[t]) != 0)
-			return -1;
-	}
-	return 0;
-}
-
-/* Counts, on the device, the float output elements a run left poisoned
- * (into acc[4]); read once after the timed runs. */
-static int
-ev_count_poison(ev *e)
-{
-	gpu *g = e->g;
-	CUdeviceptr dst = g->acc + 4 * sizeof(uint64_t);
-
-	for (size_t t = 0; t < e->nt; t++) {
-		const Kclaw__TensorSpec *ts = e->task->tensors[t];
-		uint64_t n = e->tcount[t];
-		int esz = (int)kc_dtype_size(ts->dtype);
-		void *params[4] = {&e->tdev[t], &n, &esz, &dst};
-		if (ts->kind != KCLAW__TENSOR_KIND__OUTPUT ||
-		    !ev_is_float(ts->dtype) || n == 0)
-			continue;
-		EV_CU(e,
-		    g->cu.cuLaunchKernel(g->poison_count, (unsigned)g->sms * 8,
-		        1, 1, 256, 1, 1, 0, g->stream, params, NULL),
-		    EV_INTERNAL, "counting poisoned outputs");
-	}
-	return 0;
-}
-
-/* Output t's comparison redone on the host (a spot check that failed on
- * the device): got is the held copy, expected the reference's output. */
-static int
-ev_check_fresh_host(ev *e, size_t t, sbx_cmp *c)
-{
-	gpu *g = e->g;
-	Kclaw__Tolerance dflt;
-	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
-	void *got = malloc(e->tbytes[t] ? e->tbytes[t] : 1);
-
-	if (got == NULL || ev_pinned(e, e->tbytes[t]) != 0) {
-		free(got);
-		if (got == NULL)
-			sbx_result_status(e->res, EV_INTERNAL, "out of memory");
-		return -1;
-	}
-	if (g->cu.cuMemcpyDtoH(g->pinned, e->held[t], e->tbytes[t]) !=
-	    CUDA_SUCCESS) {
-		free(got);
-		sbx_result_status(e->res, EV_INTERNAL, "reading a spot check");
-		return -1;
-	}
-	memcpy(got, g->pinned, e->tbytes[t]);
-	if (g->cu.cuMemcpyDtoH(g->pinned, e->tdev[t], e->tbytes[t]) !=
-	    CUDA_SUCCESS) {
-		free(got);
-		sbx_result_status(e->res, EV_INTERNAL, "reading a spot check");
-		return -1;
-	}
-	sbx_compare(e->task->tensors[t]->dtype, got, g->pinned, e->tcount[t],
-	    tol, g->nthreads, c);
-	free(got);
-	/* The reference's values leave the staging buffer at once. */
-	g->cu.cuMemcpyDtoH(g->pinned, e->held[t], e->tbytes[t]);
-	return 0;
-}
-
-/*
- * Spot check of timed run `id` on fresh inputs: the candidate's outputs are
- * set aside on the device, the reference runs on the same inputs, and a
- * device kernel compares them. The candidate is not running meanwhile, and
- * the reference's outputs and scratch are poisoned before it runs again,
- * so expected values are never on the device while it does. No output
- * crosses to the host unless the check fails (then the host compares
- * again, decides and reports). Returns 0, 1 (wrong: result filled) or -1.
- */
-static int
-ev_check_fresh(ev *e, unsigned id, const char *when)
-{
-	gpu *g = e->g;
-	Kclaw__Tolerance dflt;
-	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
-	int bad = 0;
-
-	for (size_t t = 0; t < e->nt; t++) {
-		if (e->task->tensors[t]->kind != KCLAW__TENSOR_KIND__OUTPUT)
-			continue;
-		if (e->held[t] == 0)
-			EV_CU(e,
-			    g->cu.cuMemAlloc(
-			        &e->held[t], e->tbytes[t] ? e->tbytes[t] : 1),
-			    EV_INTERNAL, "allocating a spot check's buffer");
-		EV_CU(e,
-		    g->cu.cuMemcpyDtoDAsync(
-		        e->held[t], e->tdev[t], e->tbytes[t], g->stream),
-		    EV_INTERNAL, "setting a timed run's outputs aside");
-	}
-	if (ev_timed_inputs(e, 0, id) != 0 || ev_poison(e, &e->ref) != 0 ||
-	    prog_run_sync(e, &e->ref) != 0)
-		return -1;
-	for (size_t t = 0; t < e->nt && !bad; t++) {
-		uint64_t buf[4], n = e->tcount[t];
-		double sums[2], rel;
-		int dt = (int)e->task->tensors[t]->dtype;
-		double atol = tol->atol, rtol = tol->rtol;
-		CUdeviceptr sp = g->acc, cp = g->acc + 2 * sizeof(uint64_t);
-		void *params[8] = {
-		    &e->held[t], &e->tdev[t], &n, &dt, &atol, &rtol, &sp, &cp};
-		sbx_cmp c;
-
-		if (e->task->tensors[t]->kind != KCLAW__TENSOR_KIND__OUTPUT)
-			continue;
-		EV_CU(e, g->cu.cuMemsetD8Async(g->acc, 0, 32, g->stream),
-		    EV_INTERNAL, "comparing a timed run");
-		EV_CU(e,
-		    g->cu.cuLaunchKernel(g->compare, (unsigned)g->sms * 8, 1, 1,
-		        256, 1, 1, 0, g->stream, params, NULL),
-		    EV_INTERNAL, "comparing a timed run");
-		EV_CU(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL,
-		    "comparing a timed run");
-		EV_CU(e, g->cu.cuMemcpyDtoH(buf, g->acc, sizeof(buf)),
-		    EV_INTERNAL, "comparing a timed run");
-		memcpy(sums, buf, sizeof(sums));
-		rel =
-		    sums[1] > 0 ? sqrt(sums[0]) / sqrt(sums[1]) : sqrt(sums[0]);
-		if (buf[2] == 0 && buf[3] == 0 &&
-		    (tol->max_rel_norm <= 0 || rel <= tol->max_rel_norm))
-			continue;
-		if (ev_check_fresh_host(e, t, &c) != 0)
-			return -1;
-		if (c.ok)
-			continue;
-		bad = 1;
-		ev_wrong(e, t, EV_MAX_TRIALS + id, &c, when);
-	}
-	if (ev_poison(e, &e->ref) != 0)
-		return -1;
-	EV_CU(e,
-	    g->cu.cuMemsetD8Async(g->lt_work, 0xff, EV_LT_WORKSPACE, g->stream),
-	    EV_INTERNAL, "clearing the matmul workspace");
-	return bad;
-}
-
 /* A random number no candidate can predict. */
 static uint64_t
 ev_random(void)
@@ -1517,51 +1934,120 @@ ev_random(void)
 	return v;
 }
 
+/* Reads the timed runs' comparisons: 0 when every run of every output was
+ * right, 1 with the result filled. */
+static int
+ev_read_checks(ev *e, unsigned n)
+{
+	Kclaw__Tolerance dflt;
+	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
+	size_t bytes = (size_t)n * EV_CHK_OUTS * EV_CHK_SLOT;
+	uint8_t *raw = malloc(bytes ? bytes : 1);
+
+	if (raw == NULL) {
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	if (e->g->cu.cuMemcpyDtoH(raw, e->g->chk, bytes) != CUDA_SUCCESS) {
+		free(raw);
+		sbx_result_status(
+		    e->res, EV_INTERNAL, "reading the timed runs' checks");
+		return -1;
+	}
+	for (unsigned i = 0; i < n; i++)
+		for (size_t t = 0; t < e->nt && t < EV_CHK_OUTS; t++) {
+			const Kclaw__TensorSpec *ts = e->task->tensors[t];
+			Kclaw__Mismatch *m;
+			char when[96];
+			ev_slot sl;
+			if (ts->kind != KCLAW__TENSOR_KIND__OUTPUT)
+				continue;
+			ev_slot_read(
+			    raw + ((size_t)i * EV_CHK_OUTS + t) * EV_CHK_SLOT,
+			    &sl);
+			ev_note_error(e, t, 0, 0, sl.rel);
+			snprintf(when, sizeof(when),
+			    "timed run %u, fresh inputs of distribution %u", i,
+			    i % EV_VARIANTS);
+			if (sl.bad == 0 && sl.nans == 0 &&
+			    (tol->max_rel_norm <= 0 ||
+			        sl.rel <= tol->max_rel_norm)) {
+				if (ev_check_variation(e, t, sl.rel, when)) {
+					free(raw);
+					return 1;
+				}
+				continue;
+			}
+			if ((m = malloc(sizeof(*m))) != NULL) {
+				kclaw__mismatch__init(m);
+				m->tensor = strdup(ts->name);
+				m->trial = EV_MAX_TRIALS + i;
+				m->bad_count = sl.bad;
+				m->nan_count = sl.nans;
+				m->rel_norm = sl.rel;
+				m->note = strdup(when);
+				if (e->res->mismatch)
+					kclaw__mismatch__free_unpacked(
+					    e->res->mismatch, NULL);
+				e->res->mismatch = m;
+			}
+			sbx_result_status(e->res,
+			    KCLAW__EVAL_STATUS__WRONG_RESULT,
+			    "output '%s' is wrong in %s: %llu of %zu elements "
+			    "outside atol %g + rtol %g, %llu NaN (the poison "
+			    "left unwritten, or computed), relative error "
+			    "%.3g; "
+			    "every timed run is checked, so a kernel must do "
+			    "its whole work on every run",
+			    ts->name, when, (unsigned long long)sl.bad,
+			    e->tcount[t], tol->atol, tol->rtol,
+			    (unsigned long long)sl.nans, sl.rel);
+			free(raw);
+			return 1;
+		}
+	free(raw);
+	return 0;
+}
+
 /*
  * Times p: warm-up, then iterations each between two events. Before each
  * run (outside the events): the next inputs (fresh ones where the
- * reference can check them, else the next trial's), outputs and scratch
- * poisoned, the L2 flushed. So no run can reuse what an earlier one left,
- * and a run that skips work leaves poison. spot > 0 checks that many
- * iterations' outputs, drawn at random so that no candidate can work only
- * on the checked ones; for the candidate, a device kernel also counts the
- * poison every timed run left, and any is WRONG_RESULT.
+ * reference can compute them, else the next trial's), a fresh state (the
+ * poison in outputs and scratch, the module's variables reset), the L2
+ * flushed. With check, every timed run's outputs are then compared with
+ * the reference's on the same inputs, after the candidate finished and
+ * outside the events, the same work after every run: no run can tell
+ * whether it is checked, because all are, and none can reuse what an
+ * earlier one left.
  */
 static int
-ev_time(ev *e, const prog *p, int spot, Kclaw__Timing **out)
+ev_time(ev *e, const prog *p, int check, Kclaw__Timing **out)
 {
 	gpu *g = e->g;
 	int flush = !(e->req->options && e->req->options->no_l2_flush);
 	int cand = p == &e->cand;
-	unsigned n = e->iters, checks = 0, at[EV_SPOT_CHECKS];
-	uint64_t poisoned = 0;
+	unsigned n = e->iters;
 	Kclaw__Timing *t;
 	double *ms;
+	int rv;
 
-	for (int c = 0; c < EV_SPOT_CHECKS; c++)
-		at[c] = c < spot ? (unsigned)(ev_random() % n) : n;
 	for (unsigned i = 0; i < 2 * n + 2; i++)
 		if (g->ev[i] == NULL)
 			EV_CU(e,
 			    g->cu.cuEventCreate(&g->ev[i], CU_EVENT_DEFAULT),
 			    EV_INTERNAL, "creating events");
-	EV_CU(e,
-	    g->cu.cuMemsetD8Async(
-	        g->acc + 4 * sizeof(uint64_t), 0, sizeof(uint64_t), g->stream),
-	    EV_INTERNAL, "counting poisoned outputs");
 	for (unsigned i = 0; i < e->warmup; i++)
-		if (ev_timed_inputs(e, i % e->trials, e->fresh_serial++) != 0 ||
-		    ev_poison(e, p) != 0 || prog_enqueue(e, p) != 0)
+		if (e->ops->run_inputs(e, i % e->trials, e->fresh_serial++) !=
+		        0 ||
+		    ev_fresh_state(e, p) != 0 || prog_enqueue(e, p) != 0)
 			return -1;
 	EV_CU(e, g->cu.cuStreamSynchronize(g->stream),
 	    cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL, "warm-up");
 	for (unsigned i = 0; i < n; i++) {
 		unsigned k = i % e->trials, id = e->fresh_serial++;
-		int check = 0;
 
-		for (int c = 0; c < EV_SPOT_CHECKS; c++)
-			check = check || at[c] == i;
-		if (ev_timed_inputs(e, k, id) != 0 || ev_poison(e, p) != 0)
+		if (e->ops->run_inputs(e, k, id) != 0 ||
+		    ev_fresh_state(e, p) != 0)
 			return -1;
 		if (flush)
 			EV_CU(e,
@@ -1574,46 +2060,13 @@ ev_time(ev *e, const prog *p, int spot, Kclaw__Timing **out)
 			return -1;
 		EV_CU(e, g->cu.cuEventRecord(g->ev[2 * i + 1], g->stream),
 		    EV_INTERNAL, "recording an event");
-		if (cand && ev_count_poison(e) != 0)
-			return -1;
-		if (check) {
-			char when[96];
-			int rv;
-			EV_CU(e, g->cu.cuStreamSynchronize(g->stream),
-			    KCLAW__EVAL_STATUS__LAUNCH_ERROR,
-			    "running the candidate while timing");
-			if (e->fresh) {
-				snprintf(when, sizeof(when),
-				    "timing iteration %u, fresh inputs", i);
-				rv = ev_check_fresh(e, id, when);
-			} else {
-				snprintf(when, sizeof(when),
-				    "timing iteration %u", i);
-				rv = ev_check_outputs(e, k, when);
-			}
-			if (rv != 0)
-				return rv;
-			checks++;
-		}
+		if (check && (rv = e->ops->run_check(e, k, id, i)) != 0)
+			return rv;
 	}
 	EV_CU(e, g->cu.cuStreamSynchronize(g->stream),
 	    cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL, "timing");
-	if (cand) {
-		EV_CU(e,
-		    g->cu.cuMemcpyDtoH(&poisoned, g->acc + 4 * sizeof(uint64_t),
-		        sizeof(poisoned)),
-		    EV_INTERNAL, "counting poisoned outputs");
-		if (poisoned > 0) {
-			sbx_result_status(e->res,
-			    KCLAW__EVAL_STATUS__WRONG_RESULT,
-			    "timing: %llu output elements still held the "
-			    "poison after timed runs (%u runs): the candidate "
-			    "skipped work on runs it was timed on; every run "
-			    "must write every output",
-			    (unsigned long long)poisoned, n);
-			return 1;
-		}
-	}
+	if (check && (rv = ev_read_checks(e, n)) != 0)
+		return rv;
 	if ((ms = calloc(n, sizeof(*ms))) == NULL ||
 	    (t = malloc(sizeof(*t))) == NULL) {
 		free(ms);
@@ -1629,7 +2082,7 @@ ev_time(ev *e, const prog *p, int spot, Kclaw__Timing **out)
 	ev_stats(ms, n, t);
 	free(ms);
 	t->l2_flushed = flush;
-	t->spot_checks = checks;
+	t->spot_checks = check ? n : 0;
 	*out = t;
 	return 0;
 }
@@ -1657,6 +2110,91 @@ ev_profile(ev *e)
 	if (sbx_prof_range(e->g->ctx, e->g->device, ev_profile_run, e, res) ==
 	    0)
 		res->counters_available = 1;
+}
+
+/*
+ * After the timed runs: the figures an OK result carries, the precision
+ * check, the speed of light. 0 when the candidate stands (status OK), 1
+ * when it is refused (result filled).
+ */
+static int
+ev_judge(ev *e)
+{
+	Kclaw__EvalResult *res = e->res;
+	const Kclaw__TaskSpec *task = e->task;
+	double in_bytes = 0, out_bytes = 0, flops = 0, worst = 0, var = 0;
+	char what[512];
+
+	sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
+	    "correct on %u trials and every one of %u timed runs; median "
+	    "%.4f ms (spread %.4f ms)",
+	    e->trials, res->timing->iterations, res->timing->median_ms,
+	    res->timing->stddev_ms);
+	res->max_abs_err = e->max_abs;
+	res->max_rel_err = e->max_rel;
+	for (size_t t = 0; t < e->nt && t < 64; t++) {
+		const Kclaw__TensorSpec *ts = task->tensors[t];
+		if (ts->kind != KCLAW__TENSOR_KIND__OUTPUT) {
+			in_bytes += (double)e->tbytes[t];
+			continue;
+		}
+		out_bytes += (double)e->tbytes[t];
+		if (e->err_rel[t] > res->rel_norm)
+			res->rel_norm = e->err_rel[t];
+		if (e->var_rel[t] > 0) {
+			if (var == 0 || e->var_rel[t] < var)
+				var = e->var_rel[t];
+			if (e->err_rel[t] / e->var_rel[t] > worst)
+				worst = e->err_rel[t] / e->var_rel[t];
+		}
+	}
+	res->output_variation = var;
+	res->error_vs_variation = worst;
+	if (sbx_precision_scan(e->req->candidate->source, e->cand.plan, task,
+	        what, sizeof(what))) {
+		if (task->precision != NULL &&
+		    strcmp(task->precision, "strict") == 0) {
+			sbx_result_status(res, KCLAW__EVAL_STATUS__WRONG_RESULT,
+			    "lower precision than the task's: it uses %s while "
+			    "the task's tensors are f32/f64 and its precision "
+			    "is \"strict\"; compute in the task's precision",
+			    what);
+			return 1;
+		}
+		ev_warn(e,
+		    "lower precision than the task's: it uses %s while the "
+		    "task's tensors are f32/f64 (relative error %.3g)",
+		    what, res->rel_norm);
+	}
+	if (res->rel_norm > 6e-5 &&
+	    !(task->precision != NULL && strcmp(task->precision, "loose") == 0))
+		ev_warn(e,
+		    "its relative error %.3g is far above what f32 arithmetic "
+		    "gives (about 1e-6): it passes the tolerance, but check "
+		    "the accumulation order and precision",
+		    res->rel_norm);
+	if (task->reference != NULL)
+		flops = task->reference->flops;
+	res->speed_of_light_ms = sbx_speed_of_light_ms(in_bytes, out_bytes,
+	    flops, e->g->bw_bytes_per_ms, e->g->peak_flops_per_ms);
+	if (res->speed_of_light_ms > 0 && res->timing->median_ms > 0) {
+		res->sol_fraction =
+		    res->speed_of_light_ms / res->timing->median_ms;
+		if (res->timing->median_ms < res->speed_of_light_ms) {
+			sbx_result_status(res, KCLAW__EVAL_STATUS__WRONG_RESULT,
+			    "faster than the speed of light: a median of %.4f "
+			    "ms, where writing its %.0f output bytes and "
+			    "reading a quarter of its %.0f input bytes at this "
+			    "GPU's bandwidth (%.0f GB/s, with margin) takes at "
+			    "least %.4f ms; the timing cannot be true (work "
+			    "done outside the timed region, or skipped)",
+			    res->timing->median_ms, out_bytes, in_bytes,
+			    e->g->bw_bytes_per_ms / 1e6 * 1.25,
+			    res->speed_of_light_ms);
+			return 1;
+		}
+	}
+	return 0;
 }
 
 /* ---------------------------------------------------------- the backend */
@@ -1777,7 +2315,7 @@ gpu_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 	    e.task->reference->cuda != NULL) {
 		const Kclaw__Candidate *rc = e.task->reference->cuda;
 		e.have_ref = 1;
-		e.fresh = 1;
+		e.ops = &ev_cuda_ops;
 		if (prog_compile(&e, &e.ref, rc->source, g->arch) != 0 ||
 		    prog_load(&e, &e.ref) != 0 ||
 		    prog_plan(&e, &e.ref, rc->plan_json, 1) != 0 ||
@@ -1790,54 +2328,58 @@ gpu_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 		    "the task has no usable reference (a `cuda` reference or "
 		    "`tensors` sets); nothing to verify against");
 		goto out;
-	} else if (!(o && o->trials)) {
-		e.trials = (unsigned)e.task->reference->n_sets;
-		if (e.trials > EV_MAX_TRIALS)
-			e.trials = EV_MAX_TRIALS;
+	} else {
+		e.ops = &ev_tensors_ops;
+		if (!(o && o->trials))
+			e.trials = (unsigned)e.task->reference->n_sets;
+		if (e.trials > e.task->reference->n_sets)
+			e.trials = (unsigned)e.task->reference->n_sets;
 	}
+	/* At least three distributions in every evaluation. */
+	if (e.trials < 3 && e.ops != &ev_tensors_ops)
+		e.trials = 3;
+	if (e.trials > EV_MAX_TRIALS)
+		e.trials = EV_MAX_TRIALS;
+	if (e.ops->caveat != NULL)
+		ev_warn(&e, "%s", e.ops->caveat);
+	if (prog_globals(&e, &e.cand) != 0)
+		goto out;
 	ev_phase(&e, "sandbox.setup_ms", &tp);
 	if (prog_prepare(&e, &e.cand) != 0 || ev_alloc_tensors(&e) != 0 ||
-	    ev_prepare_trials(&e) != 0)
+	    e.ops->prepare(&e) != 0)
 		goto out;
 	ev_phase(&e, "sandbox.inputs_ms", &tp);
 	if (ev_verify(&e) != 0)
 		goto out;
 	ev_phase(&e, "sandbox.verify_ms", &tp);
-	if (ev_time(&e, &e.cand, EV_SPOT_CHECKS, &res->timing) != 0)
+	if (ev_time(&e, &e.cand, 1, &res->timing) != 0)
 		goto out;
 	ev_phase(&e, "sandbox.time_ms", &tp);
-	sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
-	    "correct on %u trials; median %.4f ms over %u iterations", e.trials,
-	    res->timing->median_ms, res->timing->iterations);
+	if (ev_judge(&e) != 0)
+		goto out;
 	if (o != NULL && o->profile) {
 		ev_profile(&e);
 		ev_phase(&e, "sandbox.profile_ms", &tp);
 	}
 	if (*fatal || res->status != KCLAW__EVAL_STATUS__OK)
 		goto out;
-	if (e.have_ref) {
-		if (ev_time(&e, &e.ref, 0, &res->baseline) != 0) {
-			/* The candidate is fine; the baseline is not its
-			 * problem. */
-			if (!*fatal)
-				sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
-				    "correct; the reference could not be "
-				    "timed: %s",
-				    res->message);
-			goto out;
-		}
-		res->reference_ms = res->baseline->median_ms;
-		ev_phase(&e, "sandbox.baseline_ms", &tp);
-	} else if (e.task->reference->baseline_ms > 0) {
-		res->reference_ms = e.task->reference->baseline_ms;
+	if (e.ops->baseline(&e) != 0) {
+		/* The candidate is fine; the baseline is not its problem. */
+		if (!*fatal)
+			sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
+			    "correct; the reference could not be timed: %s",
+			    res->message);
+		goto out;
 	}
+	ev_phase(&e, "sandbox.baseline_ms", &tp);
 	if (res->reference_ms > 0 && res->timing->median_ms > 0) {
 		res->speedup = res->reference_ms / res->timing->median_ms;
 		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
-		    "correct on %u trials; median %.4f ms over %u iterations, "
-		    "%.2fx the reference (%.4f ms)",
-		    e.trials, res->timing->median_ms, res->timing->iterations,
-		    res->speedup, res->reference_ms);
+		    "correct on %u trials and every one of %u timed runs; "
+		    "median %.4f ms (spread %.4f ms), %.2fx the reference "
+		    "(%.4f ms)",
+		    e.trials, res->timing->iterations, res->timing->median_ms,
+		    res->timing->stddev_ms, res->speedup, res->reference_ms);
 	}
 out:
 	ev_free(&e);

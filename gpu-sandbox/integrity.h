@@ -1,0 +1,79 @@
+/*
+ * integrity.h - the reviewer's guarantees that need no GPU to decide
+ * (docs/plan.md "What the reviewer guarantees"): which module state a
+ * candidate could carry from one run to the next, which calls it may not
+ * make, whether it computes in lower precision than its task, how fast any
+ * kernel could possibly be, and whether an error is small against how much
+ * the expected outputs vary. Pure C, so CI tests every rule directly; the
+ * CUDA backend (eval.c) applies them on every evaluation.
+ */
+#ifndef SBX_INTEGRITY_H
+#define SBX_INTEGRITY_H
+
+#include <stddef.h>
+
+#include "kclaw.pb-c.h"
+#include "plan.h"
+
+/* A module-scope variable in global memory. */
+typedef struct {
+	char *name;
+	int initialised; /* declared with `= {...}`; else zero-filled */
+} sbx_ptx_global;
+
+/*
+ * The module-scope variables a PTX text defines in global memory
+ * (`.global` declarations: `__device__` variables, static locals), which
+ * persist between launches; the sandbox restores each to its loaded
+ * contents before every run. *v is malloc'd (sbx_ptx_globals_free).
+ * Returns 0 or KC_ENOMEM.
+ */
+int sbx_ptx_globals(const char *ptx, sbx_ptx_global **v, size_t *n);
+void sbx_ptx_globals_free(sbx_ptx_global *v, size_t n);
+
+/*
+ * Calls a candidate may not make, by what its PTX calls: device printf
+ * (vprintf) and the device heap (malloc, free), whose contents outlive a
+ * run. Returns NULL, or the sentence that refuses the candidate.
+ */
+const char *sbx_ptx_refusal(const char *ptx);
+
+/*
+ * Lower precision than the task's: when every floating tensor of the task
+ * is f32 or f64, names what in source (comments skipped) or plan computes
+ * in half, bf16, tf32 or fp8 into what (e.g. "__nv_bfloat16, a matmul step
+ * with tf32") and returns 1; else 0.
+ */
+int sbx_precision_scan(const char *source, const sbx_plan *plan,
+    const Kclaw__TaskSpec *task, char *what, size_t whatlen);
+
+/*
+ * The fastest any kernel could run the task, in ms: every output written
+ * once and at least a quarter of every input read once (a kernel may
+ * legitimately skip structured parts, such as a triangle), at 1.25 times
+ * the device's measured copy bandwidth (bytes per ms), and flops (0 =
+ * unknown) at peak_flops (per ms). 0 when nothing is known.
+ */
+double sbx_speed_of_light_ms(double in_bytes, double out_bytes, double flops,
+    double bw_bytes_per_ms, double peak_flops_per_ms);
+
+/*
+ * The variation rule: a candidate's relative error err_rel (||got - exp||
+ * / ||exp||, worst over trials) must be small against var_rel, the
+ * smallest relative difference between the expected outputs of two
+ * verification trials, or a kernel that ignores its inputs passes
+ * whenever outputs vary less than the tolerance. Returns 1 when err_rel
+ * is acceptable: at most a quarter of var_rel, or below the floor under
+ * which float arithmetic's own rounding dominates.
+ */
+int sbx_error_small_vs_variation(double err_rel, double var_rel);
+#define SBX_VARIATION_FRACTION 0.25
+#define SBX_VARIATION_FLOOR 1e-6
+
+/*
+ * A task is degenerate when its outputs vary between trials by less than
+ * the tolerance admits: a constant could pass allclose. Returns 1 then.
+ */
+int sbx_output_degenerate(double var_rel, const Kclaw__Tolerance *tol);
+
+#endif

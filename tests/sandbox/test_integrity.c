@@ -1,0 +1,169 @@
+/*
+ * test_integrity.c - the reviewer's rules that need no GPU
+ * (gpu-sandbox/integrity.h), on PTX that NVRTC really produced.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "compile.h"
+#include "integrity.h"
+#include "kc_err.h"
+#include "kc_test.h"
+
+/* A candidate that memoises in module state: the sandbox must find every
+ * variable that survives a launch, with whether it has loaded contents. */
+static void
+test_globals_found_in_real_ptx(void)
+{
+	const char *src =
+	    "__device__ float memo[4096];\n"
+	    "__device__ int runs;\n"
+	    "__device__ int table[4] = {1, 2, 3, 4};\n"
+	    "__constant__ float scale_c[2] = {1.f, 2.f};\n"
+	    "extern \"C\" __global__ void k(const float *x, float *y, int n) "
+	    "{\n"
+	    "  static __device__ unsigned hidden;\n"
+	    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+	    "  if (i == 0) { runs++; hidden++; }\n"
+	    "  if (i < n) { y[i] = x[i] * table[i & 3] * scale_c[0];"
+	    " memo[i & 4095] = y[i]; }\n"
+	    "}\n";
+	sbx_compiled c;
+	sbx_ptx_global *g;
+	size_t n;
+	int memo = -1, runs = -1, table = -1, hidden = -1;
+
+	KT_OK(sbx_compile(src, "sm_90", NULL, &c));
+	KT_OK(sbx_ptx_globals(c.ptx, &g, &n));
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(g[i].name, "memo") == 0)
+			memo = g[i].initialised;
+		else if (strcmp(g[i].name, "runs") == 0)
+			runs = g[i].initialised;
+		else if (strcmp(g[i].name, "table") == 0)
+			table = g[i].initialised;
+		else if (strstr(g[i].name, "hidden") != NULL)
+			hidden = g[i].initialised;
+		/* __constant__ memory cannot be written by a kernel. */
+		KT_ASSERT(strcmp(g[i].name, "scale_c") != 0);
+	}
+	KT_EQ_INT(memo, 0);
+	KT_EQ_INT(runs, 0);
+	KT_EQ_INT(table, 1);
+	KT_EQ_INT(hidden, 0);
+	sbx_ptx_globals_free(g, n);
+	KT_ASSERT(sbx_ptx_refusal(c.ptx) == NULL);
+	sbx_compiled_free(&c);
+}
+
+static void
+test_heap_and_printf_refused(void)
+{
+	const char *heap = "extern \"C\" __global__ void k(float *y) {\n"
+	                   "  float *p = (float *)malloc(64);\n"
+	                   "  if (p) { p[0] = 1; y[0] = p[0]; free(p); }\n"
+	                   "}\n";
+	const char *newed = "extern \"C\" __global__ void k(float *y) {\n"
+	                    "  float *p = new float[4]; p[0] = 2; y[0] = p[0];"
+	                    " delete[] p;\n"
+	                    "}\n";
+	const char *pr = "extern \"C\" __global__ void k(float *y) {\n"
+	                 "  printf(\"%f\\n\", y[0]);\n"
+	                 "}\n";
+	sbx_compiled c;
+
+	KT_OK(sbx_compile(heap, "sm_90", NULL, &c));
+	KT_ASSERT(sbx_ptx_refusal(c.ptx) != NULL);
+	KT_CONTAINS(sbx_ptx_refusal(c.ptx), "device heap");
+	sbx_compiled_free(&c);
+	KT_OK(sbx_compile(newed, "sm_90", NULL, &c));
+	KT_ASSERT(sbx_ptx_refusal(c.ptx) != NULL);
+	sbx_compiled_free(&c);
+	KT_OK(sbx_compile(pr, "sm_90", NULL, &c));
+	KT_CONTAINS(sbx_ptx_refusal(c.ptx), "printf");
+	sbx_compiled_free(&c);
+}
+
+static void
+test_precision_scan(void)
+{
+	Kclaw__TensorSpec x = KCLAW__TENSOR_SPEC__INIT,
+	                  y = KCLAW__TENSOR_SPEC__INIT;
+	Kclaw__TensorSpec *ts[2] = {&x, &y};
+	Kclaw__TaskSpec task = KCLAW__TASK_SPEC__INIT;
+	sbx_plan plan = {0};
+	sbx_step step = {0};
+	char what[256];
+
+	x.dtype = y.dtype = KCLAW__DTYPE__F32;
+	task.tensors = ts;
+	task.n_tensors = 2;
+	KT_EQ_INT(
+	    sbx_precision_scan("#include <cuda_bf16.h>\n"
+	                       "__global__ void k(float *y) {"
+	                       " __nv_bfloat16 h = __float2bfloat16(y[0]);"
+	                       " y[0] = __bfloat162float(h); }",
+	        NULL, &task, what, sizeof(what)),
+	    1);
+	KT_CONTAINS(what, "__nv_bfloat16");
+	/* Words in comments and ordinary names are not lower precision. */
+	KT_EQ_INT(sbx_precision_scan("// no __half here\n/* nor tf32 */\n"
+	                             "__global__ void k(float *y) { int half ="
+	                             " 2; y[half] = 1; }",
+	              NULL, &task, what, sizeof(what)),
+	    0);
+	step.kind = SBX_STEP_MATMUL;
+	step.mm.dtype = KCLAW__DTYPE__F32;
+	step.mm.tf32 = 1;
+	plan.steps = &step;
+	plan.nsteps = 1;
+	KT_EQ_INT(sbx_precision_scan("", &plan, &task, what, sizeof(what)), 1);
+	KT_CONTAINS(what, "tf32");
+	/* A bf16 task may use bf16. */
+	x.dtype = KCLAW__DTYPE__BF16;
+	KT_EQ_INT(sbx_precision_scan(
+	              "__nv_bfloat16 a;", NULL, &task, what, sizeof(what)),
+	    0);
+}
+
+static void
+test_speed_of_light(void)
+{
+	/* 256 MiB in, 256 MiB out at 3 TB/s (3e9 bytes per ms). */
+	double mb = 256.0 * 1048576, bw = 3e9;
+	double sol = sbx_speed_of_light_ms(mb, mb, 0, bw, 0);
+
+	KT_ASSERT(sol > (mb + mb / 4) / (1.25 * bw) * 0.999);
+	KT_ASSERT(sol < (mb + mb / 4) / (1.25 * bw) * 1.001);
+	/* The compute bound wins when it is larger. */
+	KT_ASSERT(sbx_speed_of_light_ms(0, 4, 1e12, bw, 1e9) == 1000);
+	KT_ASSERT(sbx_speed_of_light_ms(0, 0, 0, 0, 0) == 0);
+}
+
+static void
+test_variation_rule(void)
+{
+	Kclaw__Tolerance tol = KCLAW__TOLERANCE__INIT;
+
+	/* An honest kernel: error far below the output's variation. */
+	KT_EQ_INT(sbx_error_small_vs_variation(1e-6, 0.5), 1);
+	/* A constant: its error is the variation itself. */
+	KT_EQ_INT(sbx_error_small_vs_variation(0.9e-2, 1e-2), 0);
+	/* Rounding noise below the floor passes whatever the variation. */
+	KT_EQ_INT(sbx_error_small_vs_variation(5e-7, 1e-7), 1);
+	KT_EQ_INT(sbx_error_small_vs_variation(0.0 / 0.0, 1), 0);
+	tol.rtol = 1e-2;
+	KT_EQ_INT(sbx_output_degenerate(1e-3, &tol), 1);
+	KT_EQ_INT(sbx_output_degenerate(0.3, &tol), 0);
+}
+
+int
+main(void)
+{
+	KT_RUN(test_globals_found_in_real_ptx);
+	KT_RUN(test_heap_and_printf_refused);
+	KT_RUN(test_precision_scan);
+	KT_RUN(test_speed_of_light);
+	KT_RUN(test_variation_rule);
+	return 0;
+}
