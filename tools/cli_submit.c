@@ -1,7 +1,9 @@
 /*
  * cli_submit.c - `kclaw submit BUNDLE_DIR`: loads and checks the bundle
  * here (so mistakes are reported before anything is sent), submits its
- * content and prints the task's id.
+ * content and prints the task's id. A bundle that is already running (the
+ * same content, by fingerprint) is not submitted twice unless --new says
+ * so, and a --task-id that names another bundle's task is refused.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -23,18 +25,27 @@ static void
 submit_usage(FILE *f)
 {
 	fprintf(f,
-	    "usage: kclaw submit BUNDLE_DIR [--task-id ID] [--remote] [--wait]"
-	    " [--json]\n            [--home DIR]\n\n"
+	    "usage: kclaw submit BUNDLE_DIR [--task-id ID | --new] [--remote] "
+	    "[--wait]\n            [--json] [--home DIR]\n\n"
 	    "Submits a task bundle (a folder with task.json) to the running "
 	    "orchestrator\nand prints the task's id. The bundle is loaded and "
 	    "checked here and sent with its tensors (up to 48 MiB; larger "
 	    "ones go by\npath, inside the orchestrator's bundle roots); "
 	    "--remote sends only its path,\nfor an orchestrator that reads "
-	    "the same folder (inside its bundle roots).\n--task-id makes the "
-	    "submission "
-	    "idempotent (1-16 letters, digits or '_').\n--wait waits for the "
-	    "task to end and exits 0 when it is DONE, 1 otherwise.\n--json "
-	    "prints {\"task_id\": ...} (with --wait, the final TaskRecord).\n");
+	    "the same folder (inside its bundle roots).\n\n"
+	    "A bundle whose content is already running as a task is not "
+	    "submitted again:\nthe command says so and prints that task's id "
+	    "(--new submits it anyway).\n--task-id ID names the task (1-16 "
+	    "letters, digits or '_') and makes the\nsubmission idempotent: "
+	    "the same bundle again returns ID; another bundle\nunder an "
+	    "existing ID is refused.\n--wait waits for the task to end and "
+	    "exits 0 when it is DONE, 1 otherwise.\n--json prints "
+	    "{\"task_id\": ..., \"duplicate\": true|false} (with --wait, the "
+	    "final\nTaskRecord).\n\n"
+	    "Exit codes: 0 submitted (or already there); 1 refused (the "
+	    "bundle does not load,\n--task-id names another bundle's task, "
+	    "the orchestrator says no); 2 usage;\n3 the bundle folder does "
+	    "not exist; 4 the orchestrator is not reachable.\n");
 }
 
 static bool
@@ -78,11 +89,218 @@ submit_wait(orch_client *c, const char *id, bool json)
 	}
 }
 
+/* ---------------------------------------------------- same bundle twice */
+
+/* One tensor's content as its sha256: the stored blob's name, else the
+ * inline bytes, else the file. What it cannot read keeps its path. */
+static int
+submit_norm_tensor(Kclaw__TensorData *td, void *arg)
+{
+	char hash[65], *data, *v;
+	size_t len;
+
+	(void)arg;
+	if (td->blob != NULL && strlen(td->blob) == 64)
+		return 0;
+	if (td->data.len > 0) {
+		kc_sha256_hex(td->data.data, td->data.len, hash);
+	} else if (td->path != NULL && *td->path != '\0' &&
+	    kc_read_file(td->path, (size_t)1 << 40, &data, &len) == 0) {
+		kc_sha256_hex(data, len, hash);
+		free(data);
+	} else {
+		kc_clearerr();
+		return 0;
+	}
+	if ((v = strdup(hash)) == NULL)
+		return KC_ENOMEM;
+	if (td->blob != NULL && td->blob != protobuf_c_empty_string)
+		free(td->blob);
+	td->blob = v;
+	return 0;
+}
+
+/* Clears what a stored spec and the loaded one may hold differently for
+ * the same content: inline bytes and file paths (the blob name stays). */
+static int
+submit_strip_tensor(Kclaw__TensorData *td, void *arg)
+{
+	(void)arg;
+	if (td->blob == NULL || strlen(td->blob) != 64)
+		return 0;
+	free(td->data.data);
+	td->data.data = NULL;
+	td->data.len = 0;
+	if (td->path != NULL && td->path != protobuf_c_empty_string)
+		free(td->path);
+	td->path = (char *)protobuf_c_empty_string;
+	return 0;
+}
+
+/*
+ * The fingerprint of a bundle's content (sha256 hex): the spec with every
+ * tensor named by the hash of its bytes, so a spec loaded here and the one
+ * the orchestrator stored (tensors as blobs) compare equal.
+ */
+static int
+submit_fingerprint(const Kclaw__TaskSpec *spec, char out[65])
+{
+	size_t len = protobuf_c_message_get_packed_size(&spec->base);
+	uint8_t *buf = malloc(len ? len : 1);
+	Kclaw__TaskSpec *copy = NULL;
+	int rv = KC_ENOMEM;
+
+	if (buf == NULL)
+		return KC_ENOMEM;
+	protobuf_c_message_pack(&spec->base, buf);
+	if ((copy = kclaw__task_spec__unpack(NULL, len, buf)) == NULL)
+		goto out;
+	free(buf);
+	buf = NULL;
+	if ((rv = kc_spec_each_tensor_data(copy, submit_norm_tensor, NULL)) !=
+	        0 ||
+	    (rv = kc_spec_each_tensor_data(copy, submit_strip_tensor, NULL)) !=
+	        0)
+		goto out;
+	len = protobuf_c_message_get_packed_size(&copy->base);
+	if ((buf = malloc(len ? len : 1)) == NULL) {
+		rv = KC_ENOMEM;
+		goto out;
+	}
+	protobuf_c_message_pack(&copy->base, buf);
+	kc_sha256_hex(buf, len, out);
+	rv = 0;
+out:
+	free(buf);
+	if (copy != NULL)
+		kclaw__task_spec__free_unpacked(copy, NULL);
+	return rv;
+}
+
+/* The stored record of task id (with its spec), or NULL if there is none. */
+static Kclaw__StatusResponse *
+submit_status(orch_client *c, const char *id)
+{
+	Kclaw__StatusRequest req = KCLAW__STATUS_REQUEST__INIT;
+	Kclaw__StatusResponse *resp;
+
+	req.task_id = (char *)id;
+	if (orch_client_call(c, "Status", &req.base,
+	        &kclaw__status_response__descriptor,
+	        (ProtobufCMessage **)&resp) != 0) {
+		kc_clearerr();
+		return NULL;
+	}
+	if (resp->task == NULL) {
+		kclaw__status_response__free_unpacked(resp, NULL);
+		return NULL;
+	}
+	return resp;
+}
+
+/* Whether task rec holds the bundle whose fingerprint is fp. */
+static bool
+submit_same(const Kclaw__TaskRecord *rec, const char *fp)
+{
+	char other[65];
+
+	return rec->spec != NULL && submit_fingerprint(rec->spec, other) == 0 &&
+	    strcmp(other, fp) == 0;
+}
+
+/* The id of an unfinished task with the same bundle (name, then content),
+ * into id; false if there is none. */
+static bool
+submit_find_running(orch_client *c, const Kclaw__TaskSpec *spec, const char *fp,
+    char *id, size_t n, char *state, size_t sn)
+{
+	Kclaw__ListRequest req = KCLAW__LIST_REQUEST__INIT;
+	Kclaw__ListResponse *list;
+	bool found = false;
+
+	req.state = "active";
+	if (orch_client_call(c, "List", &req.base,
+	        &kclaw__list_response__descriptor,
+	        (ProtobufCMessage **)&list) != 0) {
+		kc_clearerr();
+		return false;
+	}
+	for (size_t i = 0; i < list->n_tasks && !found; i++) {
+		const Kclaw__TaskRecord *t = list->tasks[i];
+		Kclaw__StatusResponse *st;
+		if (t->spec == NULL || t->spec->name == NULL ||
+		    strcmp(t->spec->name, spec->name) != 0)
+			continue;
+		if ((st = submit_status(c, t->id)) == NULL)
+			continue;
+		if (submit_same(st->task, fp)) {
+			found = true;
+			kc_strlcpy(id, t->id, n);
+			kc_strlcpy(state, st->task->state, sn);
+		}
+		kclaw__status_response__free_unpacked(st, NULL);
+	}
+	kclaw__list_response__free_unpacked(list, NULL);
+	return found;
+}
+
+/*
+ * Before submitting: whether the bundle is there already. Returns
+ * CLI_ARGS_GO to submit, CLI_OK with id filled when it is a duplicate, or
+ * an exit code when --task-id names another bundle's task.
+ */
+static int
+submit_check_duplicate(orch_client *c, const Kclaw__TaskSpec *spec,
+    const char *task_id, bool fresh, char *id, size_t n)
+{
+	Kclaw__StatusResponse *st;
+	char fp[65], state[32];
+	int code = CLI_ARGS_GO;
+
+	if (spec == NULL || submit_fingerprint(spec, fp) != 0)
+		return CLI_ARGS_GO; /* the orchestrator decides */
+	if (task_id != NULL) {
+		if ((st = submit_status(c, task_id)) == NULL)
+			return CLI_ARGS_GO;
+		if (submit_same(st->task, fp)) {
+			fprintf(stderr,
+			    "kclaw submit: task %s already holds this bundle "
+			    "(%s); not submitted again\n",
+			    task_id, st->task->state);
+			kc_strlcpy(id, task_id, n);
+			code = CLI_OK;
+		} else {
+			fprintf(stderr,
+			    "kclaw submit: task %s exists with a different "
+			    "bundle (%s, %s); choose another --task-id, or "
+			    "leave it out for a new id\n",
+			    task_id,
+			    st->task->spec && st->task->spec->name
+			        ? st->task->spec->name
+			        : "?",
+			    st->task->state);
+			code = CLI_FAIL;
+		}
+		kclaw__status_response__free_unpacked(st, NULL);
+		return code;
+	}
+	if (fresh ||
+	    !submit_find_running(c, spec, fp, id, n, state, sizeof(state)))
+		return CLI_ARGS_GO;
+	fprintf(stderr,
+	    "kclaw submit: this bundle is a duplicate of the running task %s "
+	    "(%s); not submitted again. `kclaw watch %s` follows it; --new "
+	    "submits another\n",
+	    id, state, id);
+	return CLI_OK;
+}
+
 int
 cli_submit(int argc, char **argv)
 {
 	const char *dir = NULL, *task_id = NULL;
-	bool json = false, wait = false, remote = false;
+	bool json = false, wait = false, remote = false, fresh = false;
+	char dup[64];
 	Kclaw__SubmitRequest req = KCLAW__SUBMIT_REQUEST__INIT;
 	Kclaw__SubmitResponse *resp;
 	Kclaw__TaskSpec *spec = NULL;
@@ -92,15 +310,24 @@ cli_submit(int argc, char **argv)
 	int rv, code;
 	const cli_opt opts[] = {{"--json", &json, NULL},
 	    {"--wait", &wait, NULL}, {"--remote", &remote, NULL},
-	    {"--task-id", NULL, &task_id}};
+	    {"--new", &fresh, NULL}, {"--task-id", NULL, &task_id}};
 
 	if ((rv = cli_args(argc, argv, opts, CLI_NOPTS(opts), &dir,
 	         "which bundle? give its folder", submit_usage)) != CLI_ARGS_GO)
 		return rv;
+	if (fresh && task_id != NULL) {
+		fprintf(stderr,
+		    "kclaw submit: --new and --task-id exclude each other (a "
+		    "task id names one task)\n");
+		return CLI_USAGE;
+	}
 	if (remote) {
 		if (realpath(dir, abs) == NULL)
 			snprintf(abs, sizeof(abs), "%s", dir);
 		req.bundle_dir = abs;
+		/* Only to recognise a duplicate; the orchestrator loads it. */
+		if (kc_bundle_load(abs, &spec) != 0)
+			kc_clearerr();
 	} else if ((rv = kc_bundle_load(dir, &spec)) != 0) {
 		code = cli_fail("submit", rv);
 		return code == CLI_USAGE ? CLI_FAIL : code;
@@ -114,11 +341,24 @@ cli_submit(int argc, char **argv)
 		kclaw__task_spec__free_unpacked(spec, NULL);
 		return code == CLI_USAGE ? CLI_FAIL : code;
 	}
-	req.spec = spec;
+	req.spec = remote ? NULL : spec;
 	req.task_id = (char *)(task_id ? task_id : "");
 	if ((rv = cli_config(argc, argv, &cfg)) != 0 ||
 	    (rv = orch_client_open(&c, &cfg)) != 0) {
 		code = cli_fail("submit", rv);
+		goto out;
+	}
+	code =
+	    submit_check_duplicate(&c, spec, task_id, fresh, dup, sizeof(dup));
+	if (code != CLI_ARGS_GO) {
+		if (code == CLI_OK && !wait && json)
+			printf(
+			    "{\"task_id\":\"%s\",\"duplicate\":true}\n", dup);
+		else if (code == CLI_OK && !wait)
+			printf("%s\n", dup);
+		if (code == CLI_OK && wait)
+			code = submit_wait(&c, dup, json);
+		orch_client_close(&c);
 		goto out;
 	}
 	rv = orch_client_call(&c, "Submit", &req.base,
@@ -129,7 +369,8 @@ cli_submit(int argc, char **argv)
 			code = CLI_FAIL; /* the bundle, not the command line */
 	} else {
 		if (!wait && json)
-			printf("{\"task_id\":\"%s\"}\n", resp->task_id);
+			printf("{\"task_id\":\"%s\",\"duplicate\":false}\n",
+			    resp->task_id);
 		else if (!wait)
 			printf("%s\n", resp->task_id);
 		code = wait ? submit_wait(&c, resp->task_id, json) : CLI_OK;
