@@ -7,9 +7,11 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "kc_err.h"
 #include "kc_util.h"
@@ -39,12 +41,168 @@ llm_config_default(llm_config *c)
 	kc_strlcpy(
 	    c->base_url, "https://api.openai.com/v1", sizeof(c->base_url));
 	c->temperature = 0.7;
+	c->top_p = -1;
+	c->seed = -1;
 	c->max_tokens = 8192;
+	c->max_tokens_cap = 32768;
+	kc_strlcpy(c->api_version, "2024-10-21", sizeof(c->api_version));
 	c->timeout_ms = 300000;
 	c->max_tries = 5;
 	c->backoff_ms = 1000;
 	c->backoff_max_ms = 30000;
 	c->retry_after_max_ms = 120000;
+}
+
+/* ------------------------------------------------------------ profiles */
+
+void
+llm_profile_for(const char *model, llm_profile *out)
+{
+	static const char *const reasoning[] = {"gpt-5*", "o1*", "o3*", "o4*"};
+	const char *name = strrchr(model, '/');
+	size_t i;
+
+	name = name != NULL ? name + 1 : model;
+	memset(out, 0, sizeof(*out));
+	for (i = 0; i < KC_ARRAY_LEN(reasoning); i++) {
+		if (fnmatch(reasoning[i], name, FNM_CASEFOLD) == 0) {
+			/* gpt-5-chat-* is the non-reasoning chat model. */
+			if (strncasecmp(name, "gpt-5-chat", 10) == 0)
+				break;
+			out->max_completion_tokens = true;
+			out->reasoning_effort = true;
+			out->seed = true;
+			out->response_format = true;
+			kc_strlcpy(
+			    out->name, "openai-reasoning", sizeof(out->name));
+			return;
+		}
+	}
+	out->temperature = true;
+	out->top_p = true;
+	out->seed = true;
+	out->response_format = true;
+	kc_strlcpy(out->name, "classic", sizeof(out->name));
+}
+
+static int
+llm_profile_bool(const cJSON *o, const char *key, const char *where, bool *dst)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+
+	if (v == NULL)
+		return 0;
+	if (!cJSON_IsBool(v))
+		return kc_seterr(KC_EINVAL,
+		    "\"llm\".\"profiles\".\"%s\".\"%s\" must be true or false",
+		    where, key);
+	*dst = cJSON_IsTrue(v);
+	return 0;
+}
+
+int
+llm_profile_apply(llm_profile *p, const char *model, const cJSON *profiles)
+{
+	static const char *const known[] = {"temperature", "top_p",
+	    "max_completion_tokens", "reasoning_effort", "seed",
+	    "response_format", "context_window"};
+	const cJSON *e, *k, *v;
+	size_t i;
+	int rv;
+
+	if (profiles == NULL)
+		return 0;
+	if (!cJSON_IsObject(profiles))
+		return kc_seterr(KC_EINVAL,
+		    "\"llm\".\"profiles\" must be an object of model-name "
+		    "globs, e.g. {\"gpt-oss*\": {\"temperature\": false}}");
+	cJSON_ArrayForEach(e, profiles)
+	{
+		if (!cJSON_IsObject(e))
+			return kc_seterr(KC_EINVAL,
+			    "\"llm\".\"profiles\".\"%s\" must be an object",
+			    e->string);
+		cJSON_ArrayForEach(k, e)
+		{
+			for (i = 0; i < KC_ARRAY_LEN(known); i++)
+				if (strcmp(k->string, known[i]) == 0)
+					break;
+			if (i == KC_ARRAY_LEN(known))
+				return kc_seterr(KC_EINVAL,
+				    "\"llm\".\"profiles\".\"%s\": unknown "
+				    "field "
+				    "\"%s\"; known: temperature, top_p, "
+				    "max_completion_tokens, reasoning_effort, "
+				    "seed, response_format (true/false), "
+				    "context_window (tokens)",
+				    e->string, k->string);
+		}
+		if (fnmatch(e->string, model, FNM_CASEFOLD) != 0)
+			continue;
+		if ((rv = llm_profile_bool(
+		         e, "temperature", e->string, &p->temperature)) != 0 ||
+		    (rv = llm_profile_bool(e, "top_p", e->string, &p->top_p)) !=
+		        0 ||
+		    (rv = llm_profile_bool(e, "max_completion_tokens",
+		         e->string, &p->max_completion_tokens)) != 0 ||
+		    (rv = llm_profile_bool(e, "reasoning_effort", e->string,
+		         &p->reasoning_effort)) != 0 ||
+		    (rv = llm_profile_bool(e, "seed", e->string, &p->seed)) !=
+		        0 ||
+		    (rv = llm_profile_bool(e, "response_format", e->string,
+		         &p->response_format)) != 0)
+			return rv;
+		v = cJSON_GetObjectItemCaseSensitive(e, "context_window");
+		if (v != NULL) {
+			if (!cJSON_IsNumber(v) || v->valuedouble < 0 ||
+			    v->valuedouble > 1e9)
+				return kc_seterr(KC_EINVAL,
+				    "\"llm\".\"profiles\".\"%s\"."
+				    "\"context_window\" must be a number of "
+				    "tokens",
+				    e->string);
+			p->context_window = (unsigned)v->valuedouble;
+		}
+		snprintf(p->name, sizeof(p->name), "%.31s", e->string);
+		return 0;
+	}
+	return 0;
+}
+
+unsigned
+llm_estimate_tokens(size_t bytes)
+{
+	return (unsigned)((bytes * 2 + 6) / 7);
+}
+
+/* The API style a base URL implies when "api" is not configured. */
+static llm_api
+llm_api_guess(const char *url)
+{
+	if (strstr(url, ".openai.azure.com") != NULL ||
+	    strstr(url, ".cognitiveservices.azure.com") != NULL ||
+	    strstr(url, "/openai/deployments/") != NULL)
+		return LLM_API_AZURE;
+	if (strstr(url, ":11434") != NULL)
+		return LLM_API_OLLAMA;
+	return LLM_API_OPENAI;
+}
+
+static int
+llm_api_parse(const char *v, llm_api *out)
+{
+	if (strcmp(v, "openai") == 0)
+		*out = LLM_API_OPENAI;
+	else if (strcmp(v, "azure") == 0)
+		*out = LLM_API_AZURE;
+	else if (strcmp(v, "ollama") == 0)
+		*out = LLM_API_OLLAMA;
+	else
+		return kc_seterr(KC_EINVAL,
+		    "LLM api '%s' is unknown; use openai (any "
+		    "OpenAI-compatible server), azure or ollama",
+		    v);
+	return 0;
 }
 
 /* Reads a key file: the first line, surrounding white space removed. */
@@ -122,9 +280,10 @@ llm_json_uint(const cJSON *o, const char *key, unsigned *dst)
 }
 
 static int
-llm_config_json(llm_config *c, const kc_config *kc)
+llm_config_json(
+    llm_config *c, const kc_config *kc, bool *api_set, cJSON **profiles)
 {
-	char *text = NULL, key_file[KC_PATH_MAX] = "";
+	char *text = NULL, key_file[KC_PATH_MAX] = "", api[16] = "";
 	const cJSON *o, *v;
 	cJSON *root;
 	size_t len;
@@ -157,33 +316,96 @@ llm_config_json(llm_config *c, const kc_config *kc)
 		llm_json_str(o, "api_key_file", key_file, sizeof(key_file));
 		llm_json_str(o, "record", c->record_dir, sizeof(c->record_dir));
 		llm_json_str(o, "replay", c->replay_dir, sizeof(c->replay_dir));
+		llm_json_str(o, "api", api, sizeof(api));
+		llm_json_str(
+		    o, "api_version", c->api_version, sizeof(c->api_version));
+		llm_json_str(o, "reasoning_effort", c->reasoning_effort,
+		    sizeof(c->reasoning_effort));
+		llm_json_str(o, "response_format", c->response_format,
+		    sizeof(c->response_format));
 		v = cJSON_GetObjectItemCaseSensitive(o, "temperature");
 		if (cJSON_IsNumber(v))
 			c->temperature = v->valuedouble;
+		v = cJSON_GetObjectItemCaseSensitive(o, "top_p");
+		if (cJSON_IsNumber(v))
+			c->top_p = v->valuedouble;
+		v = cJSON_GetObjectItemCaseSensitive(o, "seed");
+		if (cJSON_IsNumber(v))
+			c->seed = (long long)v->valuedouble;
 		llm_json_uint(o, "max_tokens", &c->max_tokens);
+		llm_json_uint(o, "max_tokens_cap", &c->max_tokens_cap);
+		llm_json_uint(o, "context_window", &c->profile.context_window);
 		llm_json_uint(o, "timeout_ms", &c->timeout_ms);
 		llm_json_uint(o, "max_tries", &c->max_tries);
 		llm_json_uint(o, "backoff_ms", &c->backoff_ms);
 		v = cJSON_GetObjectItemCaseSensitive(o, "replay_strict");
 		if (cJSON_IsBool(v))
 			c->replay_strict = cJSON_IsTrue(v);
+		v = cJSON_GetObjectItemCaseSensitive(o, "profiles");
+		if (v != NULL &&
+		    (*profiles = cJSON_Duplicate(v, true)) == NULL) {
+			cJSON_Delete(root);
+			return KC_ENOMEM;
+		}
 	}
 	cJSON_Delete(root);
+	if (api[0] != '\0') {
+		if ((rv = llm_api_parse(api, &c->api)) != 0)
+			return rv;
+		*api_set = true;
+	}
 	if (key_file[0] != '\0')
 		return llm_read_key_file(
 		    key_file, c->api_key, sizeof(c->api_key));
 	return 0;
 }
 
+/* The environment's part of llm_config_load; api_set tells whether an
+ * API style was configured. */
+static int
+llm_config_env(llm_config *c, bool *api_set)
+{
+	unsigned window = 0;
+	const char *v;
+	int rv;
+
+	if ((v = getenv("KCLAW_LLM_API")) != NULL && *v != '\0') {
+		if ((rv = llm_api_parse(v, &c->api)) != 0)
+			return rv;
+		*api_set = true;
+	}
+	if ((v = getenv("KCLAW_LLM_REASONING_EFFORT")) != NULL &&
+	    !kc_strlcpy(c->reasoning_effort, v, sizeof(c->reasoning_effort)))
+		return kc_seterr(KC_EINVAL,
+		    "KCLAW_LLM_REASONING_EFFORT='%s' is too long", v);
+	if ((v = getenv("KCLAW_LLM_CONTEXT_WINDOW")) != NULL && *v != '\0') {
+		if ((rv = llm_parse_uint(
+		         "KCLAW_LLM_CONTEXT_WINDOW", v, &window)) != 0)
+			return rv;
+		c->profile.context_window = window;
+	}
+	return 0;
+}
+
 int
 llm_config_load(llm_config *c, const kc_config *kc)
 {
+	cJSON *profiles = NULL;
+	unsigned window;
+	bool api_set = false;
 	const char *v;
 	int rv;
 
 	llm_config_default(c);
-	if (kc != NULL && (rv = llm_config_json(c, kc)) != 0)
+	if (kc != NULL &&
+	    (rv = llm_config_json(c, kc, &api_set, &profiles)) != 0) {
+		cJSON_Delete(profiles);
 		return rv;
+	}
+	if ((rv = llm_config_env(c, &api_set)) != 0) {
+		cJSON_Delete(profiles);
+		return rv;
+	}
 	if ((v = getenv("KCLAW_LLM_BASE_URL")) != NULL && *v != '\0')
 		kc_strlcpy(c->base_url, v, sizeof(c->base_url));
 	if ((v = getenv("KCLAW_LLM_MODEL")) != NULL && *v != '\0')
@@ -221,10 +443,22 @@ llm_config_load(llm_config *c, const kc_config *kc)
 		c->replay_strict = strcmp(v, "0") != 0;
 	if (c->max_tries == 0)
 		c->max_tries = 1;
-	if (c->timeout_ms == 0)
+	if (c->timeout_ms == 0) {
+		cJSON_Delete(profiles);
 		return kc_seterr(KC_EINVAL,
 		    "the LLM timeout must be positive (KCLAW_LLM_TIMEOUT_MS)");
-	return 0;
+	}
+	if (!api_set)
+		c->api = llm_api_guess(c->base_url);
+	/* The built-in profile, the configured window, then the overrides. */
+	window = c->profile.context_window;
+	llm_profile_for(c->model, &c->profile);
+	c->profile.context_window = window;
+	rv = llm_profile_apply(&c->profile, c->model, profiles);
+	cJSON_Delete(profiles);
+	if (c->max_tokens_cap < c->max_tokens)
+		c->max_tokens_cap = c->max_tokens;
+	return rv;
 }
 
 /* -------------------------------------------------------------- client */
@@ -250,9 +484,12 @@ llm_open(llm_client **out, const llm_config *cfg)
 	llm_client *http;
 	int rv;
 
-	if (cfg->replay_dir[0] != '\0')
-		return llm_replay_open(
-		    out, cfg->replay_dir, cfg->replay_strict);
+	if (cfg->replay_dir[0] != '\0') {
+		llm_limits lim = {cfg->profile.context_window, cfg->max_tokens,
+		    cfg->max_tokens_cap};
+		return llm_replay_open_limits(
+		    out, cfg->replay_dir, cfg->replay_strict, &lim);
+	}
 	if ((rv = llm_http_open(&http, cfg)) != 0)
 		return rv;
 	if (cfg->record_dir[0] == '\0') {
@@ -275,6 +512,14 @@ llm_chat(llm_client *c, const llm_request *req, llm_response *resp)
 	if (req->nmessages == 0)
 		return kc_seterr(KC_EINVAL, "an LLM request needs a message");
 	return c->ops->chat(c->state, req, resp);
+}
+
+void
+llm_get_limits(llm_client *c, llm_limits *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (c->ops->limits != NULL)
+		c->ops->limits(c->state, out);
 }
 
 void

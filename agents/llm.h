@@ -4,9 +4,12 @@
  * A client is a table of provider operations (STYLE.md: seams are function
  * tables). Three providers exist:
  *  - http: the OpenAI-compatible POST <base_url>/chat/completions over
- *    libcurl (hosted models, vLLM, SGLang, llama.cpp, Ollama), with retries
- *    and exponential backoff plus jitter on 429 (honouring Retry-After), 5xx,
- *    connection errors, timeouts and unreadable bodies;
+ *    libcurl (hosted models, Azure OpenAI, vLLM, SGLang, llama.cpp, Ollama,
+ *    gateways), with retries and exponential backoff plus jitter on 429
+ *    (honouring Retry-After), 5xx, connection errors, timeouts and
+ *    unreadable bodies; the parameters sent follow the model's profile,
+ *    and one the server refuses with a 400 is dropped and the request
+ *    sent again;
  *  - record: wraps another client and writes every exchange to a recording
  *    folder;
  *  - replay: answers from a recording folder; a request without a recorded
@@ -49,31 +52,75 @@ typedef struct {
 	/* Wall-clock ms (kc_now_ms) after which no try starts and a try in
 	 * flight stops: the orchestrator's deadline for the job; 0 = none. */
 	uint64_t deadline_ms;
+	/* The reply's token limit for this call; 0 = the configured one.
+	 * Raised by the runtime after a reply was cut off at the limit. */
+	unsigned max_tokens;
 } llm_request;
 
-/* Every string is malloc'd and owned by the response; llm_response_free. */
+/*
+ * Every string is malloc'd and owned by the response; llm_response_free.
+ * A call that fails still fills the counters (tokens the server reported
+ * for failed tries, latency, retries), so failed calls are counted too.
+ */
 typedef struct {
+	/* The answer without the reasoning: a reply's reasoning_content or
+	 * reasoning field is never part of it. */
 	char *content;
-	char *exchange_id; /* recording name, or the provider's id */
-	char *finish_reason;
+	char *exchange_id;   /* recording name, or the provider's id */
+	char *finish_reason; /* "stop", "length" (cut off at the limit), ... */
 	uint64_t prompt_tokens;
 	uint64_t completion_tokens;
+	uint64_t reasoning_tokens; /* of completion_tokens */
+	uint64_t cached_tokens;    /* of prompt_tokens */
 	double latency_ms; /* the whole call, retries and waits included */
 	unsigned retries;
+	unsigned dropped_params; /* parameters refused by a 400 and dropped */
+	size_t reasoning_bytes;  /* length of the reasoning field, if any */
 } llm_response;
 
 void llm_response_free(llm_response *r);
 
+/*
+ * Which optional request parameters are sent: a profile chosen by the model
+ * name (llm_profile_for), overridden by kclaw.json "llm"."profiles".
+ */
+typedef struct {
+	bool temperature;
+	bool top_p;
+	bool max_completion_tokens; /* the limit as max_completion_tokens, not
+	                               max_tokens (OpenAI reasoning models) */
+	bool reasoning_effort;
+	bool seed;
+	bool response_format;
+	unsigned context_window; /* tokens; 0 = unknown */
+	char name[32];           /* "openai-reasoning", "classic", ... */
+} llm_profile;
+
+/* How the endpoint is addressed: URL shape, key header, extra fields. */
+typedef enum {
+	LLM_API_OPENAI = 0, /* OpenAI-compatible: Authorization: Bearer */
+	LLM_API_AZURE,      /* Azure OpenAI: api-key header, deployments URL */
+	LLM_API_OLLAMA,     /* Ollama's /v1: options.num_ctx is sent */
+} llm_api;
+
 typedef struct {
 	char base_url[KC_URL_MAX]; /* e.g. https://api.openai.com/v1 */
 	char model[128];
-	char api_key[1024]; /* secret */
+	char api_key[1024];   /* secret */
+	llm_api api;          /* "api" in kclaw.json; guessed from the URL */
+	char api_version[32]; /* Azure's api-version when the URL has none */
+	llm_profile profile;  /* resolved for model by llm_config_load */
 	double temperature;
+	double top_p;              /* < 0: not sent */
+	long long seed;            /* < 0: not sent */
+	char reasoning_effort[16]; /* "" (not sent), low, medium, high, ... */
+	char response_format[16];  /* "" (not sent) or "json_object" */
 	unsigned max_tokens;
-	unsigned timeout_ms;         /* per try */
-	unsigned max_tries;          /* tries per call, the first included */
-	unsigned backoff_ms;         /* first backoff; doubles per try */
-	unsigned backoff_max_ms;     /* cap of one backoff */
+	unsigned max_tokens_cap; /* the highest limit a cut-off reply gets */
+	unsigned timeout_ms;     /* per try */
+	unsigned max_tries;      /* tries per call, the first included */
+	unsigned backoff_ms;     /* first backoff; doubles per try */
+	unsigned backoff_max_ms; /* cap of one backoff */
 	unsigned retry_after_max_ms; /* cap of an honoured Retry-After */
 	char record_dir[KC_PATH_MAX];
 	char replay_dir[KC_PATH_MAX];
@@ -84,19 +131,51 @@ typedef struct {
 void llm_config_default(llm_config *c);
 
 /*
+ * The built-in profile for a model name (a provider prefix such as
+ * "openai/" is ignored): OpenAI reasoning models (gpt-5*, o1*, o3*, o4*)
+ * take max_completion_tokens and reasoning_effort and no temperature or
+ * top_p; every other model gets the classic parameters.
+ */
+void llm_profile_for(const char *model, llm_profile *out);
+
+/*
+ * Applies the "profiles" object of kclaw.json's "llm" section: each key is
+ * a glob over model names ("gpt-oss*"), each value overrides the fields it
+ * names ({"temperature": false, "context_window": 131072}); the first key
+ * that matches wins. Returns KC_EINVAL (with kc_seterr) on a bad value.
+ */
+int llm_profile_apply(llm_profile *p, const char *model, const cJSON *profiles);
+
+/* The prompt tokens of a text, estimated at 3.5 bytes per token. */
+unsigned llm_estimate_tokens(size_t bytes);
+
+/*
  * Defaults, then the "llm" object of kclaw.json (kc may be NULL), then the
  * environment: KCLAW_LLM_BASE_URL, KCLAW_LLM_MODEL, KCLAW_LLM_API_KEY,
- * KCLAW_LLM_API_KEY_FILE, KCLAW_LLM_TEMPERATURE, KCLAW_LLM_MAX_TOKENS,
+ * KCLAW_LLM_API_KEY_FILE, KCLAW_LLM_API, KCLAW_LLM_TEMPERATURE,
+ * KCLAW_LLM_MAX_TOKENS, KCLAW_LLM_CONTEXT_WINDOW,
+ * KCLAW_LLM_REASONING_EFFORT,
  * KCLAW_LLM_TIMEOUT_MS, KCLAW_LLM_MAX_TRIES, KCLAW_LLM_BACKOFF_MS,
  * KCLAW_LLM_RECORD, KCLAW_LLM_REPLAY, KCLAW_LLM_REPLAY_STRICT.
  */
 int llm_config_load(llm_config *c, const kc_config *kc);
 
+/* What the model can take: the context window and the reply's limit. */
+typedef struct {
+	unsigned context_window; /* tokens; 0 = unknown */
+	unsigned max_tokens;     /* the configured reply limit; 0 = unknown */
+	unsigned max_tokens_cap; /* the highest limit a re-ask may ask for */
+} llm_limits;
+
 typedef struct llm_provider_ops {
 	const char *name;
-	/* Fills resp on success (the caller frees it); errors via kc_seterr. */
+	/* Fills resp (the caller frees it, also on failure: it then holds the
+	 * counters of the failed tries); errors via kc_seterr. */
 	int (*chat)(void *state, const llm_request *req, llm_response *resp);
 	void (*close)(void *state);
+	/* May be NULL (nothing known). May ask the server (vLLM's
+	 * /v1/models max_model_len), once. */
+	void (*limits)(void *state, llm_limits *out);
 } llm_provider_ops;
 
 typedef struct llm_client llm_client;
@@ -110,13 +189,20 @@ int llm_http_open(llm_client **out, const llm_config *cfg);
 int llm_record_open(llm_client **out, llm_client *inner, const char *dir,
     const llm_config *cfg);
 int llm_replay_open(llm_client **out, const char *dir, bool strict);
+/* Replay that reports limits (the configured ones, so that a replayed job
+ * re-asks a cut-off reply as the recorded run did); limits may be NULL. */
+int llm_replay_open_limits(
+    llm_client **out, const char *dir, bool strict, const llm_limits *limits);
 
 /* The client the configuration asks for: replay, else http (recorded when
  * record_dir is set). */
 int llm_open(llm_client **out, const llm_config *cfg);
 
 const char *llm_provider_name(const llm_client *c);
+/* resp is filled also on failure (counters only): free it either way. */
 int llm_chat(llm_client *c, const llm_request *req, llm_response *resp);
+/* The model's limits as far as the provider knows them (zeros if not). */
+void llm_get_limits(llm_client *c, llm_limits *out);
 void llm_close(llm_client *c);
 
 /* The request's messages as a new JSON array, [{"role":...,"content":...},

@@ -8,8 +8,20 @@
  * 429; any other HTTP error (400, 401, 404, ...) is final at once, since
  * repeating the same request cannot fix it. The error after the last try
  * names the server, the model, the number of tries and the last failure.
+ *
+ * What is sent follows the model's profile (llm_profile): a 400 whose error
+ * names an optional parameter that was sent (max_tokens for a reasoning
+ * model, a temperature it does not take, ...) drops that parameter (or
+ * switches max_tokens and max_completion_tokens) and sends the request
+ * again at once, logged, and the client remembers it for later calls.
+ * Azure OpenAI gets its deployments URL and api-key header, Ollama its
+ * options.num_ctx. When the context window is known (configured, or read
+ * from vLLM's /v1/models max_model_len or Ollama's /api/show) a prompt that
+ * does not fit is refused before it is sent and the reply's limit is
+ * lowered to what is left.
  */
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <curl/curl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -23,12 +35,31 @@
 #include "llm.h"
 
 #define LLM_HTTP_MAX_BODY (32u << 20)
+#define LLM_HTTP_URL_MAX (KC_URL_MAX + 256)
+/* The least room a reply must have in the context window. */
+#define LLM_MIN_REPLY_TOKENS 1024u
+
+/* Optional request parameters, as bits of a mask. */
+enum {
+	LLM_P_TEMPERATURE = 1 << 0,
+	LLM_P_TOP_P = 1 << 1,
+	LLM_P_LIMIT = 1 << 2, /* max_tokens or max_completion_tokens */
+	LLM_P_REASONING_EFFORT = 1 << 3,
+	LLM_P_SEED = 1 << 4,
+	LLM_P_RESPONSE_FORMAT = 1 << 5,
+	LLM_P_OPTIONS = 1 << 6, /* Ollama's options.num_ctx */
+};
 
 typedef struct {
 	llm_config cfg;
-	char url[KC_URL_MAX + 32];
+	char url[LLM_HTTP_URL_MAX];
+	char info_url[LLM_HTTP_URL_MAX]; /* /v1/models or Ollama's /api/show */
 	CURL *curl;
 	unsigned seed;
+	unsigned dropped;  /* LLM_P_* the server refused: never sent again */
+	unsigned switched; /* LLM_P_LIMIT once its field name was switched */
+	bool probed;       /* the server was asked for the window */
+	unsigned window;   /* the context window in tokens; 0 = unknown */
 } llm_http;
 
 /* The outcome of one try. */
@@ -37,6 +68,8 @@ typedef struct {
 	long status;     /* HTTP status, 0 when none came */
 	long wait_ms;    /* the server's Retry-After, -1 when absent */
 	char what[1024]; /* what went wrong, for the final error */
+	char param[64];  /* a 400's error.param, if any */
+	char emsg[512];  /* a 400's error.message (or body) */
 } llm_try;
 
 static pthread_once_t llm_http_once = PTHREAD_ONCE_INIT;
@@ -75,10 +108,43 @@ llm_http_close(void *state)
 	free(h);
 }
 
-static char *
-llm_http_body(const llm_http *h, const llm_request *req)
+/* The parameters a request of h sends (LLM_P_* bits). */
+static unsigned
+llm_http_sent(const llm_http *h)
 {
-	cJSON *root, *msgs;
+	const llm_profile *p = &h->cfg.profile;
+	unsigned m = LLM_P_LIMIT;
+
+	if (p->temperature)
+		m |= LLM_P_TEMPERATURE;
+	if (p->top_p && h->cfg.top_p >= 0)
+		m |= LLM_P_TOP_P;
+	if (p->reasoning_effort && h->cfg.reasoning_effort[0] != '\0')
+		m |= LLM_P_REASONING_EFFORT;
+	if (p->seed && h->cfg.seed >= 0)
+		m |= LLM_P_SEED;
+	if (p->response_format && h->cfg.response_format[0] != '\0')
+		m |= LLM_P_RESPONSE_FORMAT;
+	if (h->cfg.api == LLM_API_OLLAMA)
+		m |= LLM_P_OPTIONS;
+	return m & ~h->dropped;
+}
+
+static const char *
+llm_http_limit_name(const llm_http *h)
+{
+	return h->cfg.profile.max_completion_tokens ? "max_completion_tokens"
+	                                            : "max_tokens";
+}
+
+/* The request body: the messages and the parameters the profile sends;
+ * limit is the reply's token limit, num_ctx Ollama's window (0: none). */
+static char *
+llm_http_body(
+    const llm_http *h, const llm_request *req, unsigned limit, unsigned num_ctx)
+{
+	unsigned sent = llm_http_sent(h);
+	cJSON *root, *msgs, *o;
 	char *text = NULL;
 
 	if ((root = cJSON_CreateObject()) == NULL)
@@ -90,11 +156,34 @@ llm_http_body(const llm_http *h, const llm_request *req)
 		cJSON_Delete(msgs);
 		goto out;
 	}
-	if (cJSON_AddNumberToObject(root, "temperature", h->cfg.temperature) ==
-	        NULL ||
-	    cJSON_AddNumberToObject(root, "max_tokens", h->cfg.max_tokens) ==
-	        NULL ||
-	    cJSON_AddFalseToObject(root, "stream") == NULL)
+	if ((sent & LLM_P_TEMPERATURE) &&
+	    cJSON_AddNumberToObject(root, "temperature", h->cfg.temperature) ==
+	        NULL)
+		goto out;
+	if ((sent & LLM_P_TOP_P) &&
+	    cJSON_AddNumberToObject(root, "top_p", h->cfg.top_p) == NULL)
+		goto out;
+	if ((sent & LLM_P_LIMIT) &&
+	    cJSON_AddNumberToObject(root, llm_http_limit_name(h), limit) ==
+	        NULL)
+		goto out;
+	if ((sent & LLM_P_REASONING_EFFORT) &&
+	    cJSON_AddStringToObject(
+	        root, "reasoning_effort", h->cfg.reasoning_effort) == NULL)
+		goto out;
+	if ((sent & LLM_P_SEED) &&
+	    cJSON_AddNumberToObject(root, "seed", (double)h->cfg.seed) == NULL)
+		goto out;
+	if ((sent & LLM_P_RESPONSE_FORMAT) &&
+	    ((o = cJSON_AddObjectToObject(root, "response_format")) == NULL ||
+	        cJSON_AddStringToObject(o, "type", h->cfg.response_format) ==
+	            NULL))
+		goto out;
+	if ((sent & LLM_P_OPTIONS) && num_ctx > 0 &&
+	    ((o = cJSON_AddObjectToObject(root, "options")) == NULL ||
+	        cJSON_AddNumberToObject(o, "num_ctx", num_ctx) == NULL))
+		goto out;
+	if (cJSON_AddFalseToObject(root, "stream") == NULL)
 		goto out;
 	text = cJSON_PrintUnformatted(root);
 out:
@@ -102,11 +191,12 @@ out:
 	return text;
 }
 
-/* The server's own error text, e.g. {"error":{"message":"..."}}, bounded. */
+/* The server's own error text, e.g. {"error":{"message":"..."}}, bounded,
+ * and the parameter it names (error.param), if any. */
 static void
-llm_http_server_error(const kc_str *body, char *dst, size_t n)
+llm_http_server_error(const kc_str *body, char *dst, size_t n, llm_try *t)
 {
-	const cJSON *e, *msg;
+	const cJSON *e, *msg, *param;
 	cJSON *root;
 
 	dst[0] = '\0';
@@ -120,17 +210,85 @@ llm_http_server_error(const kc_str *body, char *dst, size_t n)
 		snprintf(dst, n, "%.300s", msg->valuestring);
 	else
 		snprintf(dst, n, "%.300s", body->buf);
+	snprintf(t->emsg, sizeof(t->emsg), "%s", dst);
+	param = cJSON_GetObjectItemCaseSensitive(e, "param");
+	if (cJSON_IsString(param))
+		snprintf(t->param, sizeof(t->param), "%s", param->valuestring);
 	cJSON_Delete(root);
+}
+
+static uint64_t
+llm_http_count(const cJSON *o, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+
+	return cJSON_IsNumber(v) && v->valuedouble > 0
+	    ? (uint64_t)v->valuedouble
+	    : 0;
+}
+
+/* Adds a reply's usage to resp: prompt and completion tokens, reasoning
+ * (completion_tokens_details.reasoning_tokens) and cached prompt tokens
+ * (prompt_tokens_details.cached_tokens, DeepSeek's prompt_cache_hit_tokens).
+ */
+static void
+llm_http_usage(const cJSON *root, llm_response *resp)
+{
+	const cJSON *u = cJSON_GetObjectItemCaseSensitive(root, "usage");
+	uint64_t cached;
+
+	resp->prompt_tokens += llm_http_count(u, "prompt_tokens");
+	resp->completion_tokens += llm_http_count(u, "completion_tokens");
+	resp->reasoning_tokens += llm_http_count(
+	    cJSON_GetObjectItemCaseSensitive(u, "completion_tokens_details"),
+	    "reasoning_tokens");
+	cached = llm_http_count(
+	    cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens_details"),
+	    "cached_tokens");
+	if (cached == 0)
+		cached = llm_http_count(u, "prompt_cache_hit_tokens");
+	resp->cached_tokens += cached;
+}
+
+/* message.content as text: a string, or the text parts of an array of
+ * content parts (some gateways); NULL when it is neither. */
+static char *
+llm_http_content(const cJSON *content)
+{
+	const cJSON *part, *t;
+	kc_str s = {0};
+
+	if (cJSON_IsString(content))
+		return strdup(content->valuestring);
+	if (!cJSON_IsArray(content))
+		return NULL;
+	cJSON_ArrayForEach(part, content)
+	{
+		t = cJSON_GetObjectItemCaseSensitive(part, "text");
+		if (cJSON_IsString(t) &&
+		    kc_str_append(&s, t->valuestring) != 0) {
+			kc_str_free(&s);
+			return NULL;
+		}
+	}
+	if (s.buf == NULL)
+		return strdup("");
+	return kc_str_take(&s);
 }
 
 /*
  * Reads a chat-completions reply into resp. Anything unreadable is a
  * retryable failure: a complete reply from a healthy server always parses.
+ * The reasoning (message.reasoning_content, as vLLM, SGLang and DeepSeek
+ * send it, or message.reasoning, as OpenRouter and Ollama do) is never
+ * part of the content; a reply with reasoning but no content (all of the
+ * limit spent reasoning) is an empty answer, not a broken reply.
  */
 static int
 llm_http_parse(const kc_str *body, llm_response *resp, llm_try *t)
 {
-	const cJSON *choices, *c0, *msg, *content, *usage, *v;
+	const cJSON *choices, *c0, *msg, *content, *reasoning, *v;
+	const char *finish;
 	cJSON *root;
 
 	root = cJSON_ParseWithLength(body->buf ? body->buf : "", body->len);
@@ -141,11 +299,20 @@ llm_http_parse(const kc_str *body, llm_response *resp, llm_try *t)
 		    body->len);
 		return KC_EPROTO;
 	}
+	llm_http_usage(root, resp);
 	choices = cJSON_GetObjectItemCaseSensitive(root, "choices");
 	c0 = cJSON_IsArray(choices) ? cJSON_GetArrayItem(choices, 0) : NULL;
 	msg = cJSON_GetObjectItemCaseSensitive(c0, "message");
 	content = cJSON_GetObjectItemCaseSensitive(msg, "content");
-	if (!cJSON_IsString(content)) {
+	reasoning = cJSON_GetObjectItemCaseSensitive(msg, "reasoning_content");
+	if (!cJSON_IsString(reasoning))
+		reasoning = cJSON_GetObjectItemCaseSensitive(msg, "reasoning");
+	v = cJSON_GetObjectItemCaseSensitive(c0, "finish_reason");
+	finish = cJSON_IsString(v) ? v->valuestring : "";
+	if (!cJSON_IsString(content) && !cJSON_IsArray(content) &&
+	    (msg == NULL ||
+	        (!cJSON_IsString(reasoning) &&
+	            strcmp(finish, "length") != 0))) {
 		cJSON_Delete(root);
 		t->retry = true;
 		snprintf(t->what, sizeof(t->what),
@@ -153,9 +320,12 @@ llm_http_parse(const kc_str *body, llm_response *resp, llm_try *t)
 		    "this an OpenAI-compatible chat-completions endpoint?");
 		return KC_EPROTO;
 	}
-	resp->content = strdup(content->valuestring);
-	v = cJSON_GetObjectItemCaseSensitive(c0, "finish_reason");
-	resp->finish_reason = strdup(cJSON_IsString(v) ? v->valuestring : "");
+	resp->content = llm_http_content(content);
+	if (resp->content == NULL && !cJSON_IsArray(content))
+		resp->content = strdup("");
+	resp->reasoning_bytes =
+	    cJSON_IsString(reasoning) ? strlen(reasoning->valuestring) : 0;
+	resp->finish_reason = strdup(finish);
 	v = cJSON_GetObjectItemCaseSensitive(root, "id");
 	if (cJSON_IsString(v) && v->valuestring[0] != '\0') {
 		resp->exchange_id = strdup(v->valuestring);
@@ -164,19 +334,10 @@ llm_http_parse(const kc_str *body, llm_response *resp, llm_try *t)
 		kc_new_id(id);
 		resp->exchange_id = strdup(id);
 	}
-	usage = cJSON_GetObjectItemCaseSensitive(root, "usage");
-	v = cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens");
-	if (cJSON_IsNumber(v) && v->valuedouble > 0)
-		resp->prompt_tokens = (uint64_t)v->valuedouble;
-	v = cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens");
-	if (cJSON_IsNumber(v) && v->valuedouble > 0)
-		resp->completion_tokens = (uint64_t)v->valuedouble;
 	cJSON_Delete(root);
 	if (resp->content == NULL || resp->finish_reason == NULL ||
-	    resp->exchange_id == NULL) {
-		llm_response_free(resp);
+	    resp->exchange_id == NULL)
 		return KC_ENOMEM;
-	}
 	return 0;
 }
 
@@ -246,6 +407,8 @@ llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
 	t->status = 0;
 	t->wait_ms = -1;
 	t->what[0] = '\0';
+	t->param[0] = '\0';
+	t->emsg[0] = '\0';
 	curl_easy_reset(c);
 	curl_easy_setopt(c, CURLOPT_URL, h->url);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
@@ -281,7 +444,7 @@ llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
 	}
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &t->status);
 	if (t->status != 200) {
-		llm_http_server_error(&body, server, sizeof(server));
+		llm_http_server_error(&body, server, sizeof(server), t);
 		t->retry =
 		    t->status == 429 || t->status == 408 || t->status >= 500;
 		if (t->status == 429 &&
@@ -321,44 +484,327 @@ llm_http_backoff(llm_http *h, unsigned try_no)
 	return (unsigned)(d / 2 + (uint64_t)rand_r(&h->seed) % (d / 2 + 1));
 }
 
+/* The key header of h's API style, wiped and freed by
+ * llm_http_free_headers; NULL when out of memory. */
+static struct curl_slist *
+llm_http_headers(const llm_http *h)
+{
+	struct curl_slist *headers = NULL, *nh;
+	char *auth;
+	size_t n;
+
+	nh = curl_slist_append(headers, "Content-Type: application/json");
+	if (nh == NULL)
+		return NULL;
+	headers = nh;
+	if (h->cfg.api_key[0] == '\0')
+		return headers;
+	n = strlen(h->cfg.api_key) + 32;
+	if ((auth = malloc(n)) == NULL) {
+		curl_slist_free_all(headers);
+		return NULL;
+	}
+	if (h->cfg.api == LLM_API_AZURE)
+		snprintf(auth, n, "api-key: %s", h->cfg.api_key);
+	else
+		snprintf(auth, n, "Authorization: Bearer %s", h->cfg.api_key);
+	nh = curl_slist_append(headers, auth);
+	memset(auth, 0, n);
+	free(auth);
+	if (nh == NULL) {
+		curl_slist_free_all(headers);
+		return NULL;
+	}
+	return nh;
+}
+
+/* The header list holds the key: wipe it before freeing. */
+static void
+llm_http_free_headers(struct curl_slist *headers)
+{
+	struct curl_slist *nh;
+
+	for (nh = headers; nh != NULL; nh = nh->next)
+		memset(nh->data, 0, strlen(nh->data));
+	curl_slist_free_all(headers);
+}
+
+/* The window in an answer of vLLM's /v1/models (data[].max_model_len of
+ * the model) or Ollama's /api/show (model_info.<arch>.context_length). */
+static unsigned
+llm_http_window_of(const llm_http *h, const cJSON *root)
+{
+	const cJSON *it, *id, *v;
+	size_t n;
+
+	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(root, "data"))
+	{
+		id = cJSON_GetObjectItemCaseSensitive(it, "id");
+		v = cJSON_GetObjectItemCaseSensitive(it, "max_model_len");
+		if (cJSON_IsString(id) &&
+		    strcmp(id->valuestring, h->cfg.model) == 0 &&
+		    cJSON_IsNumber(v) && v->valuedouble >= 1)
+			return (unsigned)v->valuedouble;
+	}
+	cJSON_ArrayForEach(
+	    it, cJSON_GetObjectItemCaseSensitive(root, "model_info"))
+	{
+		n = strlen(it->string);
+		if (n > 15 &&
+		    strcmp(it->string + n - 15, ".context_length") == 0 &&
+		    cJSON_IsNumber(it) && it->valuedouble >= 1)
+			return (unsigned)it->valuedouble;
+	}
+	return 0;
+}
+
+/*
+ * Learns the context window once: the configured one, else what the
+ * server says (vLLM, SGLang: GET /v1/models; Ollama: POST /api/show). A
+ * server that does not say (OpenAI, llama.cpp, an error) leaves it unknown.
+ */
+static void
+llm_http_probe(llm_http *h)
+{
+	char errbuf[CURL_ERROR_SIZE] = "", *post = NULL;
+	struct curl_slist *headers;
+	kc_str body = {0};
+	long status = 0;
+	cJSON *root;
+	CURL *c = h->curl;
+
+	if (h->probed)
+		return;
+	h->probed = true;
+	h->window = h->cfg.profile.context_window;
+	if (h->window > 0 || h->info_url[0] == '\0')
+		return;
+	if ((headers = llm_http_headers(h)) == NULL)
+		return;
+	curl_easy_reset(c);
+	curl_easy_setopt(c, CURLOPT_URL, h->info_url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+	if (h->cfg.api == LLM_API_OLLAMA) {
+		cJSON *o = cJSON_CreateObject();
+		if (o != NULL &&
+		    cJSON_AddStringToObject(o, "model", h->cfg.model) != NULL)
+			post = cJSON_PrintUnformatted(o);
+		cJSON_Delete(o);
+		if (post == NULL)
+			goto out;
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, post);
+	}
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, llm_http_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS,
+	    (long)(h->cfg.timeout_ms < 5000 ? h->cfg.timeout_ms : 5000));
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_USERAGENT, "kclaw-agent");
+	if (curl_easy_perform(c) == CURLE_OK) {
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+		if (status == 200 &&
+		    (root = cJSON_ParseWithLength(
+		         body.buf ? body.buf : "", body.len)) != NULL) {
+			h->window = llm_http_window_of(h, root);
+			cJSON_Delete(root);
+		}
+	}
+	if (h->window > 0)
+		KC_INFO("llm: %s says model %s has a context window of %u "
+		        "tokens",
+		    h->info_url, h->cfg.model, h->window);
+out:
+	cJSON_free(post);
+	kc_str_free(&body);
+	llm_http_free_headers(headers);
+}
+
+static void
+llm_http_limits(void *state, llm_limits *out)
+{
+	llm_http *h = state;
+
+	llm_http_probe(h);
+	out->context_window = h->window;
+	out->max_tokens = h->cfg.max_tokens;
+	out->max_tokens_cap = h->cfg.max_tokens_cap;
+}
+
+/* The optional parameters by name; the limit's name depends on the
+ * profile (llm_http_limit_name). */
+static const struct {
+	unsigned bit;
+	const char *name;
+} llm_http_params[] = {
+    {LLM_P_TEMPERATURE, "temperature"},
+    {LLM_P_TOP_P, "top_p"},
+    {LLM_P_REASONING_EFFORT, "reasoning_effort"},
+    {LLM_P_SEED, "seed"},
+    {LLM_P_RESPONSE_FORMAT, "response_format"},
+    {LLM_P_OPTIONS, "options"},
+    {LLM_P_OPTIONS, "num_ctx"},
+};
+
+/* Where word w first appears in s as a whole word (not part of a longer
+ * identifier), or NULL. */
+static const char *
+llm_http_word(const char *s, const char *w)
+{
+	size_t n = strlen(w);
+	const char *p;
+
+	for (p = strstr(s, w); p != NULL; p = strstr(p + 1, w)) {
+		bool before =
+		    p > s && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
+		bool after = isalnum((unsigned char)p[n]) || p[n] == '_';
+		if (!before && !after)
+			return p;
+	}
+	return NULL;
+}
+
+/*
+ * The optional parameter a 400 refuses, as an LLM_P_* bit (0: none): the
+ * error's "param" when it names one that was sent, else the sent parameter
+ * the error message names first. *name is its name.
+ */
+static unsigned
+llm_http_refused(const llm_http *h, const llm_try *t, const char **name)
+{
+	unsigned sent = llm_http_sent(h), bit = 0;
+	const char *best = NULL, *p, *n;
+	size_t i;
+
+	for (i = 0; i <= KC_ARRAY_LEN(llm_http_params); i++) {
+		unsigned b = i < KC_ARRAY_LEN(llm_http_params)
+		    ? llm_http_params[i].bit
+		    : LLM_P_LIMIT;
+		n = i < KC_ARRAY_LEN(llm_http_params) ? llm_http_params[i].name
+		                                      : llm_http_limit_name(h);
+		if (!(sent & b))
+			continue;
+		if (t->param[0] != '\0') {
+			if (strcmp(t->param, n) == 0) {
+				*name = n;
+				return b;
+			}
+			continue;
+		}
+		if ((p = llm_http_word(t->emsg, n)) != NULL &&
+		    (best == NULL || p < best)) {
+			best = p;
+			bit = b;
+			*name = n;
+		}
+	}
+	return bit;
+}
+
+/* Stops sending a refused parameter; the token limit is first sent under
+ * its other name when the server's message names it. */
+static void
+llm_http_fix(llm_http *h, unsigned bit, const char *name, const llm_try *t)
+{
+	const char *other = h->cfg.profile.max_completion_tokens
+	    ? "max_tokens"
+	    : "max_completion_tokens";
+
+	if (bit == LLM_P_LIMIT && !(h->switched & LLM_P_LIMIT) &&
+	    llm_http_word(t->emsg, other) != NULL) {
+		h->switched |= LLM_P_LIMIT;
+		h->cfg.profile.max_completion_tokens =
+		    !h->cfg.profile.max_completion_tokens;
+		KC_WARN("llm: %s (model %s) refused '%s' (HTTP 400: %s); "
+		        "sending the limit as '%s' from now on",
+		    h->url, h->cfg.model, name, t->emsg, other);
+		return;
+	}
+	h->dropped |= bit;
+	KC_WARN("llm: %s (model %s) refused the parameter '%s' (HTTP 400: "
+	        "%s); sending the request again without it, and so from now "
+	        "on",
+	    h->url, h->cfg.model, name, t->emsg);
+}
+
+static size_t
+llm_http_prompt_bytes(const llm_request *req)
+{
+	size_t i, n = 0;
+
+	/* Each message costs a few tokens of framing besides its text. */
+	for (i = 0; i < req->nmessages; i++)
+		n += strlen(req->messages[i].content) + 16;
+	return n;
+}
+
+/*
+ * The reply's limit and Ollama's num_ctx for a request, fitted to the
+ * context window when it is known; KC_ENOSPC when the prompt leaves no
+ * room for a reply.
+ */
+static int
+llm_http_fit(
+    llm_http *h, const llm_request *req, unsigned *limit, unsigned *num_ctx)
+{
+	unsigned prompt = llm_estimate_tokens(llm_http_prompt_bytes(req));
+	unsigned want = req->max_tokens ? req->max_tokens : h->cfg.max_tokens;
+	unsigned min_reply =
+	    want < LLM_MIN_REPLY_TOKENS ? want : LLM_MIN_REPLY_TOKENS;
+	uint64_t need;
+
+	llm_http_probe(h);
+	*limit = want;
+	*num_ctx = 0;
+	if (h->window > 0) {
+		if (min_reply > h->window / 4)
+			min_reply = h->window / 4;
+		if ((uint64_t)prompt + min_reply > h->window)
+			return kc_seterr(KC_ENOSPC,
+			    "the prompt (about %u tokens, estimated at 3.5 "
+			    "bytes per token) does not fit the context window "
+			    "of model %s (%u tokens) with room for a reply of "
+			    "at least %u tokens; raise the window "
+			    "(\"llm\".\"context_window\", the server's "
+			    "max_model_len or num_ctx) or shorten the prompt",
+			    prompt, h->cfg.model, h->window, min_reply);
+		if ((uint64_t)prompt + want > h->window)
+			*limit = h->window - prompt;
+	}
+	if (h->cfg.api == LLM_API_OLLAMA) {
+		/* Ollama cuts a prompt longer than num_ctx silently: ask for
+		 * what this request needs, rounded up, within the window. */
+		need = ((uint64_t)prompt + *limit + 2047) / 2048 * 2048;
+		if (h->window > 0 && need > h->window)
+			need = h->window;
+		*num_ctx = (unsigned)(need > 0xffffffffu ? 0xffffffffu : need);
+	}
+	return 0;
+}
+
 static int
 llm_http_chat(void *state, const llm_request *req, llm_response *resp)
 {
 	llm_http *h = state;
-	struct curl_slist *headers = NULL, *nh;
-	char *body_json, *auth = NULL;
+	struct curl_slist *headers;
+	char *body_json;
+	const char *pname = NULL;
 	uint64_t t0 = kc_mono_ns();
-	unsigned try_no;
+	unsigned tries = 0, fixes = 0, limit, num_ctx, bit;
 	llm_try t = {0};
-	bool late = false;
+	bool late = false, cancelled = false;
 	int rv = KC_EHTTP;
 
-	if ((body_json = llm_http_body(h, req)) == NULL)
+	if ((rv = llm_http_fit(h, req, &limit, &num_ctx)) != 0)
+		return rv;
+	if ((body_json = llm_http_body(h, req, limit, num_ctx)) == NULL)
 		return KC_ENOMEM;
-	nh = curl_slist_append(headers, "Content-Type: application/json");
-	if (nh != NULL)
-		headers = nh;
-	if (nh != NULL && h->cfg.api_key[0] != '\0') {
-		size_t n = strlen(h->cfg.api_key) + 32;
-		if ((auth = malloc(n)) != NULL) {
-			snprintf(auth, n, "Authorization: Bearer %s",
-			    h->cfg.api_key);
-			nh = curl_slist_append(headers, auth);
-			if (nh != NULL)
-				headers = nh;
-			memset(auth, 0, n);
-			free(auth);
-		}
-		if (auth == NULL || nh == NULL)
-			nh = NULL;
-	}
-	if (nh == NULL) {
-		curl_slist_free_all(headers);
+	if ((headers = llm_http_headers(h)) == NULL) {
 		cJSON_free(body_json);
 		return KC_ENOMEM;
 	}
-
-	for (try_no = 0; try_no < h->cfg.max_tries; try_no++) {
+	rv = KC_EHTTP;
+	while (tries < h->cfg.max_tries) {
 		unsigned timeout = h->cfg.timeout_ms;
 		if (req->deadline_ms != 0) {
 			uint64_t now = kc_now_ms();
@@ -371,11 +817,29 @@ llm_http_chat(void *state, const llm_request *req, llm_response *resp)
 		}
 		rv =
 		    llm_http_try(h, req, body_json, headers, timeout, resp, &t);
-		if (rv == 0 || rv == KC_ENOMEM || rv == KC_ECANCELED ||
-		    !t.retry)
+		if (rv == 0 || rv == KC_ENOMEM || rv == KC_ECANCELED) {
+			cancelled = rv == KC_ECANCELED;
 			break;
-		if (try_no + 1 < h->cfg.max_tries) {
-			unsigned wait = llm_http_backoff(h, try_no);
+		}
+		/* A refused parameter: send again at once without it. */
+		if (t.status == 400 && fixes < 8 &&
+		    (bit = llm_http_refused(h, &t, &pname)) != 0) {
+			llm_http_fix(h, bit, pname, &t);
+			fixes++;
+			resp->dropped_params++;
+			cJSON_free(body_json);
+			if ((body_json = llm_http_body(
+			         h, req, limit, num_ctx)) == NULL) {
+				rv = KC_ENOMEM;
+				break;
+			}
+			continue;
+		}
+		tries++;
+		if (!t.retry)
+			break;
+		if (tries < h->cfg.max_tries) {
+			unsigned wait = llm_http_backoff(h, tries - 1);
 			if (t.wait_ms >= 0)
 				wait = (unsigned)(t.wait_ms <
 				            (long)h->cfg.retry_after_max_ms
@@ -383,7 +847,7 @@ llm_http_chat(void *state, const llm_request *req, llm_response *resp)
 				        : (long)h->cfg.retry_after_max_ms);
 			KC_WARN("llm: try %u of %u to %s failed: %s; retrying "
 			        "in %u ms",
-			    try_no + 1, h->cfg.max_tries, h->url, t.what, wait);
+			    tries, h->cfg.max_tries, h->url, t.what, wait);
 			if (req->deadline_ms != 0 &&
 			    kc_now_ms() + wait > req->deadline_ms)
 				wait = (unsigned)(req->deadline_ms > kc_now_ms()
@@ -392,33 +856,29 @@ llm_http_chat(void *state, const llm_request *req, llm_response *resp)
 			llm_http_wait(req, wait);
 			if (llm_cancelled(req)) {
 				rv = KC_ECANCELED;
+				cancelled = true;
+				tries--;
 				break;
 			}
 		}
 	}
-	/* The header list holds the key: wipe it before freeing. */
-	for (nh = headers; nh != NULL; nh = nh->next)
-		memset(nh->data, 0, strlen(nh->data));
-	curl_slist_free_all(headers);
+	llm_http_free_headers(headers);
 	cJSON_free(body_json);
-	if (rv == 0) {
-		resp->retries = try_no;
-		resp->latency_ms = (double)(kc_mono_ns() - t0) / 1e6;
-		return 0;
-	}
-	if (rv == KC_ENOMEM)
+	resp->retries = rv == 0 ? tries : (tries > 0 ? tries - 1 : 0);
+	resp->latency_ms = (double)(kc_mono_ns() - t0) / 1e6;
+	if (rv == 0 || rv == KC_ENOMEM)
 		return rv;
 	if (late)
 		return kc_seterr(KC_ETIMEDOUT,
 		    "LLM call to %s stopped after %u tries: the job's deadline "
 		    "passed%s%s",
-		    h->url, try_no, try_no ? "; last failure: " : "",
-		    try_no ? t.what : "");
-	if (rv == KC_ECANCELED)
-		return kc_seterr(rv,
+		    h->url, tries, tries ? "; last failure: " : "",
+		    tries ? t.what : "");
+	if (cancelled)
+		return kc_seterr(KC_ECANCELED,
 		    "LLM call to %s cancelled after %u tries: the task was "
 		    "cancelled or the service is shutting down",
-		    h->url, try_no + 1);
+		    h->url, tries + 1);
 	if (!t.retry)
 		return kc_seterr(rv,
 		    "LLM call to %s (model %s) failed: %s; not retried, since "
@@ -428,21 +888,78 @@ llm_http_chat(void *state, const llm_request *req, llm_response *resp)
 	    "LLM call to %s (model %s) failed after %u tries: %s; check "
 	    "that the server is up and reachable, or raise "
 	    "KCLAW_LLM_MAX_TRIES / KCLAW_LLM_TIMEOUT_MS",
-	    h->url, h->cfg.model, try_no, t.what);
+	    h->url, h->cfg.model, tries, t.what);
 }
 
 static const llm_provider_ops llm_http_ops = {
     .name = "http",
     .chat = llm_http_chat,
     .close = llm_http_close,
+    .limits = llm_http_limits,
 };
+
+/*
+ * The endpoint's URL from the base URL: /chat/completions goes before a
+ * query string (Azure's ?api-version=...), not after it; Azure also gets
+ * its deployments path (the model names the deployment) and api-version
+ * when the base URL has none. info is where the window is asked for.
+ */
+static int
+llm_http_urls(llm_http *h)
+{
+	const llm_config *cfg = &h->cfg;
+	const char *base = cfg->base_url, *q = strchr(base, '?');
+	size_t blen = q != NULL ? (size_t)(q - base) : strlen(base);
+	kc_str u = {0}, info = {0};
+	bool azure = cfg->api == LLM_API_AZURE, endpoint;
+	int rv = 0;
+
+	while (blen > 0 && base[blen - 1] == '/')
+		blen--;
+	/* A base URL that already names the endpoint is taken as it is. */
+	endpoint = blen >= 17 &&
+	    strncmp(base + blen - 17, "/chat/completions", 17) == 0;
+	rv = kc_str_appendn(&u, base, blen);
+	if (rv == 0 && azure && !endpoint && strstr(u.buf, "/openai/") == NULL)
+		rv = kc_str_printf(&u, "/openai/deployments/%s", cfg->model);
+	if (rv == 0 && !endpoint) {
+		if (cfg->api == LLM_API_OLLAMA) {
+			size_t n = u.len;
+			if (n >= 3 && strcmp(u.buf + n - 3, "/v1") == 0)
+				n -= 3;
+			rv = kc_str_appendn(&info, u.buf, n);
+			if (rv == 0)
+				rv = kc_str_append(&info, "/api/show");
+		} else if (!azure) {
+			rv = kc_str_printf(&info, "%s/models", u.buf);
+		}
+		if (rv == 0)
+			rv = kc_str_append(&u, "/chat/completions");
+	}
+	if (rv == 0 && q != NULL)
+		rv = kc_str_append(&u, q);
+	if (rv == 0 && azure &&
+	    (q == NULL || strstr(q, "api-version=") == NULL) &&
+	    strstr(u.buf, "/openai/v1/") == NULL)
+		rv = kc_str_printf(&u, "%sapi-version=%s",
+		    q != NULL ? "&" : "?", cfg->api_version);
+	if (rv == 0 &&
+	    (!kc_strlcpy(h->url, u.buf, sizeof(h->url)) ||
+	        !kc_strlcpy(h->info_url, info.buf ? info.buf : "",
+	            sizeof(h->info_url))))
+		rv =
+		    kc_seterr(KC_EINVAL, "LLM base URL '%s' is too long", base);
+	kc_str_free(&u);
+	kc_str_free(&info);
+	return rv;
+}
 
 int
 llm_http_open(llm_client **out, const llm_config *cfg)
 {
 	const char *base = cfg->base_url;
-	size_t blen = strlen(base);
 	llm_http *h;
+	int rv;
 
 	pthread_once(&llm_http_once, llm_http_global_init);
 	if (llm_http_global_rv != CURLE_OK)
@@ -461,15 +978,17 @@ llm_http_open(llm_client **out, const llm_config *cfg)
 	if ((h = calloc(1, sizeof(*h))) == NULL)
 		return KC_ENOMEM;
 	h->cfg = *cfg;
-	while (blen > 0 && base[blen - 1] == '/')
-		blen--;
-	/* A base URL that already names the endpoint is taken as it is. */
-	if (blen >= 17 &&
-	    strncmp(base + blen - 17, "/chat/completions", 17) == 0)
-		snprintf(h->url, sizeof(h->url), "%.*s", (int)blen, base);
-	else
-		snprintf(h->url, sizeof(h->url), "%.*s/chat/completions",
-		    (int)blen, base);
+	/* A configuration built without llm_config_load gets the built-in
+	 * profile of its model. */
+	if (h->cfg.profile.name[0] == '\0') {
+		unsigned window = h->cfg.profile.context_window;
+		llm_profile_for(h->cfg.model, &h->cfg.profile);
+		h->cfg.profile.context_window = window;
+	}
+	if ((rv = llm_http_urls(h)) != 0) {
+		llm_http_close(h);
+		return rv;
+	}
 	h->seed = (unsigned)(kc_mono_ns() ^ (uint64_t)getpid());
 	if ((h->curl = curl_easy_init()) == NULL) {
 		llm_http_close(h);

@@ -33,6 +33,8 @@ typedef struct {
 typedef struct {
 	char dir[KC_PATH_MAX];
 	bool strict;
+	llm_limits limits; /* the configured ones: a replay asks as the
+	                      recorded run did */
 } llm_replayer;
 
 /* ------------------------------------------------------------- record */
@@ -66,7 +68,8 @@ llm_record_json(const llm_recorder *r, const llm_request *req, const char *hash,
 	    cJSON_AddStringToObject(rq, "model", r->model) == NULL ||
 	    cJSON_AddNumberToObject(rq, "temperature", r->temperature) ==
 	        NULL ||
-	    cJSON_AddNumberToObject(rq, "max_tokens", r->max_tokens) == NULL ||
+	    cJSON_AddNumberToObject(rq, "max_tokens",
+	        req->max_tokens ? req->max_tokens : r->max_tokens) == NULL ||
 	    (msgs = llm_messages_json(req)) == NULL)
 		goto fail;
 	if (!cJSON_AddItemToObject(rq, "messages", msgs)) {
@@ -83,6 +86,12 @@ llm_record_json(const llm_recorder *r, const llm_request *req, const char *hash,
 	        rs, "prompt_tokens", (double)resp->prompt_tokens) == NULL ||
 	    cJSON_AddNumberToObject(rs, "completion_tokens",
 	        (double)resp->completion_tokens) == NULL ||
+	    cJSON_AddNumberToObject(rs, "reasoning_tokens",
+	        (double)resp->reasoning_tokens) == NULL ||
+	    cJSON_AddNumberToObject(
+	        rs, "cached_tokens", (double)resp->cached_tokens) == NULL ||
+	    cJSON_AddNumberToObject(
+	        rs, "dropped_params", resp->dropped_params) == NULL ||
 	    cJSON_AddNumberToObject(rs, "latency_ms", resp->latency_ms) ==
 	        NULL ||
 	    cJSON_AddNumberToObject(rs, "retries", resp->retries) == NULL)
@@ -154,10 +163,19 @@ llm_record_chat(void *state, const llm_request *req, llm_response *resp)
 	return 0;
 }
 
+static void
+llm_record_limits(void *state, llm_limits *out)
+{
+	llm_recorder *r = state;
+
+	llm_get_limits(r->inner, out);
+}
+
 static const llm_provider_ops llm_record_ops = {
     .name = "record",
     .chat = llm_record_chat,
     .close = llm_record_close,
+    .limits = llm_record_limits,
 };
 
 int
@@ -250,6 +268,9 @@ llm_replay_json(const llm_replayer *p, const char *path, const char *text,
 	    strdup(cJSON_IsString(v) ? v->valuestring : "stop");
 	resp->prompt_tokens = llm_replay_u64(rs, "prompt_tokens");
 	resp->completion_tokens = llm_replay_u64(rs, "completion_tokens");
+	resp->reasoning_tokens = llm_replay_u64(rs, "reasoning_tokens");
+	resp->cached_tokens = llm_replay_u64(rs, "cached_tokens");
+	resp->dropped_params = (unsigned)llm_replay_u64(rs, "dropped_params");
 	resp->retries = (unsigned)llm_replay_u64(rs, "retries");
 	v = cJSON_GetObjectItemCaseSensitive(rs, "latency_ms");
 	resp->latency_ms = cJSON_IsNumber(v) ? v->valuedouble : 0;
@@ -307,14 +328,30 @@ llm_replay_chat(void *state, const llm_request *req, llm_response *resp)
 	return rv;
 }
 
+static void
+llm_replay_limits(void *state, llm_limits *out)
+{
+	const llm_replayer *p = state;
+
+	*out = p->limits;
+}
+
 static const llm_provider_ops llm_replay_ops = {
     .name = "replay",
     .chat = llm_replay_chat,
     .close = llm_replay_close,
+    .limits = llm_replay_limits,
 };
 
 int
 llm_replay_open(llm_client **out, const char *dir, bool strict)
+{
+	return llm_replay_open_limits(out, dir, strict, NULL);
+}
+
+int
+llm_replay_open_limits(
+    llm_client **out, const char *dir, bool strict, const llm_limits *limits)
 {
 	llm_replayer *p;
 	struct stat st;
@@ -331,5 +368,7 @@ llm_replay_open(llm_client **out, const char *dir, bool strict)
 		return kc_seterr(KC_EINVAL, "replay folder path too long");
 	}
 	p->strict = strict;
+	if (limits != NULL)
+		p->limits = *limits;
 	return llm_client_new(out, &llm_replay_ops, p);
 }

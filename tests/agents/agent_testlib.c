@@ -156,23 +156,40 @@ kt_http(kt_llm_server *s, const char *path, const char *post)
 	return body.buf;
 }
 
-void
-kt_llm_script(kt_llm_server *s, ...)
+static void
+kt_llm_vscript(kt_llm_server *s, cJSON *opts, va_list ap)
 {
-	cJSON *root = cJSON_CreateObject();
+	cJSON *root = opts != NULL ? opts : cJSON_CreateObject();
 	cJSON *arr = cJSON_AddArrayToObject(root, "actions");
 	cJSON *a;
 	char *text;
-	va_list ap;
 
-	va_start(ap, s);
 	while ((a = va_arg(ap, cJSON *)) != NULL)
 		cJSON_AddItemToArray(arr, a);
-	va_end(ap);
 	text = cJSON_PrintUnformatted(root);
 	cJSON_Delete(root);
 	free(kt_http(s, "/_script", text));
 	cJSON_free(text);
+}
+
+void
+kt_llm_script(kt_llm_server *s, ...)
+{
+	va_list ap;
+
+	va_start(ap, s);
+	kt_llm_vscript(s, NULL, ap);
+	va_end(ap);
+}
+
+void
+kt_llm_script_with(kt_llm_server *s, cJSON *opts, ...)
+{
+	va_list ap;
+
+	va_start(ap, opts);
+	kt_llm_vscript(s, opts, ap);
+	va_end(ap);
 }
 
 cJSON *

@@ -31,6 +31,9 @@ cJSON *kt_hang(double seconds, const char *content);
 /* Replaces the server's script with the actions (NULL-terminated; takes
  * them) and clears its request log. */
 void kt_llm_script(kt_llm_server *s, ...);
+/* The same with the server's behaviour set by the fields of opts (takes
+ * it; see llm_server.py: "refuse", "models", "model_info", ...). */
+void kt_llm_script_with(kt_llm_server *s, cJSON *opts, ...);
 /* The requests the server received since the last script (caller frees). */
 cJSON *kt_llm_log(kt_llm_server *s);
 

@@ -5,13 +5,38 @@ It is the test double at the process boundary between kclaw's agents and an
 LLM endpoint. It listens on 127.0.0.1 only, on a free port that it writes to
 --port-file once it accepts connections.
 
-Control endpoints (used by the tests, never by kclaw):
-  POST /_script  {"actions": [...]}  replaces the script and clears the log
-  GET  /_log     the requests received since, as a JSON list
+It emulates the providers kclaw talks to in the ways that matter to the
+client: OpenAI reasoning models refusing parameters, reasoning in separate
+fields or inline, truncation, usage with reasoning and cached tokens,
+Azure's URL shape and key header, vLLM's and Ollama's model information.
 
-Each request to .../chat/completions consumes the next action:
+Control endpoints (used by the tests, never by kclaw):
+  POST /_script  {"actions": [...], ...}  replaces the script and clears
+                 the log; besides the actions it may set the server's
+                 behaviour (each reset by the next script):
+                   "refuse": {"max_tokens": "message", ...}
+                       a chat request that carries one of these parameters
+                       is answered 400 with an OpenAI-style error naming it
+                       (message, type, param, code), as OpenAI's reasoning
+                       models do; it consumes no action
+                   "refuse_param_field": false
+                       leave error.param out (only the message names it)
+                   "models": [{"id": "m", "max_model_len": 4096}, ...]
+                       GET .../models answers {"data": models} (vLLM);
+                       without it, 404
+                   "model_info": {"llama.context_length": 8192}
+                       POST /api/show answers {"model_info": ...} (Ollama)
+  GET  /_log     the requests received since, as a JSON list: path (without
+                 the query), query, authorization and api-key headers, body
+
+Each request to .../chat/completions (any query string) consumes the next
+action:
   {"content": "text", "prompt_tokens": n, "completion_tokens": n}
-                                 a normal reply with that message content
+                                 a normal reply with that message content;
+                                 "content": null sends a null content
+  {"reasoning_content": "...", "reasoning": "...", "finish_reason": "length",
+   "usage": {...}}               extra message fields, the finish reason, and
+                                 a usage object sent as given
   {"status": 429, "headers": {"Retry-After": "1"}, "error": "slow down"}
                                  an error status with an OpenAI-style body
   {"raw": "{\"choices\": [", "status": 200}
@@ -30,7 +55,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
-STATE = {"actions": [], "log": [], "served": 0}
+STATE = {"actions": [], "log": [], "served": 0, "opts": {}}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -61,18 +86,50 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 self._send(200, json.dumps(STATE["log"]))
             return
+        with LOCK:
+            models = STATE["opts"].get("models")
+        if self.path.split("?")[0].endswith("/models") and models is not None:
+            self._send(200, json.dumps({"object": "list", "data": models}))
+            return
         self._send(404, json.dumps({"error": {"message": "not found"}}))
+
+    def _refusal(self, body):
+        """The 400 of a model that does not take a parameter, or None."""
+        with LOCK:
+            refuse = STATE["opts"].get("refuse") or {}
+            with_param = STATE["opts"].get("refuse_param_field", True)
+        if not isinstance(body, dict):
+            return None
+        for name, message in refuse.items():
+            if name in body:
+                err = {"message": message, "type": "invalid_request_error",
+                       "code": "unsupported_parameter"}
+                if with_param:
+                    err["param"] = name
+                return json.dumps({"error": err})
+        return None
 
     def do_POST(self):
         raw = self._body()
-        if self.path == "/_script":
+        path, _, query = self.path.partition("?")
+        if path == "/_script":
             with LOCK:
-                STATE["actions"] = json.loads(raw)["actions"]
+                script = json.loads(raw)
+                STATE["actions"] = script.pop("actions")
+                STATE["opts"] = script
                 STATE["log"] = []
                 STATE["served"] = 0
             self._send(200, "{}")
             return
-        if not self.path.endswith("/chat/completions"):
+        if path.endswith("/api/show"):
+            with LOCK:
+                info = STATE["opts"].get("model_info")
+            if info is None:
+                self._send(404, json.dumps({"error": "model not found"}))
+            else:
+                self._send(200, json.dumps({"model_info": info}))
+            return
+        if not path.endswith("/chat/completions"):
             self._send(404, json.dumps({"error": {"message": "no such path"}}))
             return
         try:
@@ -81,10 +138,17 @@ class Handler(BaseHTTPRequestHandler):
             body = raw.decode(errors="replace")
         with LOCK:
             STATE["log"].append({
-                "path": self.path,
+                "path": path,
+                "query": query,
                 "authorization": self.headers.get("Authorization"),
+                "api-key": self.headers.get("api-key"),
                 "body": body,
             })
+        refusal = self._refusal(body)
+        if refusal is not None:
+            self._send(400, refusal)
+            return
+        with LOCK:
             n = STATE["served"]
             STATE["served"] += 1
             action = STATE["actions"][n] if n < len(STATE["actions"]) else None
@@ -108,20 +172,24 @@ class Handler(BaseHTTPRequestHandler):
                 {"error": {"message": action["error"]}}), headers)
             return
         content = action.get("content", "")
+        message = {"role": "assistant", "content": content}
+        for k in ("reasoning_content", "reasoning"):
+            if k in action:
+                message[k] = action[k]
         reply = {
             "id": "chatcmpl-test-%d" % n,
             "object": "chat.completion",
             "model": body.get("model") if isinstance(body, dict) else "",
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": content},
+                "message": message,
                 "finish_reason": action.get("finish_reason", "stop"),
             }],
-            "usage": {
+            "usage": action.get("usage", {
                 "prompt_tokens": action.get("prompt_tokens", 100 + n),
                 "completion_tokens": action.get(
-                    "completion_tokens", len(content) // 4),
-            },
+                    "completion_tokens", len(content or "") // 4),
+            }),
         }
         self._send(status, json.dumps(reply), headers)
 
