@@ -1,5 +1,6 @@
 #include "api.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,71 @@ kc_pb_pack(const ProtobufCMessage *m, uint8_t **buf, size_t *len)
 	*buf = b;
 	*len = n;
 	return 0;
+}
+
+/* Reads a base-128 varint at *p (< end); false when it runs off the end
+ * or past 64 bits. */
+static bool
+kc_pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+	uint64_t x = 0;
+
+	for (unsigned shift = 0; shift < 64 && *p < end; shift += 7) {
+		uint8_t b = *(*p)++;
+		x |= (uint64_t)(b & 0x7f) << shift;
+		if ((b & 0x80) == 0) {
+			*v = x;
+			return true;
+		}
+	}
+	return false;
+}
+
+int
+kc_token_check(const void *msg, size_t len, unsigned field, const char *want)
+{
+	const uint8_t *p = msg, *end = p + len, *got = NULL;
+	size_t glen = 0, wlen = strlen(want);
+	unsigned char diff;
+	uint64_t key, n;
+
+	while (p < end) {
+		if (!kc_pb_varint(&p, end, &key))
+			return KC_EPERM;
+		switch (key & 7) {
+		case 0:
+			if (!kc_pb_varint(&p, end, &n))
+				return KC_EPERM;
+			break;
+		case 1:
+			if (end - p < 8)
+				return KC_EPERM;
+			p += 8;
+			break;
+		case 2:
+			if (!kc_pb_varint(&p, end, &n) ||
+			    n > (uint64_t)(end - p))
+				return KC_EPERM;
+			if (key >> 3 == field) {
+				got = p;
+				glen = (size_t)n;
+			}
+			p += n;
+			break;
+		case 5:
+			if (end - p < 4)
+				return KC_EPERM;
+			p += 4;
+			break;
+		default: return KC_EPERM;
+		}
+	}
+	/* Constant time in the token's content: every byte of want is
+	 * compared, and a length that differs is a difference too. */
+	diff = glen != wlen;
+	for (size_t i = 0; i < wlen; i++)
+		diff |= (unsigned char)want[i] ^ (i < glen ? got[i] : 0);
+	return diff == 0 ? 0 : KC_EPERM;
 }
 
 static int

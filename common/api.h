@@ -27,6 +27,18 @@ int kc_api_call(bus_client *c, const char *method, const ProtobufCMessage *req,
 int kc_api_reply(bus_call *call, uint64_t request_id, Kclaw__ApiCode code,
     const char *error, const ProtobufCMessage *payload);
 
+/*
+ * Server side: 0 when the raw protobuf message msg (len bytes) carries, in
+ * its top-level length-delimited field number `field` (the last one, as
+ * protobuf reads it), exactly the bytes of want; KC_EPERM otherwise (also
+ * for a missing field when want is not empty). Reads the wire, not the
+ * decoded C string, so "token\0zzz" is not "token"; the comparison takes
+ * the same time wherever the bytes differ. ApiRequest.token is field 5,
+ * WorkRequest.token field 8.
+ */
+int kc_token_check(
+    const void *msg, size_t len, unsigned field, const char *want);
+
 /* Packs any message into a malloc'd buffer (caller frees). */
 int kc_pb_pack(const ProtobufCMessage *m, uint8_t **buf, size_t *len);
 

@@ -16,6 +16,7 @@
 
 #include "kc_err.h"
 #include "kc_log.h"
+#include "kc_util.h"
 
 static int
 bus_err(int nrv, const char *what, const char *url)
@@ -72,7 +73,34 @@ bus_limits(nng_socket sock, size_t max_msg)
 
 struct bus_pub {
 	nng_socket sock;
+	nng_mtx *mtx;
+	unsigned npipes;
+	unsigned refused; /* subscribers turned away since the last warning */
 };
+
+/* Counts subscribers; one beyond BUS_MAX_SUBSCRIBERS is closed. A pipe
+ * closed in ADD_PRE still gets its REM_POST, so the count stays right. */
+static void
+bus_pub_pipe_cb(nng_pipe pipe, nng_pipe_ev ev, void *arg)
+{
+	bus_pub *p = arg;
+	bool warn = false;
+
+	nng_mtx_lock(p->mtx);
+	if (ev == NNG_PIPE_EV_ADD_PRE) {
+		if (++p->npipes > BUS_MAX_SUBSCRIBERS) {
+			warn = p->refused++ == 0;
+			nng_pipe_close(pipe);
+		}
+	} else if (p->npipes > 0) {
+		p->npipes--;
+	}
+	nng_mtx_unlock(p->mtx);
+	if (warn)
+		KC_WARN("bus: more than %d subscribers to the events; "
+		        "closing the newest",
+		    BUS_MAX_SUBSCRIBERS);
+}
 
 int
 bus_pub_open(bus_pub **out, const char *url)
@@ -82,16 +110,28 @@ bus_pub_open(bus_pub **out, const char *url)
 
 	if ((p = calloc(1, sizeof(*p))) == NULL)
 		return KC_ENOMEM;
+	if ((nrv = nng_mtx_alloc(&p->mtx)) != 0) {
+		free(p);
+		return bus_err(nrv, "cannot open PUB for", url);
+	}
 	if ((nrv = nng_pub0_open(&p->sock)) != 0) {
+		nng_mtx_free(p->mtx);
 		free(p);
 		return bus_err(nrv, "cannot open PUB for", url);
 	}
 	bus_limits(p->sock, 0);
+	/* Subscribers never send: whatever a peer writes to a PUB socket is
+	 * discarded, so it must not be buffered up to the 64 MiB default. */
+	nng_socket_set_size(p->sock, NNG_OPT_RECVMAXSZ, 64);
 	/* Deep queues: a monitor busy for a moment should not lose events
 	 * (it could recover them from the log, but need not). */
 	nng_socket_set_int(p->sock, NNG_OPT_SENDBUF, 1024);
+	/* Each subscriber holds a queue of up to 1024 events: cap them. */
+	nng_pipe_notify(p->sock, NNG_PIPE_EV_ADD_PRE, bus_pub_pipe_cb, p);
+	nng_pipe_notify(p->sock, NNG_PIPE_EV_REM_POST, bus_pub_pipe_cb, p);
 	if ((rv = bus_listen(p->sock, url)) != 0) {
 		nng_close(p->sock);
+		nng_mtx_free(p->mtx);
 		free(p);
 		return rv;
 	}
@@ -125,6 +165,7 @@ bus_pub_close(bus_pub *p)
 	if (p == NULL)
 		return;
 	nng_close(p->sock);
+	nng_mtx_free(p->mtx);
 	free(p);
 }
 
@@ -219,7 +260,19 @@ struct bus_call {
 	nng_ctx ctx;
 	nng_aio *aio;
 	nng_msg *req;
+	nng_pipe pipe; /* the connection the request came on */
 	enum bus_call_state state;
+};
+
+/* A connection of the server. NEW until it has delivered one whole
+ * request: until then NNG may be buffering a message of up to max_msg
+ * bytes from a peer that has proved nothing, so NEW ones are few and
+ * short-lived. */
+struct bus_conn {
+	uint32_t id;
+	nng_pipe pipe;
+	uint64_t since_ms;
+	bool active;
 };
 
 struct bus_server {
@@ -230,13 +283,123 @@ struct bus_server {
 	struct bus_call *calls;
 	nng_mtx *mtx;
 	bool closing;
+	bus_server_limits lim;
+	struct bus_conn *conns; /* lim.max_conns of them */
+	unsigned nconns, nnew;
+	unsigned refused, stalled; /* since the last warning of each */
+	nng_aio *reaper;
 	char url[256];
 };
+
+/* Under s->mtx: appends to out[] the NEW connections past their deadline
+ * (at most max); the caller closes them after unlocking, since closing a
+ * pipe runs its REM_POST callback, which takes s->mtx. */
+static unsigned
+bus_conn_expired(bus_server *s, nng_pipe *out, unsigned max)
+{
+	uint64_t now = kc_mono_ms();
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < s->nconns && n < max; i++) {
+		struct bus_conn *k = &s->conns[i];
+		if (!k->active &&
+		    now - k->since_ms >= (uint64_t)s->lim.new_ms) {
+			out[n++] = k->pipe;
+			k->since_ms = now; /* closed once, not at every pass */
+		}
+	}
+	return n;
+}
+
+static struct bus_conn *
+bus_conn_find(bus_server *s, uint32_t id)
+{
+	for (unsigned i = 0; i < s->nconns; i++)
+		if (s->conns[i].id == id)
+			return &s->conns[i];
+	return NULL;
+}
+
+/*
+ * Admits a connection while fewer than max_conns are open and fewer than
+ * max_new have not yet delivered a request; closes it otherwise (the
+ * peer's NNG redials). A pipe closed in ADD_PRE still gets REM_POST.
+ */
+static void
+bus_server_pipe_cb(nng_pipe pipe, nng_pipe_ev ev, void *arg)
+{
+	bus_server *s = arg;
+	nng_pipe old[8];
+	unsigned nold = 0, nconns = 0, nnew = 0;
+	bool refuse = false, warn = false;
+	struct bus_conn *k;
+
+	nng_mtx_lock(s->mtx);
+	if (ev == NNG_PIPE_EV_ADD_PRE) {
+		nold = bus_conn_expired(s, old, KC_ARRAY_LEN(old));
+		if (s->nconns >= s->lim.max_conns ||
+		    s->nnew >= s->lim.max_new_conns) {
+			refuse = true;
+			warn = s->refused++ % 1000 == 0;
+			nconns = s->nconns;
+			nnew = s->nnew;
+		} else {
+			k = &s->conns[s->nconns++];
+			k->id = (uint32_t)nng_pipe_id(pipe);
+			k->pipe = pipe;
+			k->since_ms = kc_mono_ms();
+			k->active = false;
+			s->nnew++;
+		}
+	} else if ((k = bus_conn_find(s, (uint32_t)nng_pipe_id(pipe))) !=
+	    NULL) {
+		if (!k->active)
+			s->nnew--;
+		*k = s->conns[--s->nconns];
+	}
+	nng_mtx_unlock(s->mtx);
+	for (unsigned i = 0; i < nold; i++)
+		nng_pipe_close(old[i]);
+	if (refuse) {
+		nng_pipe_close(pipe);
+		if (warn)
+			KC_WARN("bus: %s: connection refused (%u open, %u of "
+			        "them without a request yet; limits %u and "
+			        "%u)",
+			    s->url, nconns, nnew, s->lim.max_conns,
+			    s->lim.max_new_conns);
+	}
+}
+
+/* Every quarter second: closes NEW connections past their deadline, so a
+ * peer that sends part of a large message and stops frees its buffer. */
+static void
+bus_server_reap_cb(void *arg)
+{
+	bus_server *s = arg;
+	nng_pipe old[16];
+	unsigned n;
+
+	if (nng_aio_result(s->reaper) != 0)
+		return;
+	nng_mtx_lock(s->mtx);
+	if (s->closing) {
+		nng_mtx_unlock(s->mtx);
+		return;
+	}
+	n = bus_conn_expired(s, old, KC_ARRAY_LEN(old));
+	nng_mtx_unlock(s->mtx);
+	for (unsigned i = 0; i < n; i++)
+		nng_pipe_close(old[i]);
+	nng_sleep_aio(250, s->reaper);
+}
 
 static void
 bus_call_recv(struct bus_call *c)
 {
 	c->state = BUS_CALL_RECV;
+	/* A context may wait for a request as long as it takes. */
+	nng_aio_set_timeout(c->aio, NNG_DURATION_INFINITE);
 	nng_ctx_recv(c->ctx, c->aio);
 }
 
@@ -246,7 +409,8 @@ bus_call_cb(void *arg)
 	struct bus_call *c = arg;
 	bus_server *s = c->srv;
 	int nrv = nng_aio_result(c->aio);
-	bool closing;
+	struct bus_conn *k;
+	bool closing, warn = false;
 
 	nng_mtx_lock(s->mtx);
 	closing = s->closing;
@@ -266,6 +430,14 @@ bus_call_cb(void *arg)
 			return;
 		}
 		c->req = nng_aio_get_msg(c->aio);
+		c->pipe = nng_msg_get_pipe(c->req);
+		nng_mtx_lock(s->mtx);
+		k = bus_conn_find(s, (uint32_t)nng_pipe_id(c->pipe));
+		if (k != NULL && !k->active) {
+			k->active = true;
+			s->nnew--;
+		}
+		nng_mtx_unlock(s->mtx);
 		c->state = BUS_CALL_HELD;
 		s->fn(s->arg, c);
 		return;
@@ -274,11 +446,47 @@ bus_call_cb(void *arg)
 			nng_msg_free(nng_aio_get_msg(c->aio));
 			if (nrv == NNG_ECLOSED || closing)
 				return;
+			if (nrv == NNG_ETIMEDOUT) {
+				/* The peer does not read its replies: it
+				 * would hold every context that answers it.
+				 * Drop it; that also completes the sends
+				 * queued behind this one. */
+				nng_mtx_lock(s->mtx);
+				warn = s->stalled++ % 1000 == 0;
+				nng_mtx_unlock(s->mtx);
+				if (warn)
+					KC_WARN("bus: %s: a peer took no reply "
+					        "within %d ms; closing its "
+					        "connection",
+					    s->url, s->lim.send_ms);
+				nng_pipe_close(c->pipe);
+			}
 		}
 		bus_call_recv(c);
 		return;
 	case BUS_CALL_HELD: return;
 	}
+}
+
+int
+bus_server_set_limits(bus_server *s, const bus_server_limits *l)
+{
+	bus_server_limits n = {
+	    .max_conns = l->max_conns ? l->max_conns : BUS_MAX_CONNS,
+	    .max_new_conns =
+	        l->max_new_conns ? l->max_new_conns : BUS_MAX_NEW_CONNS,
+	    .new_ms = l->new_ms > 0 ? l->new_ms : BUS_NEW_CONN_MS,
+	    .send_ms = l->send_ms > 0 ? l->send_ms : BUS_SEND_MS};
+
+	if (n.max_conns > BUS_MAX_CONNS || n.max_new_conns > n.max_conns)
+		return kc_seterr(KC_EINVAL,
+		    "bus: %s: at most %u connections, of which at most "
+		    "all are new",
+		    s->url, BUS_MAX_CONNS);
+	nng_mtx_lock(s->mtx);
+	s->lim = n;
+	nng_mtx_unlock(s->mtx);
+	return 0;
 }
 
 int
@@ -293,23 +501,36 @@ bus_server_open(bus_server **out, const char *url, unsigned nctx,
 		    "bus: server needs contexts and a "
 		    "callback");
 	if ((s = calloc(1, sizeof(*s))) == NULL ||
-	    (s->calls = calloc(nctx, sizeof(*s->calls))) == NULL) {
+	    (s->calls = calloc(nctx, sizeof(*s->calls))) == NULL ||
+	    (s->conns = calloc(BUS_MAX_CONNS, sizeof(*s->conns))) == NULL) {
+		if (s)
+			free(s->calls);
 		free(s);
 		return KC_ENOMEM;
 	}
 	snprintf(s->url, sizeof(s->url), "%s", url);
 	s->fn = fn;
 	s->arg = arg;
+	s->lim = (bus_server_limits){.max_conns = BUS_MAX_CONNS,
+	    .max_new_conns = BUS_MAX_NEW_CONNS,
+	    .new_ms = BUS_NEW_CONN_MS,
+	    .send_ms = BUS_SEND_MS};
 	if ((nrv = nng_mtx_alloc(&s->mtx)) != 0 ||
+	    (nrv = nng_aio_alloc(&s->reaper, bus_server_reap_cb, s)) != 0 ||
 	    (nrv = nng_rep0_open(&s->sock)) != 0) {
 		rv = bus_err(nrv, "cannot open REP for", url);
+		if (s->reaper)
+			nng_aio_free(s->reaper);
 		if (s->mtx)
 			nng_mtx_free(s->mtx);
+		free(s->conns);
 		free(s->calls);
 		free(s);
 		return rv;
 	}
 	bus_limits(s->sock, max_msg);
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_PRE, bus_server_pipe_cb, s);
+	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, bus_server_pipe_cb, s);
 	for (unsigned i = 0; i < nctx; i++) {
 		struct bus_call *c = &s->calls[i];
 		c->srv = s;
@@ -328,6 +549,7 @@ bus_server_open(bus_server **out, const char *url, unsigned nctx,
 	}
 	for (unsigned i = 0; i < s->nctx; i++)
 		bus_call_recv(&s->calls[i]);
+	nng_sleep_aio(250, s->reaper);
 	*out = s;
 	return 0;
 }
@@ -340,6 +562,7 @@ bus_server_close(bus_server *s)
 	nng_mtx_lock(s->mtx);
 	s->closing = true;
 	nng_mtx_unlock(s->mtx);
+	nng_aio_stop(s->reaper);
 	for (unsigned i = 0; i < s->nctx; i++)
 		nng_aio_stop(s->calls[i].aio);
 	nng_close(s->sock);
@@ -350,7 +573,9 @@ bus_server_close(bus_server *s)
 		nng_aio_free(c->aio);
 		nng_ctx_close(c->ctx);
 	}
+	nng_aio_free(s->reaper);
 	nng_mtx_free(s->mtx);
+	free(s->conns);
 	free(s->calls);
 	free(s);
 }
@@ -380,6 +605,9 @@ bus_call_reply(bus_call *c, const void *data, size_t len)
 	}
 	c->state = BUS_CALL_SEND;
 	nng_aio_set_msg(c->aio, m);
+	/* The send waits only while the peer's connection is still busy
+	 * with an earlier reply, i.e. when the peer does not read. */
+	nng_aio_set_timeout(c->aio, c->srv->lim.send_ms);
 	nng_ctx_send(c->ctx, c->aio);
 	return 0;
 }

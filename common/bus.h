@@ -11,7 +11,8 @@
  *    API. The server's callback runs on an NNG thread and must not block: it
  *    only hands the bus_call to its owner, who replies later from any thread.
  *
- * Every listening socket has a receive size limit; ipc:// listeners are
+ * Every listening socket has a receive size limit and a cap on
+ * connections, and a reply send has a timeout; ipc:// listeners are
  * created owner-only (0600). All functions return 0 or a negative KC_E*
  * code with detail in kc_lasterr().
  */
@@ -22,6 +23,22 @@
 #include <stdint.h>
 
 #define BUS_DEFAULT_MAX_MSG (64u << 20) /* 64 MiB: tensors travel as blobs */
+
+/*
+ * Limits of every bus_server (docs/security.md "Connections"). NNG buffers
+ * a message whole before kclaw sees it, so a connection that has not yet
+ * delivered one request may be holding up to max_msg bytes of a peer that
+ * proved nothing: at most BUS_MAX_NEW_CONNS such connections at once, each
+ * closed after BUS_NEW_CONN_MS; memory for them stays below
+ * BUS_MAX_NEW_CONNS * max_msg. A reply the peer's connection does not take
+ * within BUS_SEND_MS (it does not read) closes that connection, so one
+ * peer cannot hold the contexts that serve everyone.
+ */
+#define BUS_MAX_CONNS 256
+#define BUS_MAX_NEW_CONNS 4
+#define BUS_NEW_CONN_MS 10000
+#define BUS_SEND_MS 5000
+#define BUS_MAX_SUBSCRIBERS 256 /* per bus_pub; each queues 1024 events */
 
 /* ---- events ---- */
 
@@ -67,6 +84,17 @@ int bus_server_open(bus_server **out, const char *url, unsigned nctx,
     size_t max_msg, bus_request_fn fn, void *arg);
 /* Stops receiving, aborts held calls (their replies become no-ops), frees. */
 void bus_server_close(bus_server *s);
+
+/* A zero field keeps the default (the BUS_* constants above). */
+typedef struct bus_server_limits {
+	unsigned max_conns;     /* open connections, at most BUS_MAX_CONNS */
+	unsigned max_new_conns; /* of them, not yet through one request */
+	int new_ms;  /* a connection's first request must arrive within */
+	int send_ms; /* the peer's connection must take a reply within */
+} bus_server_limits;
+
+/* Changes the limits of a running server (tests use short ones). */
+int bus_server_set_limits(bus_server *s, const bus_server_limits *l);
 
 /* The request's bytes, valid until the call is replied to or dropped. */
 const void *bus_call_data(const bus_call *c, size_t *len);

@@ -13,6 +13,7 @@
 #include "kc_err.h"
 #include "kc_log.h"
 #include "kc_util.h"
+#include "spec_check.h"
 #include "orch_int.h"
 #include "blobs.h"
 #include "security.h"
@@ -138,7 +139,9 @@ api_submit(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 		goto out;
 	}
 	/* Validation happens before anything is staged: a refusal changes
-	 * nothing. */
+	 * nothing. A spec sent directly is checked like a bundle. */
+	if (!loaded && (rv = kc_spec_check(spec)) != 0)
+		goto out;
 	/* Tensor files enter the store by content, so the task no longer
 	 * needs its bundle folder (blobs are idempotent: a refused submit
 	 * leaves at most unreferenced blobs). */
@@ -606,8 +609,9 @@ orch_api_call(orch *o, bus_call *call)
 		    NULL);
 		return;
 	}
+	/* On the wire, not the decoded string: "token\0zzz" is refused. */
 	if (o->opt.cfg.token[0] &&
-	    strcmp(env->token ? env->token : "", o->opt.cfg.token) != 0) {
+	    kc_token_check(data, len, 5, o->opt.cfg.token) != 0) {
 		orch_api_answer(o, call, env->request_id,
 		    KCLAW__API_CODE__API_UNAUTHORIZED,
 		    "bad or missing token: set KCLAW_TOKEN to the "

@@ -4,9 +4,12 @@
  */
 #include "security.h"
 
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <nng/nng.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,18 +55,32 @@ security_config(const kc_config *cfg, cJSON **root)
 }
 
 /* An http:// address other hosts can reach: anything but a loopback host
- * (127.x, localhost, [::1]). */
+ * (127.0.0.0/8, localhost, ::1). The address is parsed as NNG will bind
+ * it, so "http://127.0.0.1@0.0.0.0:8470" (user info 127.0.0.1, host
+ * 0.0.0.0) is public, and an address that does not parse is too. */
 static bool
 security_http_public(const char *url)
 {
-	const char *h = strstr(url, "://");
+	struct in_addr a4;
+	struct in6_addr a6;
+	nng_url *u;
+	bool public = true;
 
 	if (url[0] == '\0')
 		return false;
-	h = h ? h + 3 : url;
-	return !(strncmp(h, "127.", 4) == 0 ||
-	    strncmp(h, "localhost:", 10) == 0 || strcmp(h, "localhost") == 0 ||
-	    strncmp(h, "[::1]", 5) == 0);
+	if (nng_url_parse(&u, url) != 0)
+		return true;
+	if (u->u_userinfo == NULL && u->u_hostname != NULL) {
+		const char *h = u->u_hostname;
+		if (strcmp(h, "localhost") == 0)
+		public = false;
+		else if (inet_pton(AF_INET, h, &a4) == 1) public =
+		    (ntohl(a4.s_addr) >> 24) != 127;
+		else if (inet_pton(AF_INET6, h, &a6) == 1) public =
+		    !IN6_IS_ADDR_LOOPBACK(&a6);
+	}
+	nng_url_free(u);
+	return public;
 }
 
 int
@@ -127,8 +144,11 @@ security_inside(const char *path, const char *root)
 {
 	size_t n = strlen(root);
 
-	if (n == 1 && root[0] == '/')
-		return true;
+	/* `/` is never a root: a kclawd started in `/` (systemd's default
+	 * working folder) would otherwise hand out every file of the host,
+	 * /etc/shadow included. */
+	if (n == 0 || (n == 1 && root[0] == '/'))
+		return false;
 	return strncmp(path, root, n) == 0 &&
 	    (path[n] == '\0' || path[n] == '/');
 }

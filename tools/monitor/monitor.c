@@ -4,6 +4,7 @@
  */
 #include "monitor.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/pub.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "api.h"
 #include "bus.h"
@@ -68,6 +70,13 @@ struct mon {
 	bool ws_open;
 	nng_http_server *http;
 	char token[128];
+	char host[256], port[16]; /* the address served, for Host checks */
+	struct mon_asset {
+		mon *m;
+		const unsigned char *data;
+		size_t len;
+		const char *ctype;
+	} assets[2];
 
 	pthread_t event_thread, http_thread;
 	bool threads_started;
@@ -384,6 +393,64 @@ mon_http_respond(
 	nng_aio_finish(aio, 0);
 }
 
+/*
+ * Whether a Host header names this dashboard: its port, and as host an IP
+ * literal, localhost or the host name it was started on. A DNS-rebinding
+ * page reaches 127.0.0.1 under its own domain name, which is none of
+ * those, so it cannot read specs or sources through the visitor's browser.
+ */
+static bool
+mon_host_ok(const mon *m, const char *host)
+{
+	char name[256];
+	const char *port, *end;
+	struct in6_addr a6;
+	struct in_addr a4;
+	size_t n;
+
+	if (host == NULL || *host == '\0')
+		return false;
+	if (host[0] == '[') {
+		if ((end = strchr(host, ']')) == NULL)
+			return false;
+		n = (size_t)(end - host - 1);
+		port = end[1] == ':' ? end + 2 : end[1] == '\0' ? NULL : "";
+		host++;
+	} else {
+		end = strrchr(host, ':');
+		n = end ? (size_t)(end - host) : strlen(host);
+		port = end ? end + 1 : NULL;
+	}
+	if (n == 0 || n >= sizeof(name))
+		return false;
+	memcpy(name, host, n);
+	name[n] = '\0';
+	if (port ? strcmp(port, m->port) != 0 : strcmp(m->port, "80") != 0)
+		return false;
+	return strcasecmp(name, "localhost") == 0 ||
+	    strcasecmp(name, m->host) == 0 ||
+	    inet_pton(AF_INET, name, &a4) == 1 ||
+	    inet_pton(AF_INET6, name, &a6) == 1;
+}
+
+/* A browser's Origin, when it sends one, must be this page's own. */
+static bool
+mon_origin_ok(const char *origin, const char *host)
+{
+	return origin == NULL ||
+	    (strncasecmp(origin, "http://", 7) == 0 &&
+	        strcasecmp(origin + 7, host) == 0);
+}
+
+static bool
+mon_req_ok(const mon *m, nng_http_req *req)
+{
+	const char *host = nng_http_req_get_header(req, "Host");
+
+	return mon_host_ok(m, host) &&
+	    mon_origin_ok(nng_http_req_get_header(req, "Origin"), host);
+}
+
 static void
 mon_http_error(nng_aio *aio, uint16_t status, const char *msg)
 {
@@ -544,6 +611,12 @@ mon_http_cb(nng_aio *aio)
 	nng_http_handler *h = nng_aio_get_input(aio, 1);
 	mon *m = nng_http_handler_get_data(h);
 
+	if (!mon_req_ok(m, nng_aio_get_input(aio, 0))) {
+		mon_http_error(aio, 403,
+		    "Host or Origin is not this dashboard's; open it as "
+		    "http://127.0.0.1:PORT/ (or the host it serves)");
+		return;
+	}
 	pthread_mutex_lock(&m->mu);
 	if (m->stop || m->nqueue >= 256) {
 		pthread_mutex_unlock(&m->mu);
@@ -582,19 +655,62 @@ mon_add_handler(mon *m, const char *path, bool tree)
 	return nrv;
 }
 
+/* The embedded page and script, behind the same Host check. */
+static void
+mon_static_cb(nng_aio *aio)
+{
+	const struct mon_asset *a =
+	    nng_http_handler_get_data(nng_aio_get_input(aio, 1));
+	nng_http_res *res;
+
+	if (!mon_req_ok(a->m, nng_aio_get_input(aio, 0))) {
+		mon_http_error(aio, 403,
+		    "Host or Origin is not this dashboard's; open it as "
+		    "http://127.0.0.1:PORT/ (or the host it serves)");
+		return;
+	}
+	if (nng_http_res_alloc(&res) != 0) {
+		nng_aio_finish(aio, NNG_ENOMEM);
+		return;
+	}
+	nng_http_res_set_header(res, "Content-Type", a->ctype);
+	nng_http_res_copy_data(res, a->data, a->len);
+	nng_aio_set_output(aio, 0, res);
+	nng_aio_finish(aio, 0);
+}
+
 static int
 mon_add_static(mon *m, const char *path, const unsigned char *data, size_t len,
     const char *ctype)
 {
+	struct mon_asset *a = &m->assets[path[1] != '\0'];
 	nng_http_handler *h;
 	int nrv;
 
-	if ((nrv = nng_http_handler_alloc_static(&h, path, data, len, ctype)) !=
-	    0)
+	*a = (struct mon_asset){m, data, len, ctype};
+	if ((nrv = nng_http_handler_alloc(&h, path, mon_static_cb)) != 0)
 		return nrv;
+	nng_http_handler_set_data(h, a, NULL);
 	if ((nrv = nng_http_server_add_handler(m->http, h)) != 0)
 		nng_http_handler_free(h);
 	return nrv;
+}
+
+/* A WebSocket upgrade passes the same Host and Origin checks: a page of
+ * another site may open ws://127.0.0.1:PORT/ws, but its Origin says so. */
+static void
+mon_ws_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+	mon *m = arg;
+	char *host = NULL, *origin = NULL;
+
+	(void)ev;
+	nng_pipe_get_string(p, NNG_OPT_WS_REQUEST_HEADER "Host", &host);
+	nng_pipe_get_string(p, NNG_OPT_WS_REQUEST_HEADER "Origin", &origin);
+	if (!mon_host_ok(m, host) || !mon_origin_ok(origin, host))
+		nng_pipe_close(p);
+	nng_strfree(host);
+	nng_strfree(origin);
 }
 
 static int
@@ -609,6 +725,15 @@ mon_http_start(mon *m, const char *http_url)
 		    "monitor: bad HTTP address '%s' "
 		    "(use http://HOST:PORT)",
 		    http_url);
+	if (url->u_userinfo != NULL) {
+		nng_url_free(url);
+		return kc_seterr(KC_EINVAL,
+		    "monitor: HTTP address '%s' has user info before '@'; "
+		    "give http://HOST:PORT",
+		    http_url);
+	}
+	snprintf(m->host, sizeof(m->host), "%s", url->u_hostname);
+	snprintf(m->port, sizeof(m->port), "%s", url->u_port);
 	nrv = nng_http_server_hold(&m->http, url);
 	snprintf(ws, sizeof(ws), "ws://%s:%s/ws", url->u_hostname, url->u_port);
 	nng_url_free(url);
@@ -630,6 +755,7 @@ mon_http_start(mon *m, const char *http_url)
 		return kc_seterr(
 		    KC_EBUS, "monitor: PUB: %s", nng_strerror(nrv));
 	m->ws_open = true;
+	nng_pipe_notify(m->ws_pub, NNG_PIPE_EV_ADD_PRE, mon_ws_pipe_cb, m);
 	if ((nrv = nng_listen(m->ws_pub, ws, NULL, 0)) != 0)
 		return kc_seterr(KC_EBUS, "monitor: WebSocket %s: %s", ws,
 		    nng_strerror(nrv));

@@ -1,0 +1,344 @@
+/*
+ * spec_check.c - the server's check of a submitted TaskSpec. See
+ * spec_check.h; the rules are the bundle loader's (common/bundle.c,
+ * docs/bundle.md), applied to the decoded message instead of JSON.
+ */
+#include "spec_check.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bundle.h"
+#include "kc_err.h"
+
+#define SPEC_NAME_MAX 63 /* a tensor name: a C identifier */
+#define SPEC_TASK_NAME_MAX 128
+#define SPEC_MAX_ROUNDS 100000u
+#define SPEC_MAX_TRIALS 1000u
+#define SPEC_MAX_SEEDS 64u
+
+/* A C identifier of 1 to SPEC_NAME_MAX characters: tensor names become
+ * kernel argument names and file names. */
+static bool
+spec_is_ident(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	if (n == 0 || n > SPEC_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		bool alpha = c == '_' || (c >= 'a' && c <= 'z') ||
+		    (c >= 'A' && c <= 'Z');
+		if (!alpha && !(i > 0 && c >= '0' && c <= '9'))
+			return false;
+	}
+	return true;
+}
+
+/* Task names appear in replay keys and file names. */
+static bool
+spec_is_task_name(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	if (n == 0 || n > SPEC_TASK_NAME_MAX || s[0] == '.')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!(c == '_' || c == '-' || c == '.' ||
+		        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		        (c >= '0' && c <= '9')))
+			return false;
+	}
+	return true;
+}
+
+static bool
+spec_is_hex64(const char *s)
+{
+	if (s == NULL || strlen(s) != 64)
+		return false;
+	for (size_t i = 0; i < 64; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') ||
+		        (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+/* A finite, non-negative figure (tolerances, times, factors). */
+static int
+spec_check_num(const char *what, double v)
+{
+	if (!isfinite(v) || v < 0)
+		return kc_seterr(KC_EINVAL,
+		    "spec: %s is %g; it must be a finite number >= 0", what, v);
+	return 0;
+}
+
+static int
+spec_check_text(const char *what, const char *s)
+{
+	if (s != NULL && strlen(s) > KC_SPEC_MAX_TEXT)
+		return kc_seterr(KC_EINVAL,
+		    "spec: %s is %zu bytes, over the limit of %u; shorten it",
+		    what, strlen(s), KC_SPEC_MAX_TEXT);
+	return 0;
+}
+
+int
+kc_spec_tensor_bytes(
+    Kclaw__DType dtype, const int64_t *shape, size_t ndim, uint64_t *bytes)
+{
+	uint64_t elems = 1;
+	size_t size = kc_dtype_size(dtype);
+
+	if (size == 0)
+		return kc_seterr(KC_EINVAL,
+		    "unknown dtype %d; use one of f32, f16, bf16, f64, i32, "
+		    "i64, i8, u8, bool",
+		    (int)dtype);
+	for (size_t i = 0; i < ndim; i++) {
+		if (shape[i] < 1)
+			return kc_seterr(KC_EINVAL,
+			    "shape[%zu] is %lld; dimensions must be positive "
+			    "integers",
+			    i, (long long)shape[i]);
+		/* elems * shape[i] <= KC_SPEC_MAX_ELEMS, without the
+		 * product overflowing first. */
+		if ((uint64_t)shape[i] > KC_SPEC_MAX_ELEMS / elems)
+			return kc_seterr(KC_EINVAL,
+			    "the shape holds more than 2^40 elements (at "
+			    "shape[%zu] = %lld); use a smaller problem",
+			    i, (long long)shape[i]);
+		elems *= (uint64_t)shape[i];
+	}
+	*bytes = elems * size; /* <= 2^40 * 8: no overflow */
+	return 0;
+}
+
+static const Kclaw__TensorSpec *
+spec_find(const Kclaw__TaskSpec *spec, const char *name, size_t before)
+{
+	for (size_t i = 0; i < before; i++)
+		if (strcmp(spec->tensors[i]->name, name) == 0)
+			return spec->tensors[i];
+	return NULL;
+}
+
+static int
+spec_check_tensor(const Kclaw__TaskSpec *spec, size_t i, uint64_t *total)
+{
+	const Kclaw__TensorSpec *t = spec->tensors[i];
+	const Kclaw__InitSpec *in;
+	char what[96];
+	uint64_t bytes;
+	bool scalar;
+	int rv;
+
+	if (t == NULL || !spec_is_ident(t->name))
+		return kc_seterr(KC_EINVAL,
+		    "spec: tensors[%zu]: name '%.80s' is not a C identifier; "
+		    "use letters, digits and '_', not starting with a digit, "
+		    "at most %d characters",
+		    i, t && t->name ? t->name : "", SPEC_NAME_MAX);
+	snprintf(what, sizeof(what), "tensors[%zu] '%s'", i, t->name);
+	if (spec_find(spec, t->name, i) != NULL)
+		return kc_seterr(KC_EINVAL,
+		    "spec: %s: tensor name '%s' is used twice; names must be "
+		    "unique",
+		    what, t->name);
+	if (t->kind < KCLAW__TENSOR_KIND__INPUT ||
+	    t->kind > KCLAW__TENSOR_KIND__SCALAR)
+		return kc_seterr(KC_EINVAL,
+		    "spec: %s: unknown kind %d; use input, parameter, output "
+		    "or scalar",
+		    what, (int)t->kind);
+	scalar = t->kind == KCLAW__TENSOR_KIND__SCALAR;
+	if (t->n_shape > KC_SPEC_MAX_DIMS || (t->n_shape == 0 && !scalar))
+		return kc_seterr(KC_EINVAL,
+		    "spec: %s: shape has %zu dimensions; give 1 to %d "
+		    "positive integers, such as [1024, 1024]",
+		    what, t->n_shape, KC_SPEC_MAX_DIMS);
+	if ((rv = kc_spec_tensor_bytes(
+	         t->dtype, t->shape, t->n_shape, &bytes)) != 0)
+		return kc_seterr(rv, "spec: %s: %s", what, kc_lasterr());
+	if (bytes > KC_SPEC_MAX_TOTAL_BYTES - *total)
+		return kc_seterr(KC_EINVAL,
+		    "spec: %s: the tensors need more than %llu GiB in all, "
+		    "more than a GPU holds; use smaller shapes",
+		    what, (unsigned long long)(KC_SPEC_MAX_TOTAL_BYTES >> 30));
+	*total += bytes;
+	if ((in = t->init) != NULL) {
+		if (t->kind == KCLAW__TENSOR_KIND__OUTPUT)
+			return kc_seterr(KC_EINVAL,
+			    "spec: %s: an output has no init (it is poisoned "
+			    "before every run); remove 'init'",
+			    what);
+		if (in->dist < KCLAW__DISTRIBUTION__DIST_UNSPECIFIED ||
+		    in->dist > KCLAW__DISTRIBUTION__FROM_NPY)
+			return kc_seterr(KC_EINVAL,
+			    "spec: %s: unknown init distribution %d", what,
+			    (int)in->dist);
+		if (!isfinite(in->mean) || !isfinite(in->scale) ||
+		    !isfinite(in->low) || !isfinite(in->high) ||
+		    !isfinite(in->dof) || in->scale < 0 || in->dof < 0 ||
+		    in->low > in->high)
+			return kc_seterr(KC_EINVAL,
+			    "spec: %s: init needs finite figures, scale and "
+			    "dof >= 0 and low <= high",
+			    what);
+	}
+	return 0;
+}
+
+static int
+spec_check_data(const Kclaw__TaskSpec *spec, size_t set, const char *list,
+    size_t j, const Kclaw__TensorData *d)
+{
+	if (d == NULL || !spec_is_ident(d->name) ||
+	    spec_find(spec, d->name, spec->n_tensors) == NULL)
+		return kc_seterr(KC_EINVAL,
+		    "spec: reference.sets[%zu].%s[%zu]: '%.80s' is not one of "
+		    "the task's tensors",
+		    set, list, j, d && d->name ? d->name : "");
+	if (d->blob != NULL && *d->blob && !spec_is_hex64(d->blob))
+		return kc_seterr(KC_EINVAL,
+		    "spec: reference.sets[%zu].%s[%zu] '%s': blob must be a "
+		    "SHA-256 in lower-case hex",
+		    set, list, j, d->name);
+	return 0;
+}
+
+static int
+spec_check_reference(const Kclaw__TaskSpec *spec)
+{
+	const Kclaw__Reference *r = spec->reference;
+	int rv;
+
+	if (r == NULL)
+		return 0;
+	if (r->kind < KCLAW__REFERENCE__KIND__KIND_UNSPECIFIED ||
+	    r->kind > KCLAW__REFERENCE__KIND__TORCH)
+		return kc_seterr(KC_EINVAL,
+		    "spec: reference.kind %d is unknown; use cuda, tensors or "
+		    "torch",
+		    (int)r->kind);
+	if ((rv = spec_check_num("reference.baseline_ms", r->baseline_ms)) !=
+	        0 ||
+	    (rv = spec_check_num(
+	         "reference.torch_compile_ms", r->torch_compile_ms)) != 0 ||
+	    (rv = spec_check_text("reference.torch_source", r->torch_source)) !=
+	        0)
+		return rv;
+	if (r->cuda != NULL &&
+	    ((rv = spec_check_text("reference.cuda.source", r->cuda->source)) !=
+	            0 ||
+	        (rv = spec_check_text(
+	             "reference.cuda.plan_json", r->cuda->plan_json)) != 0))
+		return rv;
+	if (r->kind == KCLAW__REFERENCE__KIND__CUDA &&
+	    (r->cuda == NULL || r->cuda->source == NULL || !*r->cuda->source))
+		return kc_seterr(KC_EINVAL,
+		    "spec: a cuda reference needs reference.cuda with its "
+		    "source");
+	if (r->n_sets > KC_SPEC_MAX_SETS ||
+	    (r->kind == KCLAW__REFERENCE__KIND__TENSORS && r->n_sets == 0))
+		return kc_seterr(KC_EINVAL,
+		    "spec: reference.sets holds %zu input sets; give 1 to %d",
+		    r->n_sets, KC_SPEC_MAX_SETS);
+	for (size_t s = 0; s < r->n_sets; s++) {
+		const Kclaw__TensorSet *ts = r->sets[s];
+		if (ts == NULL || ts->n_inputs > spec->n_tensors ||
+		    ts->n_expected > spec->n_tensors)
+			return kc_seterr(KC_EINVAL,
+			    "spec: reference.sets[%zu] names more tensors "
+			    "than the task has",
+			    s);
+		for (size_t j = 0; j < ts->n_inputs; j++)
+			if ((rv = spec_check_data(
+			         spec, s, "inputs", j, ts->inputs[j])) != 0)
+				return rv;
+		for (size_t j = 0; j < ts->n_expected; j++)
+			if ((rv = spec_check_data(
+			         spec, s, "expected", j, ts->expected[j])) != 0)
+				return rv;
+	}
+	return 0;
+}
+
+int
+kc_spec_check(const Kclaw__TaskSpec *spec)
+{
+	uint64_t total = 0;
+	size_t outputs = 0;
+	bool torch;
+	int rv;
+
+	if (spec == NULL)
+		return kc_seterr(KC_EINVAL, "spec: missing");
+	if (!spec_is_task_name(spec->name))
+		return kc_seterr(KC_EINVAL,
+		    "spec: name '%.80s' may hold only letters, digits, '_', "
+		    "'-' and '.' (1 to %d, not starting with '.'); rename the "
+		    "task",
+		    spec->name ? spec->name : "", SPEC_TASK_NAME_MAX);
+	if ((rv = spec_check_text("description", spec->description)) != 0 ||
+	    (rv = spec_check_text("context", spec->context)) != 0)
+		return rv;
+	torch = spec->reference != NULL &&
+	    spec->reference->kind == KCLAW__REFERENCE__KIND__TORCH;
+	/* A torch problem may leave its tensors to the reference process. */
+	if (spec->n_tensors > KC_SPEC_MAX_TENSORS ||
+	    (spec->n_tensors == 0 && !torch))
+		return kc_seterr(KC_EINVAL,
+		    "spec: %zu tensors; a task has 1 to %d", spec->n_tensors,
+		    KC_SPEC_MAX_TENSORS);
+	for (size_t i = 0; i < spec->n_tensors; i++) {
+		if ((rv = spec_check_tensor(spec, i, &total)) != 0)
+			return rv;
+		outputs += spec->tensors[i]->kind == KCLAW__TENSOR_KIND__OUTPUT;
+	}
+	if (outputs == 0 && !torch)
+		return kc_seterr(KC_EINVAL,
+		    "spec: no tensor has kind output; define the tensor the "
+		    "task computes so it can be compared to the reference");
+	if (spec->tolerance != NULL &&
+	    ((rv = spec_check_num("tolerance.atol", spec->tolerance->atol)) !=
+	            0 ||
+	        (rv = spec_check_num(
+	             "tolerance.rtol", spec->tolerance->rtol)) != 0 ||
+	        (rv = spec_check_num("tolerance.max_rel_norm",
+	             spec->tolerance->max_rel_norm)) != 0))
+		return rv;
+	if (spec->budget != NULL) {
+		if ((rv = spec_check_num("budget.target_speedup",
+		         spec->budget->target_speedup)) != 0)
+			return rv;
+		if (spec->budget->rounds > SPEC_MAX_ROUNDS)
+			return kc_seterr(KC_EINVAL,
+			    "spec: budget.rounds is %u; at most %u",
+			    spec->budget->rounds, SPEC_MAX_ROUNDS);
+	}
+	if (spec->params != NULL &&
+	    ((rv = spec_check_num("params.rt", spec->params->rt)) != 0 ||
+	        (rv = spec_check_num("params.at", spec->params->at)) != 0))
+		return rv;
+	if (spec->params != NULL && spec->params->seeds > SPEC_MAX_SEEDS)
+		return kc_seterr(KC_EINVAL,
+		    "spec: params.seeds is %u; at most %u", spec->params->seeds,
+		    SPEC_MAX_SEEDS);
+	if (spec->trials > SPEC_MAX_TRIALS)
+		return kc_seterr(KC_EINVAL, "spec: trials is %u; at most %u",
+		    spec->trials, SPEC_MAX_TRIALS);
+	if (spec->precision != NULL && *spec->precision &&
+	    strcmp(spec->precision, "strict") != 0 &&
+	    strcmp(spec->precision, "warn") != 0)
+		return kc_seterr(KC_EINVAL,
+		    "spec: precision '%.40s' is unknown; use \"strict\" or "
+		    "\"warn\"",
+		    spec->precision);
+	return spec_check_reference(spec);
+}
