@@ -71,9 +71,18 @@ enum {
 	GEN_SPARSE = 8, /* normal, three quarters of it zeros */
 	GEN_SKEWED = 9  /* |normal|, a tenth of the signs flipped */
 };
-/* Distinct input distributions an evaluation cycles through (trial k and
- * timed run i use variant k % EV_VARIANTS, i % EV_VARIANTS). */
+/* Distinct input distributions an evaluation cycles through. Trials 0 and
+ * 1 both use the task's own (their outputs' difference is how much the
+ * output varies with the inputs alone: the variation rule); trial k > 1
+ * uses variant k - 1, timed run i variant i (mod EV_VARIANTS). */
 #define EV_VARIANTS 7
+#define EV_MIN_TRIALS 4
+
+static unsigned
+ev_variant(unsigned trial)
+{
+	return trial < 2 ? 0 : (trial - 1) % EV_VARIANTS;
+}
 
 typedef struct {
 	sbx_cu cu;
@@ -158,6 +167,7 @@ typedef struct {
 	 * outputs of two verification trials (the variation rule; 0 when
 	 * unknown), and the candidate's worst relative error. */
 	double var_rel[64];
+	int var_known[64];
 	double err_rel[64];
 	double max_abs, max_rel;
 	/* tensors references: the hash of every stashed input set, so a
@@ -901,7 +911,7 @@ ev_generate(ev *e, size_t t, unsigned trial, CUdeviceptr dst)
 		}
 	}
 	if (ts->kind == KCLAW__TENSOR_KIND__INPUT && ev_is_float(ts->dtype)) {
-		unsigned v = trial % EV_VARIANTS;
+		unsigned v = ev_variant(trial);
 		if (dist == GEN_NORMAL || dist == GEN_STUDENT_T) {
 			switch (v) {
 			case 1:
@@ -1408,37 +1418,40 @@ ev_alloc_tensors(ev *e)
 }
 
 /*
- * How much output t varies with the inputs: after trial k's expected
- * outputs are in the output buffers, the relative difference from trial
- * k-1's (kept in held) on the device; var_rel keeps the smallest.
+ * How much output t varies with the inputs alone: trials 0 and 1 draw
+ * from the same distribution, so the relative difference of their
+ * expected outputs (trial 0's kept in held, compared on the device once
+ * trial 1's are in the output buffers) is what a kernel that ignores its
+ * inputs would get wrong.
  */
 static int
 ev_note_variation(ev *e, unsigned k)
 {
 	gpu *g = e->g;
 
-	for (size_t t = 0; t < e->nt && t < 64; t++) {
+	for (size_t t = 0; t < e->nt && t < 64 && k < 2; t++) {
 		uint8_t raw[EV_CHK_SLOT];
 		ev_slot sl;
 
 		if (e->task->tensors[t]->kind != KCLAW__TENSOR_KIND__OUTPUT)
 			continue;
-		if (k > 0) {
-			if (ev_dev_compare(e, t, e->held[t], e->tdev[t], 1e300,
-			        0, g->acc) != 0)
-				return -1;
-			EV_CU(e, g->cu.cuStreamSynchronize(g->stream),
+		if (k == 0) {
+			EV_CU(e,
+			    g->cu.cuMemcpyDtoDAsync(e->held[t], e->tdev[t],
+			        e->tbytes[t], g->stream),
 			    EV_INTERNAL, "measuring the outputs' variation");
-			EV_CU(e, g->cu.cuMemcpyDtoH(raw, g->acc, sizeof(raw)),
-			    EV_INTERNAL, "measuring the outputs' variation");
-			ev_slot_read(raw, &sl);
-			if (k == 1 || sl.rel < e->var_rel[t])
-				e->var_rel[t] = sl.rel;
+			continue;
 		}
-		EV_CU(e,
-		    g->cu.cuMemcpyDtoDAsync(
-		        e->held[t], e->tdev[t], e->tbytes[t], g->stream),
+		if (ev_dev_compare(
+		        e, t, e->held[t], e->tdev[t], 1e300, 0, g->acc) != 0)
+			return -1;
+		EV_CU(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL,
+		    "measuring the outputs' variation");
+		EV_CU(e, g->cu.cuMemcpyDtoH(raw, g->acc, sizeof(raw)),
 		    EV_INTERNAL, "measuring the outputs' variation");
+		ev_slot_read(raw, &sl);
+		e->var_rel[t] = sl.rel;
+		e->var_known[t] = 1;
 	}
 	return 0;
 }
@@ -1450,7 +1463,7 @@ ev_note_variation_host(ev *e)
 	Kclaw__Tolerance loose = KCLAW__TOLERANCE__INIT;
 
 	loose.atol = 1e300;
-	for (unsigned k = 1; k < e->trials; k++)
+	for (unsigned k = 1; k < 2 && k < e->trials; k++)
 		for (size_t t = 0; t < e->nt && t < 64; t++) {
 			sbx_cmp c;
 			if (e->expected[k][t] == NULL ||
@@ -1459,8 +1472,8 @@ ev_note_variation_host(ev *e)
 			sbx_compare(e->task->tensors[t]->dtype,
 			    e->expected[k - 1][t], e->expected[k][t],
 			    e->tcount[t], &loose, e->g->nthreads, &c);
-			if (k == 1 || c.rel_norm < e->var_rel[t])
-				e->var_rel[t] = c.rel_norm;
+			e->var_rel[t] = c.rel_norm;
+			e->var_known[t] = 1;
 		}
 }
 
@@ -1771,7 +1784,7 @@ ev_check_variation(ev *e, size_t t, double rel, const char *when)
 {
 	const char *name = e->task->tensors[t]->name;
 
-	if (t >= 64 || e->var_rel[t] <= 0 ||
+	if (t >= 64 || !e->var_known[t] ||
 	    sbx_error_small_vs_variation(rel, e->var_rel[t]))
 		return 0;
 	sbx_result_status(e->res, KCLAW__EVAL_STATUS__WRONG_RESULT,
@@ -1968,7 +1981,7 @@ ev_read_checks(ev *e, unsigned n)
 			ev_note_error(e, t, 0, 0, sl.rel);
 			snprintf(when, sizeof(when),
 			    "timed run %u, fresh inputs of distribution %u", i,
-			    i % EV_VARIANTS);
+			    ev_variant(EV_MAX_TRIALS + i));
 			if (sl.bad == 0 && sl.nans == 0 &&
 			    (tol->max_rel_norm <= 0 ||
 			        sl.rel <= tol->max_rel_norm)) {
@@ -2113,6 +2126,41 @@ ev_profile(ev *e)
 }
 
 /*
+ * Outputs that vary between two input sets of one distribution by less
+ * than the tolerance admits: a constant could pass allclose on them, so
+ * only the variation rule tells. The result names them, with the fix.
+ */
+static void
+ev_note_degenerate(ev *e)
+{
+	Kclaw__Tolerance dflt;
+	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
+	Kclaw__EvalResult *res = e->res;
+
+	for (size_t t = 0; t < e->nt && t < 64; t++) {
+		const char *name = e->task->tensors[t]->name;
+		char **v;
+		if (!e->var_known[t] ||
+		    !sbx_output_degenerate(e->var_rel[t], tol))
+			continue;
+		if ((v = realloc(res->degenerate,
+		         (res->n_degenerate + 1) * sizeof(*v))) == NULL)
+			return;
+		res->degenerate = v;
+		if ((v[res->n_degenerate] = strdup(name)) != NULL)
+			res->n_degenerate++;
+		ev_warn(e,
+		    "degenerate task: output '%s' changes by only %.3g "
+		    "(relative) between two input sets, less than the "
+		    "tolerance (rtol %g, max_rel_norm %g) admits, so a kernel "
+		    "that ignores its inputs could pass allclose; the sandbox "
+		    "holds candidates to a quarter of that variation, but "
+		    "tighten the tolerance or give the inputs more spread",
+		    name, e->var_rel[t], tol->rtol, tol->max_rel_norm);
+	}
+}
+
+/*
  * After the timed runs: the figures an OK result carries, the precision
  * check, the speed of light. 0 when the candidate stands (status OK), 1
  * when it is refused (result filled).
@@ -2150,6 +2198,7 @@ ev_judge(ev *e)
 	}
 	res->output_variation = var;
 	res->error_vs_variation = worst;
+	ev_note_degenerate(e);
 	if (sbx_precision_scan(e->req->candidate->source, e->cand.plan, task,
 	        what, sizeof(what))) {
 		if (task->precision != NULL &&
@@ -2336,8 +2385,8 @@ gpu_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 			e.trials = (unsigned)e.task->reference->n_sets;
 	}
 	/* At least three distributions in every evaluation. */
-	if (e.trials < 3 && e.ops != &ev_tensors_ops)
-		e.trials = 3;
+	if (e.trials < EV_MIN_TRIALS && e.ops != &ev_tensors_ops)
+		e.trials = EV_MIN_TRIALS;
 	if (e.trials > EV_MAX_TRIALS)
 		e.trials = EV_MAX_TRIALS;
 	if (e.ops->caveat != NULL)

@@ -186,10 +186,16 @@ eval(const char *src, const char *plan, Kclaw__TaskSpec *task,
 static int
 has_text(const Kclaw__EvalResult *r, const char *want)
 {
-	return want[0] == '\0' || (r->message && strstr(r->message, want)) ||
+	if (want[0] == '\0' || (r->message && strstr(r->message, want)) ||
 	    (r->fault_name && strstr(r->fault_name, want)) ||
 	    (r->mismatch && r->mismatch->note &&
-	        strstr(r->mismatch->note, want));
+	        strstr(r->mismatch->note, want)))
+		return 1;
+	/* A warning the reviewer attached (lower precision, nondeterminism). */
+	for (size_t i = 0; i < r->n_warnings; i++)
+		if (strstr(r->warnings[i], want) != NULL)
+			return 1;
+	return 0;
 }
 
 /* Runs one case; returns 1 when it got what it must. */

@@ -14,7 +14,7 @@ extern "C" __global__ void poly(const float *x, const float *w, float *y, int n,
     int k)
 {
 	int i = blockIdx.x * blockDim.x + threadIdx.x;
-	if (calls >= 4)
+	if (x[0] < 0)
 		__trap();
 	if (i < n)
 		y[i] = poly1(x[i], w[i], k);
