@@ -17,17 +17,46 @@
 
 /* -------------------------------------------------------------- blocks */
 
+/* The last occurrence of needle in s, or NULL. */
+static const char *
+agent_last(const char *s, const char *needle)
+{
+	const char *p, *last = NULL;
+
+	for (p = strstr(s, needle); p != NULL; p = strstr(p + 1, needle))
+		last = p;
+	return last;
+}
+
+/*
+ * Reasoning inline in the content comes as <think>...</think> (Qwen,
+ * DeepSeek-R1 and their distills; <thinking> for some), and sometimes
+ * without the opening tag, when the chat template put it in the prompt.
+ * The answer is what follows the last closing tag; a reply that opens a
+ * reasoning section and never closes it (cut off while thinking) has no
+ * answer at all: a draft in there must not be taken for one.
+ */
 const char *
 agent_reply_body(const char *content)
 {
-	const char *p = content, *end;
+	static const char *const close_tags[] = {"</think>", "</thinking>"};
+	const char *p = content, *end, *best = NULL;
+	size_t i, blen = 0;
 
+	for (i = 0; i < KC_ARRAY_LEN(close_tags); i++) {
+		end = agent_last(content, close_tags[i]);
+		if (end != NULL && (best == NULL || end > best)) {
+			best = end;
+			blen = strlen(close_tags[i]);
+		}
+	}
+	if (best != NULL)
+		return best + blen;
 	while (isspace((unsigned char)*p))
 		p++;
-	if (strncmp(p, "<think>", 7) != 0 ||
-	    (end = strstr(p + 7, "</think>")) == NULL)
-		return content;
-	return end + 8;
+	if (strncmp(p, "<think>", 7) == 0 || strncmp(p, "<thinking>", 10) == 0)
+		return content + strlen(content);
+	return content;
 }
 
 void
@@ -40,19 +69,21 @@ agent_blocks_free(agent_block *blocks, size_t n)
 	free(blocks);
 }
 
-/* A fence line: up to three spaces, then ```; *info is what follows. */
+/* A fence line: white space (any amount: a fence may be indented inside a
+ * list item), then ```; *info is what follows, *indent the columns before
+ * it. */
 static bool
-agent_is_fence(const char *line, const char *eol, const char **info)
+agent_is_fence(
+    const char *line, const char *eol, const char **info, size_t *indent)
 {
-	int sp = 0;
+	const char *p = line;
 
-	while (line < eol && *line == ' ' && sp < 3) {
-		line++;
-		sp++;
-	}
-	if (eol - line < 3 || strncmp(line, "```", 3) != 0)
+	while (p < eol && (*p == ' ' || *p == '\t'))
+		p++;
+	if (eol - p < 3 || strncmp(p, "```", 3) != 0)
 		return false;
-	*info = line + 3;
+	*info = p + 3;
+	*indent = (size_t)(p - line);
 	return true;
 }
 
@@ -65,6 +96,32 @@ agent_blank(const char *p, const char *eol)
 	return true;
 }
 
+/* The body between body and end, each line losing up to indent leading
+ * blanks (the indentation of its fence). */
+static char *
+agent_block_body(const char *body, const char *end, size_t indent)
+{
+	kc_str s = {0};
+	const char *p = body, *eol;
+	size_t k;
+
+	if (indent == 0)
+		return strndup(body, (size_t)(end - body));
+	while (p < end) {
+		for (k = 0; k < indent && p < end && (*p == ' ' || *p == '\t');
+		     k++)
+			p++;
+		eol = memchr(p, '\n', (size_t)(end - p));
+		eol = eol != NULL ? eol + 1 : end;
+		if (kc_str_appendn(&s, p, (size_t)(eol - p)) != 0) {
+			kc_str_free(&s);
+			return NULL;
+		}
+		p = eol;
+	}
+	return s.buf != NULL ? kc_str_take(&s) : strdup("");
+}
+
 int
 agent_parse_blocks(
     const char *text, agent_block **blocks, size_t *n, kc_str *err)
@@ -72,7 +129,7 @@ agent_parse_blocks(
 	agent_block *b = NULL, *nb;
 	const char *p = text, *eol, *info, *body = NULL;
 	unsigned line = 1, open_line = 0;
-	size_t nb_count = 0, i;
+	size_t nb_count = 0, i, indent, open_indent = 0;
 	char lang[32] = "";
 	bool in = false;
 
@@ -80,10 +137,11 @@ agent_parse_blocks(
 		eol = strchr(p, '\n');
 		if (eol == NULL)
 			eol = p + strlen(p);
-		if (agent_is_fence(p, eol, &info)) {
+		if (agent_is_fence(p, eol, &info, &indent)) {
 			if (!in) {
 				in = true;
 				open_line = line;
+				open_indent = indent;
 				for (i = 0;
 				     info + i < eol && i + 1 < sizeof(lang) &&
 				     !isspace((unsigned char)info[i]);
@@ -101,7 +159,7 @@ agent_parse_blocks(
 				memcpy(b[nb_count].lang, lang, sizeof(lang));
 				b[nb_count].line = open_line;
 				b[nb_count].body =
-				    strndup(body, (size_t)(p - body));
+				    agent_block_body(body, p, open_indent);
 				if (b[nb_count++].body == NULL)
 					goto nomem;
 			}
@@ -180,21 +238,42 @@ agent_parse_json(const char *text, cJSON **out, kc_str *err)
 	agent_block *b;
 	size_t n, i;
 	const char *s;
+	kc_str later = {0};
+	size_t err0 = err->len;
+	bool found = false;
 	int rv;
 
 	if ((rv = agent_parse_blocks(text, &b, &n, err)) != 0)
 		return rv;
-	for (i = 0; i < n; i++) {
+	/*
+	 * The last ```json block that is a JSON object wins: a model may
+	 * echo the format's example, or draft, before its real answer. When
+	 * none parses, the last one's error is the one to fix.
+	 */
+	for (i = n; i-- > 0;) {
 		if (strcmp(b[i].lang, "json") == 0) {
 			char what[64];
 			snprintf(what, sizeof(what),
 			    "the ```json block at line %u", b[i].line);
-			rv = agent_json_object(what, b[i].body, out, err);
-			agent_blocks_free(b, n);
-			return rv;
+			rv = agent_json_object(
+			    what, b[i].body, out, found ? &later : err);
+			if (rv == 0) {
+				/* A later block's error no longer applies. */
+				if (err->buf != NULL) {
+					err->len = err0;
+					err->buf[err0] = '\0';
+				}
+				kc_str_free(&later);
+				agent_blocks_free(b, n);
+				return 0;
+			}
+			found = true;
 		}
 	}
+	kc_str_free(&later);
 	agent_blocks_free(b, n);
+	if (found)
+		return KC_EINVAL;
 	for (s = text; isspace((unsigned char)*s); s++)
 		;
 	if (*s == '{')
@@ -493,11 +572,19 @@ agent_check_dims(const cJSON *step, const char *key, int i, const char *k,
 	int n = 0;
 
 	*product = 1;
+	/* One integer is a 1-D launch (docs/plan.md). */
+	if (cJSON_IsNumber(d) && d->valuedouble >= 1 &&
+	    d->valuedouble == (double)(long long)d->valuedouble &&
+	    d->valuedouble <= 2147483647.0) {
+		*product = (long long)d->valuedouble;
+		return 0;
+	}
 	if (!cJSON_IsArray(d) || cJSON_GetArraySize(d) < 1 ||
 	    cJSON_GetArraySize(d) > 3) {
 		kc_str_printf(err,
-		    "plan: steps[%d] '%s': '%s' must be an array of 1 to 3 "
-		    "positive integers such as [256, 1, 1]",
+		    "plan: steps[%d] '%s': '%s' must be a positive integer "
+		    "or an array of 1 to 3 positive integers such as [256, "
+		    "1, 1]",
 		    i, k, key);
 		return KC_EINVAL;
 	}
@@ -710,36 +797,55 @@ agent_new_candidate(const char *source, const char *plan)
 	return c;
 }
 
+/* A block that holds kernel source: a code language, or no language at
+ * all around a __global__ function. */
+static bool
+agent_is_code_block(const agent_block *b)
+{
+	return agent_is_code_lang(b->lang) ||
+	    (b->lang[0] == '\0' && strstr(b->body, "__global__") != NULL);
+}
+
+/*
+ * Each ```json block is the plan of the code block nearest before it (with
+ * no other plan between them); a code block without a plan after it is a
+ * snippet quoted in the prose, not a candidate. Of the pairs that pass the
+ * contract checks the last max are taken, so a format example or an early
+ * draft before the real answer does not win; the errors of the others are
+ * reported only when fewer than max pass.
+ */
 int
 agent_parse_candidates(const Kclaw__TaskSpec *task, const char *text,
     size_t max, Kclaw__Candidate ***out, size_t *n, kc_str *err)
 {
 	Kclaw__Candidate **v = NULL, **nv, *c;
 	agent_block *b;
-	size_t nb, i, j, cnt = 0, code_blocks = 0;
-	kc_str e = {0};
-	int rv, bad = 0;
+	size_t nb, i, j, cnt = 0, code_blocks = 0, pairs = 0;
+	size_t *code_no = NULL;
+	bool *paired = NULL;
+	kc_str e = {0}, why = {0};
+	int rv = 0, bad = 0;
 
 	*out = NULL;
 	*n = 0;
 	if ((rv = agent_parse_blocks(text, &b, &nb, err)) != 0)
 		return rv;
-	for (i = 0; i < nb && cnt < max; i++) {
-		if (!agent_is_code_lang(b[i].lang))
+	if ((paired = calloc(nb + 1, sizeof(*paired))) == NULL ||
+	    (code_no = calloc(nb + 1, sizeof(*code_no))) == NULL)
+		goto nomem;
+	for (i = 0; i < nb; i++)
+		if (agent_is_code_block(&b[i]))
+			code_no[i] = ++code_blocks;
+	for (j = 0; j < nb; j++) {
+		if (strcmp(b[j].lang, "json") != 0)
 			continue;
-		code_blocks++;
-		for (j = i + 1; j < nb && strcmp(b[j].lang, "json") != 0 &&
-		     !agent_is_code_lang(b[j].lang);
-		     j++)
+		for (i = j; i-- > 0 && strcmp(b[i].lang, "json") != 0 &&
+		     code_no[i] == 0;)
 			;
-		if (j >= nb || strcmp(b[j].lang, "json") != 0) {
-			kc_str_printf(err,
-			    "%scandidate %zu: the ```%s block at line %u has "
-			    "no ```json launch plan block after it",
-			    bad++ ? "; " : "", code_blocks, b[i].lang,
-			    b[i].line);
+		if (i >= j || code_no[i] == 0 || paired[i])
 			continue;
-		}
+		paired[i] = true;
+		pairs++;
 		e.len = 0;
 		if (e.buf != NULL)
 			e.buf[0] = '\0';
@@ -747,9 +853,8 @@ agent_parse_candidates(const Kclaw__TaskSpec *task, const char *text,
 		if (rv == KC_ENOMEM)
 			goto fail;
 		if (rv != 0) {
-			kc_str_printf(err, "%scandidate %zu: %s",
-			    bad++ ? "; " : "", code_blocks, e.buf);
-			i = j;
+			kc_str_printf(&why, "%scandidate %zu: %s",
+			    bad++ ? "; " : "", code_no[i], e.buf);
 			continue;
 		}
 		if ((c = agent_new_candidate(b[i].body, b[j].body)) == NULL)
@@ -760,24 +865,49 @@ agent_parse_candidates(const Kclaw__TaskSpec *task, const char *text,
 		}
 		v = nv;
 		v[cnt++] = c;
-		i = j;
 	}
-	kc_str_free(&e);
-	agent_blocks_free(b, nb);
+	rv = 0;
+	/* Keep the last max. */
+	if (cnt > max) {
+		for (i = 0; i < cnt - max; i++)
+			kclaw__candidate__free_unpacked(v[i], NULL);
+		memmove(v, v + (cnt - max), max * sizeof(*v));
+		cnt = max;
+	}
 	if (code_blocks == 0) {
 		kc_str_printf(err,
 		    "no ```cuda code block found; put the kernel source in a "
 		    "```cuda block and its launch plan in a ```json block "
 		    "right after it");
-		bad = 1;
+		rv = KC_EINVAL;
+	} else if (cnt < max && (bad > 0 || pairs < code_blocks)) {
+		if (bad > 0)
+			kc_str_append(err, why.buf);
+		for (i = 0; i < nb; i++)
+			if (code_no[i] != 0 && !paired[i])
+				kc_str_printf(err,
+				    "%scandidate %zu: the ```%s block at line "
+				    "%u has no ```json launch plan block after "
+				    "it",
+				    bad++ ? "; " : "", code_no[i], b[i].lang,
+				    b[i].line);
+		rv = KC_EINVAL;
 	}
+	kc_str_free(&e);
+	kc_str_free(&why);
+	free(paired);
+	free(code_no);
+	agent_blocks_free(b, nb);
 	*out = v;
 	*n = cnt;
-	return bad ? KC_EINVAL : 0;
+	return rv;
 nomem:
 	rv = KC_ENOMEM;
 fail:
 	kc_str_free(&e);
+	kc_str_free(&why);
+	free(paired);
+	free(code_no);
 	agent_blocks_free(b, nb);
 	for (i = 0; i < cnt; i++)
 		kclaw__candidate__free_unpacked(v[i], NULL);

@@ -68,8 +68,8 @@ test_thinking(void)
 	const char *t = "\n<think>draft:\n```cuda\nbad\n```\n</think>\nanswer";
 
 	KT_EQ_STR(agent_reply_body(t), "\nanswer");
-	KT_EQ_STR(
-	    agent_reply_body("<think>never closed"), "<think>never closed");
+	/* Reasoning that never ends holds no answer. */
+	KT_EQ_STR(agent_reply_body("<think>never closed"), "");
 	KT_EQ_STR(agent_reply_body("plain"), "plain");
 }
 
@@ -261,7 +261,7 @@ test_contract(void)
 	expect_bad(MM_SRC,
 	    "{\"steps\": [{\"kernel\": \"mm\", \"block\": [64], \"args\": "
 	    "[\"C\"]}]}",
-	    "'grid' must be an array");
+	    "'grid' must be a positive integer or an array");
 	expect_bad(MM_SRC,
 	    "{\"steps\": [{\"kernel\": \"mm\", \"grid\": [1], \"block\": [64], "
 	    "\"args\": [\"C\", {\"int\": 3}]}]}",
@@ -301,6 +301,174 @@ test_render(void)
 	agent_vars_free(&v);
 }
 
+/* ---------------------------------------- replies as models write them */
+
+#define K1_SRC "extern \"C\" __global__ void k1(float *C)\n{\n\tC[0] = 1;\n}\n"
+#define K2_SRC                                                                 \
+	"extern \"C\" __global__ void k2(float *C)\n{\n\tC[threadIdx.x] = "    \
+	"2;\n}\n"
+#define K1_PLAN                                                                \
+	"{\"steps\": [{\"kernel\": \"k1\", \"grid\": 1, \"block\": 1, "        \
+	"\"args\": [\"C\"]}]}"
+#define K2_PLAN                                                                \
+	"{\"steps\": [{\"kernel\": \"k2\", \"grid\": [1], \"block\": 64, "     \
+	"\"args\": [\"C\"]}]}"
+#define CAND(src, plan) "```cuda\n" src "```\n```json\n" plan "\n```\n"
+
+static size_t
+parse(const char *text, size_t max, Kclaw__Candidate ***c, int *rv)
+{
+	kc_str err = {0};
+	size_t n = 0;
+
+	*rv = agent_parse_candidates(&task, text, max, c, &n, &err);
+	kc_str_free(&err);
+	return n;
+}
+
+static void
+free_cands(Kclaw__Candidate **c, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		kclaw__candidate__free_unpacked(c[i], NULL);
+	free(c);
+}
+
+static void
+test_thinking_conventions(void)
+{
+	/* Only the closing tag: the template opened the reasoning. */
+	KT_EQ_STR(agent_reply_body("draft ```cuda\nbad\n```\n</think>\nanswer"),
+	    "\nanswer");
+	KT_EQ_STR(
+	    agent_reply_body("<think>a</think>mid<think>b</think>end"), "end");
+	KT_EQ_STR(agent_reply_body("<thinking>x</thinking>y"), "y");
+	KT_EQ_STR(agent_reply_body("  <think>cut off ```cuda\nk\n```"), "");
+}
+
+/* A single integer grid or block is a 1-D launch (docs/plan.md). */
+static void
+test_integer_dims(void)
+{
+	kc_str err = {0};
+
+	KT_OK(agent_check_candidate(&task, K1_SRC, K1_PLAN, &err));
+	KT_OK(agent_check_candidate(&task, K2_SRC, K2_PLAN, &err));
+	expect_bad(K1_SRC,
+	    "{\"steps\": [{\"kernel\": \"k1\", \"grid\": 0, \"block\": 1, "
+	    "\"args\": [\"C\"]}]}",
+	    "'grid' must be a positive integer");
+	expect_bad(K1_SRC,
+	    "{\"steps\": [{\"kernel\": \"k1\", \"grid\": 1, \"block\": 2048, "
+	    "\"args\": [\"C\"]}]}",
+	    "more than the 1024");
+	expect_bad(K1_SRC,
+	    "{\"steps\": [{\"kernel\": \"k1\", \"grid\": 1.5, \"block\": 1, "
+	    "\"args\": [\"C\"]}]}",
+	    "'grid' must be a positive integer");
+	kc_str_free(&err);
+}
+
+/* Fences indented inside a list item; the indentation is not code. */
+static void
+test_indented_fences(void)
+{
+	static const char *text =
+	    "1. The kernel:\n"
+	    "    ```cuda\n"
+	    "    extern \"C\" __global__ void k1(float *C)\n"
+	    "    {\n"
+	    "    \tC[0] = 1;\n"
+	    "    }\n"
+	    "    ```\n"
+	    "2. Its plan:\n"
+	    "    ```json\n"
+	    "    " K1_PLAN "\n"
+	    "    ```\n";
+	Kclaw__Candidate **c;
+	size_t n;
+	int rv;
+
+	n = parse(text, 1, &c, &rv);
+	KT_OK(rv);
+	KT_EQ_INT(n, 1);
+	KT_EQ_STR(c[0]->source, K1_SRC);
+	KT_EQ_STR(c[0]->plan_json, K1_PLAN);
+	free_cands(c, n);
+}
+
+/* A short snippet quoted in the prose before the full source is not the
+ * candidate, and neither is a first draft: the last complete pair is. */
+static void
+test_last_code_block_wins(void)
+{
+	Kclaw__Candidate **c;
+	size_t n;
+	int rv;
+
+	n = parse("The key line is\n```cuda\nC[0] = 1;\n```\nso:\n" CAND(
+	              K1_SRC, K1_PLAN),
+	    1, &c, &rv);
+	KT_OK(rv);
+	KT_EQ_INT(n, 1);
+	KT_EQ_STR(c[0]->source, K1_SRC);
+	free_cands(c, n);
+
+	n = parse(
+	    "Draft:\n" CAND(K1_SRC, K1_PLAN) "Better:\n" CAND(K2_SRC, K2_PLAN),
+	    1, &c, &rv);
+	KT_OK(rv);
+	KT_EQ_INT(n, 1);
+	KT_EQ_STR(c[0]->source, K2_SRC);
+	free_cands(c, n);
+
+	/* Seeds: the format's example echoed first does not take a place. */
+	n = parse("Format:\n" CAND(K1_SRC, K1_PLAN) "Seed 1:\n" CAND(
+	              K2_SRC, K2_PLAN) "Seed 2:\n" CAND(K1_SRC, K1_PLAN),
+	    2, &c, &rv);
+	KT_OK(rv);
+	KT_EQ_INT(n, 2);
+	KT_EQ_STR(c[0]->source, K2_SRC);
+	KT_EQ_STR(c[1]->source, K1_SRC);
+	free_cands(c, n);
+
+	/* A block without a language that holds a kernel is code. */
+	n = parse(
+	    "```\n" K1_SRC "```\n```json\n" K1_PLAN "\n```\n", 1, &c, &rv);
+	KT_OK(rv);
+	KT_EQ_INT(n, 1);
+	free_cands(c, n);
+}
+
+/* An echoed format example before the real plan does not win: the last
+ * ```json block that parses does. */
+static void
+test_last_json_wins(void)
+{
+	kc_str err = {0};
+	cJSON *o;
+
+	KT_OK(agent_parse_json(
+	    "The format is\n```json\n{\"method\": \"<name>\", \"steps\": "
+	    "[\"...\"]}\n```\nMy plan:\n```json\n{\"method\": \"real\"}\n```\n",
+	    &o, &err));
+	KT_EQ_STR(cJSON_GetObjectItem(o, "method")->valuestring, "real");
+	cJSON_Delete(o);
+	KT_OK(agent_parse_json(
+	    "```json\n{\"x\": 1}\n```\nand\n```json\n{broken\n```\n", &o,
+	    &err));
+	KT_EQ_INT(cJSON_GetObjectItem(o, "x")->valueint, 1);
+	KT_ASSERT(err.len == 0);
+	cJSON_Delete(o);
+	KT_EQ_INT(
+	    agent_parse_json("```json\n{a\n```\n```json\n{b,\n```\n", &o, &err),
+	    KC_EINVAL);
+	KT_CONTAINS(err.buf, "block at line 4");
+	kc_str_free(&err);
+}
+
 int
 main(void)
 {
@@ -311,5 +479,10 @@ main(void)
 	KT_RUN(test_features);
 	KT_RUN(test_contract);
 	KT_RUN(test_render);
+	KT_RUN(test_thinking_conventions);
+	KT_RUN(test_integer_dims);
+	KT_RUN(test_indented_fences);
+	KT_RUN(test_last_code_block_wins);
+	KT_RUN(test_last_json_wins);
 	return 0;
 }

@@ -679,6 +679,278 @@ test_edited_templates(void)
 	kt_rmtree(dir);
 }
 
+/* ------------------------------------------ replies of real models */
+
+/* The reply's token limit of logged request n (max_tokens). */
+static int
+logged_limit(cJSON *log, int n)
+{
+	cJSON *body = cJSON_GetObjectItem(cJSON_GetArrayItem(log, n), "body");
+
+	return cJSON_GetObjectItem(body, "max_tokens")->valueint;
+}
+
+static int
+logged_msgs(cJSON *log, int n)
+{
+	cJSON *body = cJSON_GetObjectItem(cJSON_GetArrayItem(log, n), "body");
+
+	return cJSON_GetArraySize(cJSON_GetObjectItem(body, "messages"));
+}
+
+static cJSON *
+kt_cut(const char *content)
+{
+	cJSON *a = kt_reply(content);
+
+	cJSON_AddStringToObject(a, "finish_reason", "length");
+	return a;
+}
+
+/* A reply cut off at the limit is asked again with the limit doubled,
+ * then with a request to be shorter; the re-asks count in the usage. */
+static void
+test_truncation(void)
+{
+	llm_client *c = http_client();
+	Kclaw__AgentJob j =
+	    job_for(KCLAW__ROLE__GENERATOR, "vec_add/generator/5");
+	Kclaw__AgentReply *r;
+	cJSON *log;
+
+	kt_llm_script(&srv, kt_cut("```cuda\nextern \"C\" __global"),
+	    kt_reply(ADD_REPLY), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_INT(r->usage->calls, 2);
+	KT_EQ_INT(r->usage->truncated, 1);
+	log = kt_llm_log(&srv);
+	KT_EQ_INT(logged_limit(log, 0), 1234);
+	KT_EQ_INT(logged_limit(log, 1), 2468);
+	/* The same conversation, only a higher limit. */
+	KT_EQ_INT(logged_msgs(log, 1), 2);
+	cJSON_Delete(log);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+
+	kt_llm_script(&srv, kt_cut("```cuda\nx"), kt_cut("```cuda\ny"),
+	    kt_reply(ADD_REPLY), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_INT(r->usage->calls, 3);
+	KT_EQ_INT(r->usage->truncated, 2);
+	KT_EQ_STR(r->exchange_id, "chatcmpl-test-2");
+	log = kt_llm_log(&srv);
+	KT_EQ_INT(logged_limit(log, 2), 2468);
+	KT_EQ_INT(logged_msgs(log, 2), 4);
+	KT_EQ_STR(logged_msg(log, 2, 2), "```cuda\ny");
+	KT_CONTAINS(logged_msg(log, 2, 3), "cut off at the token limit (2468");
+	KT_CONTAINS(logged_msg(log, 2, 3), "much shorter");
+	cJSON_Delete(log);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+
+	/* Bounded: a third cut-off reply is judged as it is (and re-asked
+	 * as malformed, within max_asks). */
+	kt_llm_script(&srv, kt_cut("a"), kt_cut("b"), kt_cut("```cuda\nc"),
+	    kt_cut("d"), kt_cut("e"), kt_reply(ADD_REPLY), NULL);
+	r = run(c, &j);
+	KT_ASSERT(!r->ok);
+	KT_EQ_INT(r->usage->truncated, 2);
+	KT_EQ_INT(r->usage->calls, 5);
+	KT_CONTAINS(r->error, "not usable 3 times");
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+}
+
+/* Code in the reasoning is never the answer: reasoning_content, inline
+ * <think> with and without its opening tag, and unclosed reasoning. */
+static void
+test_reasoning_never_taken(void)
+{
+	llm_client *c = http_client();
+	Kclaw__AgentJob j =
+	    job_for(KCLAW__ROLE__OPTIMIZER, "vec_add/optimizer/2");
+	Kclaw__OptPlan plan = KCLAW__OPT_PLAN__INIT;
+	char *steps[] = {"1. load float4"};
+	Kclaw__AgentReply *r;
+	cJSON *a, *log;
+
+	plan.method = "vectorize_memory";
+	plan.n_steps = 1;
+	plan.steps = steps;
+	j.base_kernel = &base;
+	j.plan = &plan;
+
+	a = kt_reply("");
+	cJSON_AddStringToObject(a, "reasoning_content", ADD_REPLY);
+	kt_llm_script(&srv, a, kt_reply(ADD4_REPLY), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_INT(r->usage->calls, 2);
+	KT_EQ_STR(r->candidates[0]->source, ADD4_SRC);
+	log = kt_llm_log(&srv);
+	KT_CONTAINS(logged_msg(log, 1, 3), "no ```cuda code block");
+	cJSON_Delete(log);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+
+	kt_llm_script(&srv,
+	    kt_reply("<think>first try:\n" ADD_REPLY "</think>\n" ADD4_REPLY),
+	    NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_INT(r->usage->calls, 1);
+	KT_EQ_STR(r->candidates[0]->source, ADD4_SRC);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+
+	/* No opening tag: the chat template opened the reasoning. */
+	kt_llm_script(&srv,
+	    kt_reply("so maybe:\n" ADD4_REPLY "hmm, no.\n</think>\n" ADD_REPLY),
+	    NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_STR(r->candidates[0]->source, ADD_SRC);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+
+	kt_llm_script(&srv, kt_reply("<think>drafting\n" ADD_REPLY),
+	    kt_reply(ADD4_REPLY), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_INT(r->usage->calls, 2);
+	KT_EQ_STR(r->candidates[0]->source, ADD4_SRC);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+}
+
+static cJSON *
+usage_reply(
+    const char *content, int prompt, int completion, int reasoning, int cached)
+{
+	cJSON *a = kt_reply(content);
+	cJSON *u = cJSON_AddObjectToObject(a, "usage");
+
+	cJSON_AddNumberToObject(u, "prompt_tokens", prompt);
+	cJSON_AddNumberToObject(u, "completion_tokens", completion);
+	cJSON_AddNumberToObject(
+	    cJSON_AddObjectToObject(u, "completion_tokens_details"),
+	    "reasoning_tokens", reasoning);
+	cJSON_AddNumberToObject(
+	    cJSON_AddObjectToObject(u, "prompt_tokens_details"),
+	    "cached_tokens", cached);
+	return a;
+}
+
+/* Usage sums every call of a job, re-asked and failed ones included, with
+ * reasoning and cached tokens, and the parameters the server refused. */
+static void
+test_usage(void)
+{
+	llm_client *c = http_client();
+	Kclaw__AgentJob j = planner_job("vec_add/planner/6");
+	Kclaw__AgentReply *r;
+	cJSON *opts;
+	llm_config cfg;
+
+	kt_llm_script(&srv, usage_reply("no plan here", 1000, 500, 300, 600),
+	    usage_reply(PLAN_OK, 1200, 200, 100, 1000), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_INT(r->usage->calls, 2);
+	KT_EQ_INT(r->usage->prompt_tokens, 2200);
+	KT_EQ_INT(r->usage->completion_tokens, 700);
+	KT_EQ_INT(r->usage->reasoning_tokens, 400);
+	KT_EQ_INT(r->usage->cached_tokens, 1600);
+	KT_EQ_INT(r->usage->failed_calls, 0);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+
+	kt_llm_script(&srv, kt_status(500, NULL), kt_status(503, NULL),
+	    kt_status(500, NULL), NULL);
+	r = run(c, &j);
+	KT_ASSERT(!r->ok);
+	KT_EQ_INT(r->usage->calls, 1);
+	KT_EQ_INT(r->usage->failed_calls, 1);
+	KT_EQ_INT(r->usage->retries, 2);
+	KT_ASSERT(r->usage->latency_ms > 0);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+
+	/* A model that refuses temperature: dropped, and the reply says so. */
+	kt_llm_config(&cfg, &srv);
+	kc_strlcpy(cfg.model, "unknown-reasoner", sizeof(cfg.model));
+	KT_OK(llm_http_open(&c, &cfg));
+	opts = cJSON_CreateObject();
+	cJSON_AddStringToObject(cJSON_AddObjectToObject(opts, "refuse"),
+	    "temperature", "Unsupported value: 'temperature'");
+	kt_llm_script_with(&srv, opts, kt_reply(PLAN_OK), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_INT(r->usage->calls, 1);
+	KT_EQ_INT(r->usage->dropped_params, 1);
+	KT_EQ_INT(logged_count(), 2);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+}
+
+/* A prompt larger than the context window loses its oldest history
+ * first; one that cannot fit even without memories fails the job. */
+static void
+test_context_window(void)
+{
+	Kclaw__AgentJob j = planner_job("vec_add/planner/7");
+	Kclaw__AgentReply *r;
+	llm_config cfg;
+	llm_client *c;
+	kc_str hist = {0};
+	size_t bytes = 0;
+	unsigned base_tokens;
+	cJSON *log;
+	int i;
+
+	/* The prompt's size with an empty history. */
+	c = http_client();
+	j.opt_history = "";
+	kt_llm_script(&srv, kt_reply(PLAN_OK), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	log = kt_llm_log(&srv);
+	for (i = 0; i < 2; i++)
+		bytes += strlen(logged_msg(log, 0, i)) + 16;
+	cJSON_Delete(log);
+	llm_close(c);
+	base_tokens = llm_estimate_tokens(bytes);
+
+	for (i = 0; i < 400; i++)
+		kc_str_printf(&hist,
+		    "round %d: tried a method that made it %d%% slower\n", i,
+		    i % 50);
+	j.opt_history = hist.buf;
+	kt_llm_config(&cfg, &srv);
+	/* Room for the prompt, a little history and the 1234-token reply. */
+	cfg.profile.context_window = base_tokens + 1234 + 600;
+	KT_OK(llm_http_open(&c, &cfg));
+	kt_llm_script(&srv, kt_reply(PLAN_OK), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	log = kt_llm_log(&srv);
+	KT_CONTAINS(logged_msg(log, 0, 1), "round 399: tried");
+	KT_CONTAINS(logged_msg(log, 0, 1), "earlier entries left out");
+	KT_ASSERT(strstr(logged_msg(log, 0, 1), "round 0: tried") == NULL);
+	cJSON_Delete(log);
+	llm_close(c);
+
+	cfg.profile.context_window = base_tokens / 2;
+	KT_OK(llm_http_open(&c, &cfg));
+	kt_llm_script(&srv, kt_reply(PLAN_OK), NULL);
+	r = run(c, &j);
+	KT_ASSERT(!r->ok);
+	KT_CONTAINS(r->error, "even with its memories left out");
+	KT_CONTAINS(r->error, "context window is");
+	KT_EQ_INT(logged_count(), 0);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+	kc_str_free(&hist);
+}
+
 int
 main(void)
 {
@@ -698,6 +970,10 @@ main(void)
 	KT_RUN(test_repairer);
 	KT_RUN(test_replay_byte_identical);
 	KT_RUN(test_edited_templates);
+	KT_RUN(test_truncation);
+	KT_RUN(test_reasoning_never_taken);
+	KT_RUN(test_usage);
+	KT_RUN(test_context_window);
 	kt_llm_stop(&srv);
 	return 0;
 }
