@@ -228,6 +228,60 @@ test_names(void)
 	}
 }
 
+/* Reasoning and cached tokens, the finish reason and the dropped
+ * parameters are recorded and replayed; a replay reports the configured
+ * limits, so a cut-off reply is re-asked as in the recorded run. */
+static void
+test_usage_recorded(void)
+{
+	llm_request k = {msgs, 2, "use/planner/0", 0, NULL, 0, 0};
+	cJSON *a = kt_reply("cut"), *u, *opts = cJSON_CreateObject();
+	llm_client *http, *c;
+	llm_config cfg;
+	llm_limits lim;
+	llm_response r;
+
+	u = cJSON_AddObjectToObject(a, "usage");
+	cJSON_AddNumberToObject(u, "prompt_tokens", 900);
+	cJSON_AddNumberToObject(u, "completion_tokens", 400);
+	cJSON_AddNumberToObject(
+	    cJSON_AddObjectToObject(u, "completion_tokens_details"),
+	    "reasoning_tokens", 250);
+	cJSON_AddNumberToObject(
+	    cJSON_AddObjectToObject(u, "prompt_tokens_details"),
+	    "cached_tokens", 512);
+	cJSON_AddStringToObject(a, "finish_reason", "length");
+	cJSON_AddStringToObject(cJSON_AddObjectToObject(opts, "refuse"), "seed",
+	    "Unsupported parameter: 'seed'");
+	kt_llm_config(&cfg, &srv);
+	cfg.seed = 7;
+	KT_OK(llm_http_open(&http, &cfg));
+	KT_OK(llm_record_open(&c, http, dir, &cfg));
+	kt_llm_script_with(&srv, opts, a, NULL);
+	KT_OK(llm_chat(c, &k, &r));
+	KT_EQ_INT(r.dropped_params, 1);
+	llm_response_free(&r);
+	llm_close(c);
+
+	cfg.max_tokens_cap = 5000;
+	kc_strlcpy(cfg.replay_dir, dir, sizeof(cfg.replay_dir));
+	KT_OK(llm_open(&c, &cfg));
+	KT_EQ_STR(llm_provider_name(c), "replay");
+	KT_OK(llm_chat(c, &k, &r));
+	KT_EQ_STR(r.content, "cut");
+	KT_EQ_STR(r.finish_reason, "length");
+	KT_EQ_INT(r.prompt_tokens, 900);
+	KT_EQ_INT(r.completion_tokens, 400);
+	KT_EQ_INT(r.reasoning_tokens, 250);
+	KT_EQ_INT(r.cached_tokens, 512);
+	KT_EQ_INT(r.dropped_params, 1);
+	llm_response_free(&r);
+	llm_get_limits(c, &lim);
+	KT_EQ_INT(lim.max_tokens, 1234);
+	KT_EQ_INT(lim.max_tokens_cap, 5000);
+	llm_close(c);
+}
+
 int
 main(void)
 {
@@ -238,6 +292,7 @@ main(void)
 	KT_RUN(test_replay_keyed_vs_strict);
 	KT_RUN(test_hand_written);
 	KT_RUN(test_names);
+	KT_RUN(test_usage_recorded);
 	kt_rmtree(dir);
 	kt_llm_stop(&srv);
 	return 0;
