@@ -15,7 +15,9 @@
 #define KC_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
+#include "client.h"
 #include "kc_config.h"
 
 enum {
@@ -33,6 +35,21 @@ bool cli_wants_help(int argc, char **argv);
 int cli_fail(const char *prefix, int err);
 /* Loads the configuration (honours --home DIR anywhere in argv). */
 int cli_config(int argc, char **argv, kc_config *cfg);
+
+/*
+ * Why a finished task ended, in full, as a malloc'd string (caller frees),
+ * or NULL when it has no reason to give. The record's error says what
+ * stopped it; the reason behind a failed job (which job, what it said) is
+ * in the task's TASK_FINISHED event, read from the event log through c
+ * (NULL: only the record's text).
+ */
+char *cli_task_why(orch_client *c, const Kclaw__TaskRecord *t);
+/* Puts cli_task_why's reason into t->error, so --json shows it too. */
+void cli_task_why_fill(orch_client *c, Kclaw__TaskRecord *t);
+/* Whether a usable NVIDIA GPU is here, as the sandbox finds it
+ * (KCLAW_CUDA_DRIVER may name the driver library); why says what is
+ * missing. */
+bool cli_have_gpu(char *why, size_t n);
 
 int cli_up(int argc, char **argv);
 int cli_submit(int argc, char **argv);

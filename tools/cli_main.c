@@ -15,7 +15,6 @@
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -109,53 +108,6 @@ main_usage(FILE *f)
 	    "Exit codes: 0 every task DONE; 1 a task did not end DONE, no GPU "
 	    "or a bundle\nthat does not load; 2 usage; 3 an unknown example, "
 	    "examples or recordings\nfolder; 4 the service did not start.\n");
-}
-
-/* ------------------------------------------------------------- the GPU */
-
-typedef int (*main_cu_init_fn)(unsigned);
-typedef int (*main_cu_count_fn)(int *);
-
-/*
- * Whether a usable NVIDIA GPU is here, as the sandbox finds it: the driver
- * library loads (KCLAW_CUDA_DRIVER may name another, or none), cuInit
- * succeeds and counts at least one device. why says what is missing.
- */
-static bool
-main_have_gpu(char *why, size_t n)
-{
-	const char *path = getenv("KCLAW_CUDA_DRIVER");
-	main_cu_init_fn init;
-	main_cu_count_fn count;
-	void *lib;
-	int devices = 0, r;
-
-	if (path == NULL || *path == '\0')
-		path = "libcuda.so.1";
-	if ((lib = dlopen(path, RTLD_NOW | RTLD_LOCAL)) == NULL) {
-		snprintf(why, n,
-		    "the NVIDIA driver library %s cannot be loaded", path);
-		return false;
-	}
-	init = (main_cu_init_fn)dlsym(lib, "cuInit");
-	count = (main_cu_count_fn)dlsym(lib, "cuDeviceGetCount");
-	if (init == NULL || count == NULL) {
-		snprintf(why, n, "%s is not a CUDA driver", path);
-		dlclose(lib);
-		return false;
-	}
-	if ((r = init(0)) != 0) {
-		snprintf(why, n, "cuInit failed with CUDA error %d", r);
-		dlclose(lib);
-		return false;
-	}
-	if (count(&devices) != 0 || devices < 1) {
-		snprintf(why, n, "the driver sees no device");
-		dlclose(lib);
-		return false;
-	}
-	dlclose(lib);
-	return true;
 }
 
 /* ------------------------------------------------------------ the tasks */
@@ -885,7 +837,7 @@ cli_main_job(int argc, char **argv)
 	m.t0 = kc_mono_ms();
 	why[0] = '\0';
 	if (!m.skip_gpu_check)
-		gpu = main_have_gpu(why, sizeof(why));
+		gpu = cli_have_gpu(why, sizeof(why));
 	if (!gpu && !m.no_gpu_ok)
 		return main_no_gpu(&m, NULL, why);
 	if ((rv = main_home(&m, argc, argv, &cfg)) != 0)

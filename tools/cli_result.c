@@ -74,6 +74,8 @@ cli_result(int argc, char **argv)
 	req.task_id = (char *)task;
 	rv = orch_client_call(&c, "Result", &req.base,
 	    &kclaw__result_response__descriptor, (ProtobufCMessage **)&r);
+	if (rv == 0 && r->task != NULL)
+		cli_task_why_fill(&c, r->task);
 	orch_client_close(&c);
 	if (rv != 0)
 		return cli_fail("result", rv);
@@ -87,7 +89,9 @@ cli_result(int argc, char **argv)
 		    t->spec ? t->spec->name : "", t->state, t->round,
 		    t->reference_ms);
 		if (t->error && *t->error)
-			printf("  %s\n", t->error);
+			printf("  why: %s\n  events: kclaw watch %s --log "
+			       "--no-follow\n",
+			    t->error, t->id);
 		if (r->best) {
 			const Kclaw__Candidate *b = r->best->candidate;
 			const Kclaw__Timing *tm =

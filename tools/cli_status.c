@@ -4,6 +4,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "cli_args.h"
@@ -11,16 +12,23 @@
 #include "kc_err.h"
 #include "pbjson.h"
 
+/* Tasks of a list whose reason is read from the event log, at most (one
+ * events query each). */
+#define STATUS_WHY_MAX 20
+
 static void
 status_usage(FILE *f)
 {
 	fprintf(f,
 	    "usage: kclaw status [TASK_ID] [--json] [--home DIR]\n\n"
 	    "Shows the orchestrator, the processes `kclaw up` supervises and "
-	    "the tasks\n(newest first), or one task in detail. --json prints "
+	    "the tasks\n(newest first), or one task in detail; a task that "
+	    "ended says why (for a\nfailed job: which one, and what it "
+	    "said), and the command that shows its\nevents. --json prints "
 	    "one JSON document:\n{\"health\": HealthResponse, \"tasks\": "
-	    "[TaskRecord]} or the TaskRecord.\nExit codes: 0 ok, 3 no such "
-	    "task, 4 no orchestrator running.\n");
+	    "[TaskRecord]} or the TaskRecord (its error\nholds the reason in "
+	    "full).\nExit codes: 0 ok, 3 no such task, 4 no orchestrator "
+	    "running.\n");
 }
 
 static double
@@ -44,8 +52,11 @@ status_task(const Kclaw__TaskRecord *t)
 	printf("  best       %s  %.4f ms  %.3fx\n",
 	    *t->best_id ? t->best_id : "-", t->best_ms, status_speedup(t));
 	printf("  tokens     %llu\n", (unsigned long long)t->tokens);
-	if (t->error && *t->error)
+	if (t->error && *t->error) {
 		printf("  why        %s\n", t->error);
+		printf(
+		    "  events     kclaw watch %s --log --no-follow\n", t->id);
+	}
 }
 
 int
@@ -74,6 +85,7 @@ cli_status(int argc, char **argv)
 		if (rv != 0) {
 			code = cli_fail("status", rv);
 		} else {
+			cli_task_why_fill(&c, resp->task);
 			if (json) {
 				char *s = kc_pb_to_json_text(&resp->task->base);
 				printf("%s\n", s ? s : "null");
@@ -88,6 +100,7 @@ cli_status(int argc, char **argv)
 		Kclaw__ListRequest lreq = KCLAW__LIST_REQUEST__INIT;
 		Kclaw__HealthResponse *h = NULL;
 		Kclaw__ListResponse *l = NULL;
+		bool failed = false;
 		if ((rv = orch_client_call(&c, "Health", &hreq.base,
 		         &kclaw__health_response__descriptor,
 		         (ProtobufCMessage **)&h)) != 0 ||
@@ -96,6 +109,10 @@ cli_status(int argc, char **argv)
 		         (ProtobufCMessage **)&l)) != 0) {
 			code = cli_fail("status", rv);
 		} else if (json) {
+			for (size_t i = 0; i < l->n_tasks; i++)
+				cli_task_why_fill(
+				    i < STATUS_WHY_MAX ? &c : NULL,
+				    l->tasks[i]);
 			cJSON *root = cJSON_CreateObject(), *arr;
 			char *s;
 			cJSON_AddItemToObject(
@@ -126,16 +143,25 @@ cli_status(int argc, char **argv)
 					    h->processes[i]->state,
 					    h->processes[i]->restarts);
 			}
-			printf("\n%-18s %-20s %-13s %5s %10s %8s\n", "TASK",
-			    "NAME", "STATE", "ROUND", "BEST ms", "SPEEDUP");
+			printf("\n%-18s %-20s %-13s %5s %10s %8s  %s\n", "TASK",
+			    "NAME", "STATE", "ROUND", "BEST ms", "SPEEDUP",
+			    "WHY");
 			for (size_t i = 0; i < l->n_tasks; i++) {
-				const Kclaw__TaskRecord *t = l->tasks[i];
-				printf(
-				    "%-18s %-20.20s %-13s %5u %10.4f %7.3fx\n",
+				Kclaw__TaskRecord *t = l->tasks[i];
+				cli_task_why_fill(
+				    i < STATUS_WHY_MAX ? &c : NULL, t);
+				printf("%-18s %-20.20s %-13s %5u %10.4f "
+				       "%7.3fx  %s\n",
 				    t->id, t->spec ? t->spec->name : "",
 				    t->state, t->round, t->best_ms,
-				    status_speedup(t));
+				    status_speedup(t),
+				    t->error ? t->error : "");
+				failed |= strcmp(t->state, "FAILED") == 0;
 			}
+			if (failed)
+				printf("\n`kclaw status TASK` shows one task, "
+				       "`kclaw watch TASK --log --no-follow` "
+				       "its events.\n");
 		}
 		if (h)
 			kclaw__health_response__free_unpacked(h, NULL);

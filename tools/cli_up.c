@@ -17,6 +17,7 @@
 #include "kc_err.h"
 #include "kc_log.h"
 #include "kc_util.h"
+#include "llm.h"
 #include "supervisor.h"
 
 static volatile sig_atomic_t up_stop;
@@ -33,7 +34,8 @@ up_usage(FILE *f)
 {
 	fprintf(f,
 	    "usage: kclaw up [--detach] [--agents N] [--role-agents "
-	    "ROLE=N,...] [--gpus N]\n                [--home DIR]\n"
+	    "ROLE=N,...] [--gpus N]\n                [--replay DIR] [--home "
+	    "DIR]\n"
 	    "       kclaw up --stop [--home DIR]\n\n"
 	    "Starts the orchestrator (kclawd), the agent processes (N per "
 	    "role, default 1)\nand one sandbox per visible GPU (one anyway "
@@ -49,9 +51,19 @@ up_usage(FILE *f)
 	    "  --role-agents   per role, e.g. planner=2,generator=3 (also "
 	    "kclaw.json\n                  \"up\": {\"agents\": {...}})\n"
 	    "  --gpus N        sandboxes to start instead of one per GPU "
-	    "found\n\n"
+	    "found\n"
+	    "  --replay DIR    the agents answer from the LLM recordings in "
+	    "DIR "
+	    "(e.g. the\n                  shipped share/kclaw/examples/"
+	    "recordings) instead of a model\n\n"
+	    "The agents need a model (KCLAW_LLM_MODEL and KCLAW_LLM_BASE_URL, "
+	    "or \"llm\" in\nkclaw.json; docs/agents.md) or recordings "
+	    "(--replay DIR, or KCLAW_LLM_REPLAY);\nwithout either, up refuses "
+	    "to start. --detach prints where the dashboard is\nand what will "
+	    "not work here (no GPU, no model).\n\n"
 	    "`kclaw status` shows the processes and the tasks. Exit codes: 0 "
-	    "ok, 1 failure,\n2 usage, 3 (--stop) not running.\n");
+	    "ok, 1 failure\n(nothing for the agents to answer with, the "
+	    "service did not come up), 2 usage,\n3 (--stop) not running.\n");
 }
 
 static void
@@ -154,10 +166,105 @@ up_supervise(const sup_options *opt)
 	return rv;
 }
 
+/* Whether opt starts kclaw's own agents (not another program's, through
+ * KCLAW_AGENT_BIN, and not none). */
+static bool
+up_starts_agents(const sup_options *opt)
+{
+	const char *base = strrchr(opt->agent_bin, '/');
+	unsigned n = 0;
+
+	for (int r = 1; r <= 6; r++)
+		n += opt->agents[r];
+	base = base ? base + 1 : opt->agent_bin;
+	return n > 0 && strcmp(base, "kclaw-agent") == 0;
+}
+
+/*
+ * Who answers the agents: a model or recordings, into who. Refuses (with
+ * how to configure either) when neither is configured, as the agents
+ * would only crash-loop.
+ */
+static int
+up_check_llm(const kc_config *cfg, const sup_options *opt, char *who, size_t n,
+    bool *model)
+{
+	char rec[KC_PATH_MAX];
+	llm_config lc;
+	struct stat st;
+	int rv;
+
+	*model = false;
+	snprintf(who, n, "agents: none of kclaw's own");
+	if (!up_starts_agents(opt))
+		return 0;
+	if ((rv = llm_config_load(&lc, cfg)) != 0)
+		return rv;
+	if (*lc.replay_dir) {
+		if (stat(lc.replay_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+			return kc_seterr(KC_ENOENT,
+			    "the LLM recordings folder %s (KCLAW_LLM_REPLAY, "
+			    "--replay or \"llm\".\"replay\") does not exist",
+			    lc.replay_dir);
+		snprintf(who, n,
+		    "agents: answer from the recordings in %s (no model)",
+		    lc.replay_dir);
+		return 0;
+	}
+	if (*lc.model) {
+		*model = true;
+		snprintf(who, n, "agents: model %s at %s", lc.model,
+		    *lc.base_url ? lc.base_url : "the default endpoint");
+		return 0;
+	}
+	if (kc_share_dir("examples", rec, sizeof(rec)) != 0) {
+		kc_clearerr();
+		snprintf(rec, sizeof(rec), "share/kclaw/examples");
+	}
+	return kc_seterr(KC_EINVAL,
+	    "no LLM model configured and no recordings to replay, so the "
+	    "agents could not answer; set KCLAW_LLM_MODEL and "
+	    "KCLAW_LLM_BASE_URL (and KCLAW_LLM_API_KEY, or \"llm\" in "
+	    "%s; docs/agents.md), or give --replay DIR to answer from "
+	    "recordings (the shipped ones: --replay %s/recordings)",
+	    cfg->config_path, rec);
+}
+
+/* What `up --detach` says once the service answers: the dashboard, who
+ * answers the agents, and what will not work on this host. */
+static void
+up_summary(const kc_config *cfg, pid_t pid, const char *who, bool model)
+{
+	char why[256];
+
+	printf("kclaw up: running in the background (supervisor pid %d); "
+	       "`kclaw status` shows it, `kclaw up --stop` stops it\n",
+	    (int)pid);
+	if (*cfg->http_url)
+		printf("  dashboard: %s/ (metrics: %s/metrics)\n",
+		    cfg->http_url, cfg->http_url);
+	else
+		printf("  dashboard: off; KCLAW_HTTP_URL=http://127.0.0.1:8470 "
+		       "(or \"http_url\" in kclaw.json) serves it\n");
+	printf("  %s\n", who);
+	printf("  log: %s/up.log, one log per process in %s\n", cfg->run_dir,
+	    cfg->run_dir);
+	if (!cli_have_gpu(why, sizeof(why)))
+		printf("  warning: no GPU here (%s): evaluations answer "
+		       "NO_DEVICE and tasks fail saying so; `kclaw eval "
+		       "--compile-only` works without one\n",
+		    why);
+	if (!model && strstr(who, "recordings") != NULL)
+		printf("  warning: no LLM model configured: only tasks the "
+		       "recordings cover get answers (set KCLAW_LLM_MODEL and "
+		       "KCLAW_LLM_BASE_URL for a model)\n");
+}
+
 int
 cli_up(int argc, char **argv)
 {
-	bool detach = false, stop = false;
+	bool detach = false, stop = false, model = false;
+	char who[KC_PATH_MAX + 128], replay[KC_PATH_MAX];
 	kc_config cfg;
 	sup_options opt;
 	pid_t pid;
@@ -213,6 +320,21 @@ cli_up(int argc, char **argv)
 			}
 			free(list);
 			i++;
+		} else if (strcmp(argv[i], "--replay") == 0 && v) {
+			struct stat st;
+			if (realpath(v, replay) == NULL ||
+			    stat(replay, &st) != 0 || !S_ISDIR(st.st_mode)) {
+				fprintf(stderr,
+				    "kclaw up: --replay %s: no such folder; "
+				    "give "
+				    "a folder of LLM recordings (e.g. "
+				    "share/kclaw/examples/recordings)\n",
+				    v);
+				return CLI_NOT_FOUND;
+			}
+			/* The agents inherit it. */
+			setenv("KCLAW_LLM_REPLAY", replay, 1);
+			i++;
 		} else if (strcmp(argv[i], "--gpus") == 0 && v) {
 			long n = strtol(v, &end, 10);
 			if (*end || n < 0 || n > 64) {
@@ -239,6 +361,10 @@ cli_up(int argc, char **argv)
 		    "--stop`\n",
 		    cfg.home, (int)pid);
 		return CLI_FAIL;
+	}
+	if ((rv = up_check_llm(&cfg, &opt, who, sizeof(who), &model)) != 0) {
+		rv = cli_fail("up", rv);
+		return rv == CLI_USAGE ? CLI_FAIL : rv;
 	}
 	if ((rv = kc_config_prepare(&cfg)) != 0)
 		return cli_fail("up", rv);
@@ -275,8 +401,6 @@ cli_up(int argc, char **argv)
 		waitpid(pid, NULL, 0);
 		return CLI_FAIL;
 	}
-	printf("kclaw up: running in the background (supervisor pid %d); "
-	       "`kclaw status` shows it, `kclaw up --stop` stops it\n",
-	    (int)pid);
+	up_summary(&cfg, pid, who, model);
 	return CLI_OK;
 }
