@@ -1,25 +1,37 @@
 #!/usr/bin/env python3
 """kb2bundle: turn a KernelBench-style PyTorch problem into a kclaw task bundle.
 
-    kb2bundle.py PROBLEM.py OUT_DIR [--seeds 3] [--device cuda|cpu]
+    kb2bundle.py PROBLEM.py OUT_DIR [--seeds 3] [--seed 1] [--init-seed N]
+    kb2bundle.py --tensors PROBLEM.py OUT_DIR [--seeds 3] [--device cuda|cpu]
 
 A problem file defines `class Model(nn.Module)`, `get_inputs()` and
-`get_init_inputs()`. The tool builds `Model(*get_init_inputs())`, turns its
-state_dict into PARAMETER tensors (names mangled into C identifiers), draws
-the inputs for each seed with `torch.manual_seed(seed)` and stores them with
-the model's outputs as .npy files, times PyTorch eager and torch.compile on
-the same device, and writes task.json with a `tensors` reference and the
-problem's source as the agents' context (docs/bundle.md).
+`get_init_inputs()`.
 
-Everything that does not need PyTorch (names, .npy files, task.json) lives
-in plain functions below and is tested without it
-(tests/tasks/kb2bundle_test.py); PyTorch is imported only by `convert`.
+By default the bundle has a `torch` reference (docs/bundle.md,
+docs/torchref.md): the problem's source as model.py and every tensor
+declared (the forward's arguments in order, numbers among them as scalars,
+the state_dict entries as parameters with their `source_name`, the
+forward's results), with shapes and dtypes found without a GPU: the model
+and its inputs are built on PyTorch's meta device (no memory, no
+arithmetic), or on the CPU where the meta device cannot run the problem and
+it is small enough. The sandbox runs the problem live at evaluation time.
+
+With --tensors the bundle has a `tensors` reference as before: the tool
+builds the model, draws the inputs for each seed with
+`torch.manual_seed(seed)`, stores them with the model's outputs as .npy
+files and times PyTorch eager and torch.compile on the same device.
+
+Everything that does not need PyTorch (names, declarations, .npy files,
+task.json) lives in plain functions below and is tested without it
+(tests/tasks/kb2bundle_test.py); PyTorch is imported only by `convert` and
+`convert_torch`.
 """
 import argparse
 import importlib.util
 import inspect
 import json
 import keyword
+import numbers
 import os
 import re
 import shutil
@@ -48,13 +60,21 @@ NAME_MAX = 63
 DTYPES = {
     "f32": ("<f4", 4), "f16": ("<f2", 2), "bf16": ("<V2", 2),
     "f64": ("<f8", 8), "i32": ("<i4", 4), "i64": ("<i8", 8),
-    "i8": ("|i1", 1), "u8": ("|u1", 1),
+    "i8": ("|i1", 1), "u8": ("|u1", 1), "bool": ("|b1", 1),
 }
 TORCH_DTYPES = {
     "torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16",
     "torch.float64": "f64", "torch.int32": "i32", "torch.int64": "i64",
-    "torch.int8": "i8", "torch.uint8": "u8",
+    "torch.int8": "i8", "torch.uint8": "u8", "torch.bool": "bool",
 }
+# A scalar (a number among get_inputs()' values) is passed to a plan as a
+# typed argument: f32 for a float, i64 for an integer or a bool.
+SCALAR_DTYPES = ("f32", "i64")
+KINDS = ("input", "parameter", "output", "scalar")
+DEFAULT_TOLERANCE = {"atol": 1e-2, "rtol": 1e-2, "max_rel_norm": 1e-2}
+# Where the meta device cannot run a problem, shapes come from a CPU run if
+# its inputs and weights take at most this many bytes.
+CPU_MAX_BYTES = 2 << 30
 
 
 class BridgeError(Exception):
@@ -166,15 +186,122 @@ def read_npy(path):
 # --------------------------------------------------------------- the bundle
 
 class Tensor:
-    """One named tensor of the task with its bytes per input set."""
+    """One named tensor of the task: an input, parameter or output, or a
+    scalar (a number get_inputs() returns; `value` is the number)."""
 
-    def __init__(self, name, kind, dtype, shape, source_name=None):
-        if dtype not in DTYPES:
+    def __init__(self, name, kind, dtype, shape, source_name=None, value=None):
+        if kind not in KINDS:
+            raise BridgeError("tensor %s: kind %s is not one of %s" % (name, kind, ", ".join(KINDS)))
+        if kind == "scalar":
+            if dtype not in SCALAR_DTYPES:
+                raise BridgeError("scalar %s: dtype %s is not one of %s"
+                                  % (name, dtype, ", ".join(SCALAR_DTYPES)))
+            shape = [1]
+        elif dtype not in DTYPES:
             raise BridgeError("tensor %s: dtype %s is not one of %s"
                               % (name, dtype, ", ".join(DTYPES)))
         self.name, self.kind, self.dtype = name, kind, dtype
         self.shape = [int(d) for d in shape] or [1]
         self.source_name = source_name or name
+        self.value = value
+
+    def nbytes(self):
+        n = DTYPES[self.dtype][1] if self.kind != "scalar" else 0
+        for d in self.shape:
+            n *= d
+        return n
+
+    def json(self):
+        """The tensor's entry in task.json. A parameter names its
+        state_dict entry (`source_name`); a scalar has kind "scalar"."""
+        j = {"name": self.name, "kind": self.kind, "dtype": self.dtype, "shape": self.shape}
+        if self.kind == "parameter":
+            j["source_name"] = self.source_name
+        return j
+
+
+def scalar_dtype(value):
+    """The kclaw dtype of a number get_inputs() returns: i64 for integers
+    and bools, f32 for other reals; anything else is refused."""
+    if isinstance(value, (bool, numbers.Integral)):
+        return "i64"
+    if isinstance(value, numbers.Real):
+        return "f32"
+    raise BridgeError("get_inputs() returned a %s (%r); kclaw passes tensors and numbers to a "
+                      "kernel, so make it a tensor or move it into get_init_inputs()"
+                      % (type(value).__name__, value))
+
+
+def declare_tensors(arg_names, inputs, state, outputs):
+    """The task's tensors from what the problem gave, PyTorch-free.
+
+    arg_names: forward's argument names (forward_arg_names);
+    inputs: get_inputs()' values in order, each ("tensor", dtype, shape) or
+    ("scalar", value); state: the state_dict as (key, dtype, shape);
+    outputs: the forward's results as (dtype, shape). Returns the Tensors:
+    inputs and scalars in get_inputs() order, parameters, outputs
+    ("out", or "out0", "out1", ... for several)."""
+    if not outputs:
+        raise BridgeError("the model returned no tensor")
+    taken, tensors = set(), []
+    names = list(arg_names) + ["x%d" % i for i in range(len(arg_names), len(inputs))]
+    for n, v in zip(names, inputs):
+        if v[0] == "scalar":
+            tensors.append(Tensor(c_identifier(n, taken), "scalar", scalar_dtype(v[1]), [1], n,
+                                  value=v[1]))
+        else:
+            tensors.append(Tensor(c_identifier(n, taken), "input", v[1], v[2], n))
+    for key, dt, shape in state:
+        tensors.append(Tensor(c_identifier(key, taken), "parameter", dt, shape, key))
+    onames = ["out"] if len(outputs) == 1 else ["out%d" % i for i in range(len(outputs))]
+    for n, (dt, shape) in zip(onames, outputs):
+        tensors.append(Tensor(c_identifier(n, taken), "output", dt, shape, n))
+    return tensors
+
+
+def write_torch_bundle(out_dir, name, description, source, tensors, tolerance=None,
+                       init_seed=1, trials=3, seed=1, budget=None, provenance=None):
+    """Writes a bundle with a `torch` reference: model.py (the problem's
+    source, also the agents' context), task.json declaring every tensor,
+    and kb2bundle.json (each tensor's origin, how shapes were found).
+    Returns the path of task.json."""
+    if not any(t.kind == "output" for t in tensors):
+        raise BridgeError("the model returned no tensor")
+    if not source or not source.strip():
+        raise BridgeError("the problem's source is empty")
+    if not 1 <= int(trials) <= 64:
+        raise BridgeError("trials must be 1 to 64")
+    seen = set()
+    for t in tensors:
+        if t.name in seen:
+            raise BridgeError("tensor name %s is used twice" % t.name)
+        seen.add(t.name)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "model.py"), "w") as f:
+        f.write(source)
+    task = {
+        "name": name,
+        "description": description,
+        "tensors": [t.json() for t in tensors],
+        "tolerance": tolerance or dict(DEFAULT_TOLERANCE),
+        "budget": budget or {"rounds": 15},
+        "trials": int(trials),
+        "seed": int(seed),
+        "reference": {"kind": "torch", "source": "model.py", "init_seed": int(init_seed)},
+        "context": "model.py",
+    }
+    with open(os.path.join(out_dir, "kb2bundle.json"), "w") as f:
+        json.dump({"sources": {t.name: t.source_name for t in tensors},
+                   "scalars": {t.name: t.value for t in tensors if t.kind == "scalar"},
+                   "provenance": provenance or {}}, f, indent=1)
+        f.write("\n")
+    path = os.path.join(out_dir, "task.json")
+    tmp = path + ".tmp.%d" % os.getpid()
+    with open(tmp, "w") as f:
+        json.dump(task, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
 
 
 def write_bundle(out_dir, name, description, context, tensors, params, sets,
@@ -192,6 +319,9 @@ def write_bundle(out_dir, name, description, context, tensors, params, sets,
         raise BridgeError("no input sets: ask for at least one seed")
     if not any(t.kind == "output" for t in tensors):
         raise BridgeError("the model returned no tensor")
+    if any(t.kind == "scalar" for t in tensors):
+        raise BridgeError("a tensors reference has no scalars; write a torch bundle "
+                          "(without --tensors)")
     if not baseline_ms or baseline_ms <= 0:
         raise BridgeError("baseline_ms must be a positive time")
     os.makedirs(out_dir, exist_ok=True)
@@ -220,8 +350,7 @@ def write_bundle(out_dir, name, description, context, tensors, params, sets,
     task = {
         "name": name,
         "description": description,
-        "tensors": [{"name": t.name, "kind": t.kind, "dtype": t.dtype, "shape": t.shape}
-                    for t in tensors],
+        "tensors": [t.json() for t in tensors],
         "tolerance": tolerance,
         "budget": budget or {"rounds": 15},
         "trials": len(sets),
@@ -250,10 +379,15 @@ def describe(problem, tensors):
     module attribute each parameter tensor is."""
     parts = ["KernelBench problem %s, evaluated as Model(*get_init_inputs())"
              ".eval() under torch.no_grad()." % os.path.basename(problem)]
-    ins = [t for t in tensors if t.kind == "input"]
+    ins = [t for t in tensors if t.kind in ("input", "scalar")]
     outs = [t for t in tensors if t.kind == "output"]
     ps = [t for t in tensors if t.kind == "parameter"]
-    fmt = lambda t: "%s %s%s" % (t.name, t.dtype, t.shape)
+
+    def fmt(t):
+        if t.kind == "scalar":
+            return "%s %s scalar%s" % (t.name, t.dtype,
+                                       "" if t.value is None else " = %r" % (t.value,))
+        return "%s %s%s" % (t.name, t.dtype, t.shape)
     parts.append("Inputs (forward's arguments in order): %s." % ", ".join(map(fmt, ins)))
     if ps:
         parts.append("Parameters (tensor <- state_dict entry): %s." % ", ".join(
@@ -305,6 +439,125 @@ def _outputs(result):
                       "tensor or a tuple of tensors" % type(result).__name__)
 
 
+def _kc_dtype(t, what):
+    dt = TORCH_DTYPES.get(str(t.dtype))
+    if dt is None:
+        raise BridgeError("%s has dtype %s, which kclaw does not handle (%s); convert it in the "
+                          "problem" % (what, t.dtype, ", ".join(sorted(TORCH_DTYPES))))
+    return dt
+
+
+def _describe_values(vals, what):
+    """get_inputs()' values as declare_tensors wants them."""
+    import torch
+
+    out = []
+    for i, v in enumerate(vals):
+        if isinstance(v, torch.Tensor):
+            out.append(("tensor", _kc_dtype(v, "%s[%d]" % (what, i)), [int(d) for d in v.shape]))
+        else:
+            scalar_dtype(v)  # refuses what is not a number
+            out.append(("scalar", v.item() if hasattr(v, "item") else v))
+    return out
+
+
+def _probe(mod, device, init_seed, seed):
+    """Builds the model and draws the inputs on `device` ("meta" or "cpu")
+    and runs the forward once: (inputs, state, outputs) as declare_tensors
+    takes them, and the input and weight bytes. A failure raises with the
+    step that failed in `step`."""
+    import torch
+
+    step = ["get_init_inputs() and Model()"]
+    try:
+        torch.manual_seed(init_seed)
+        with torch.device(device):
+            init = mod.get_init_inputs()
+            model = mod.Model(*init)
+        model = model.eval()
+        state = [(k, _kc_dtype(v, "state_dict entry %s" % k), [int(d) for d in v.shape])
+                 for k, v in model.state_dict().items()]
+        step[0] = "get_inputs()"
+        torch.manual_seed(seed)
+        with torch.device(device):
+            vals = mod.get_inputs()
+        if not isinstance(vals, (list, tuple)):
+            raise BridgeError("get_inputs() returned a %s; return a list of the forward's "
+                              "arguments" % type(vals).__name__)
+        vals = list(vals)
+        inputs = _describe_values(vals, "get_inputs()")
+        nbytes = sum(v.numel() * v.element_size() for v in vals if isinstance(v, torch.Tensor))
+        nbytes += sum(v.numel() * v.element_size() for v in model.state_dict().values())
+        step[0] = "forward"
+        with torch.no_grad(), torch.device(device):
+            outs = _outputs(model(*vals))
+        outputs = [(_kc_dtype(o, "output %d" % i), [int(d) for d in o.shape])
+                   for i, o in enumerate(outs)]
+        names = forward_arg_names(model.forward, len(vals))
+        return names, inputs, state, outputs, nbytes
+    except BridgeError:
+        raise
+    except Exception as e:
+        e.kb_step = step[0]
+        raise
+
+
+def convert_torch(problem, out_dir, base_seed=1, init_seed=None, trials=3, tolerance=None,
+                  cpu_max_bytes=CPU_MAX_BYTES, log=print):
+    """Converts one problem file into a `torch` bundle in out_dir; returns
+    task.json's path. Needs PyTorch, not a GPU: shapes come from the meta
+    device, or from the CPU where the meta device fails and the problem's
+    inputs and weights fit in cpu_max_bytes."""
+    import torch
+
+    init_seed = base_seed if init_seed is None else init_seed
+    mod = _load_problem(problem)
+    how = "meta"
+    try:
+        names, inputs, state, outputs, nbytes = _probe(mod, "meta", init_seed, base_seed)
+    except BridgeError:
+        raise
+    except Exception as e:
+        step = getattr(e, "kb_step", "?")
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        # How big is it? The meta device may have got as far as the inputs.
+        size = None
+        try:
+            torch.manual_seed(init_seed)
+            with torch.device("meta"):
+                m = mod.Model(*mod.get_init_inputs())
+                vals = mod.get_inputs()
+            size = sum(v.numel() * v.element_size() for v in vals if isinstance(v, torch.Tensor))
+            size += sum(v.numel() * v.element_size() for v in m.state_dict().values())
+        except Exception:
+            pass
+        if size is not None and size > cpu_max_bytes:
+            raise BridgeError("the meta device cannot run %s (%s: %s: %s) and its inputs and weights "
+                              "take %.1f GB, more than --cpu-max-bytes %d; raise that to let the CPU "
+                              "find the shapes" % (os.path.basename(problem), step, type(e).__name__,
+                                                   first, size / 1e9, cpu_max_bytes))
+        log("the meta device cannot run %s (%s: %s: %s); finding shapes on the CPU%s"
+            % (os.path.basename(problem), step, type(e).__name__, first,
+               "" if size is None else " (%.2f GB)" % (size / 1e9)))
+        how = "cpu"
+        try:
+            names, inputs, state, outputs, nbytes = _probe(mod, "cpu", init_seed, base_seed)
+        except BridgeError:
+            raise
+        except Exception as e2:
+            raise BridgeError("%s fails on the CPU too (%s: %s: %s); fix the problem"
+                              % (os.path.basename(problem), getattr(e2, "kb_step", "?"),
+                                 type(e2).__name__, (str(e2).strip().splitlines() or [""])[0][:200]))
+    tensors = declare_tensors(names, inputs, state, outputs)
+    with open(problem) as f:
+        source = f.read()
+    prov = {"problem": os.path.abspath(problem), "shapes_from": how, "torch": torch.__version__,
+            "input_and_weight_bytes": nbytes}
+    return write_torch_bundle(out_dir, task_name(problem), describe(problem, tensors), source,
+                              tensors, tolerance or dict(DEFAULT_TOLERANCE), init_seed, trials,
+                              base_seed, provenance=prov)
+
+
 def _time_ms(fn, device, warmup, iters):
     """Median wall time of fn in ms: CUDA events on a GPU, the clock on CPU."""
     import torch
@@ -351,9 +604,10 @@ def convert(problem, out_dir, seeds=3, device="cuda", base_seed=1, compile_=True
         inputs = mod.get_inputs()
         bad = [type(x).__name__ for x in inputs if not isinstance(x, torch.Tensor)]
         if bad:
-            raise BridgeError("get_inputs() returned non-tensors (%s); kclaw inputs "
-                              "are tensors, so move constants into Model's "
-                              "get_init_inputs()" % ", ".join(bad))
+            raise BridgeError("get_inputs() returned non-tensors (%s); a tensors bundle "
+                              "has tensor inputs only: write a torch bundle (without "
+                              "--tensors), which passes numbers as scalars, or move the "
+                              "constants into Model's get_init_inputs()" % ", ".join(bad))
         inputs = [x.to(device) for x in inputs]
         saved = [_torch_bytes(x) for x in inputs]  # before forward may mutate them
         with torch.no_grad():
@@ -411,14 +665,26 @@ def convert(problem, out_dir, seeds=3, device="cuda", base_seed=1, compile_=True
 def main(argv=None):
     ap = argparse.ArgumentParser(
         description="Turn a KernelBench-style problem (class Model, get_inputs, "
-                    "get_init_inputs) into a kclaw task bundle.")
+                    "get_init_inputs) into a kclaw task bundle: a torch reference (the "
+                    "problem run live by the sandbox; no GPU needed here) or, with "
+                    "--tensors, stored inputs and expected outputs.")
     ap.add_argument("problem", help="the problem's .py file")
     ap.add_argument("out_dir", help="the bundle folder to write (created)")
-    ap.add_argument("--seeds", type=int, default=3, help="input sets (default 3)")
-    ap.add_argument("--device", default="cuda", help="cuda or cpu (default cuda)")
+    ap.add_argument("--tensors", action="store_true",
+                    help="write a tensors reference (.npy inputs and outputs, timed here) "
+                         "instead of a torch one, for evaluation without PyTorch")
+    ap.add_argument("--seeds", type=int, default=3,
+                    help="verification trials (torch) or input sets (--tensors); default 3")
     ap.add_argument("--seed", type=int, default=1, help="first seed (default 1)")
-    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile timing")
-    ap.add_argument("--iters", type=int, default=50, help="timed iterations")
+    ap.add_argument("--init-seed", type=int, default=None,
+                    help="torch: the seed the weights are made under (default --seed)")
+    ap.add_argument("--cpu-max-bytes", type=int, default=CPU_MAX_BYTES,
+                    help="torch: where the meta device fails, find shapes on the CPU only if "
+                         "the inputs and weights take at most this (default 2 GiB)")
+    ap.add_argument("--device", default="cuda", help="--tensors: cuda or cpu (default cuda)")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="--tensors: skip torch.compile timing")
+    ap.add_argument("--iters", type=int, default=50, help="--tensors: timed iterations")
     ap.add_argument("--atol", type=float, default=1e-2)
     ap.add_argument("--rtol", type=float, default=1e-2)
     ap.add_argument("--max-rel-norm", type=float, default=1e-2)
@@ -435,11 +701,15 @@ def main(argv=None):
     except ImportError:
         sys.exit("kb2bundle: PyTorch is not installed here; run it where PyTorch is "
                  "(pip install torch), then copy the bundle")
+    tol = {"atol": a.atol, "rtol": a.rtol, "max_rel_norm": a.max_rel_norm}
     try:
-        path = convert(a.problem, a.out_dir, a.seeds, a.device, a.seed, not a.no_compile,
-                       iters=a.iters,
-                       tolerance={"atol": a.atol, "rtol": a.rtol,
-                                  "max_rel_norm": a.max_rel_norm})
+        if a.tensors:
+            path = convert(a.problem, a.out_dir, a.seeds, a.device, a.seed, not a.no_compile,
+                           iters=a.iters, tolerance=tol)
+        else:
+            path = convert_torch(a.problem, a.out_dir, a.seed, a.init_seed, a.seeds, tol,
+                                 a.cpu_max_bytes, log=lambda m: print("kb2bundle: %s" % m,
+                                                                      file=sys.stderr))
     except BridgeError as e:
         sys.exit("kb2bundle: %s" % e)
     print(path)

@@ -1,0 +1,1295 @@
+#!/usr/bin/env python3
+"""torchref: the live PyTorch reference process of a `torch` task.
+
+    python3 torchref.py --fd N
+
+Speaks the JSON-lines protocol of docs/torchref.md over the socket (or any
+bidirectional stream) on file descriptor N: one request per line, exactly
+one reply per request. Ops: hello, load, inputs, check, baseline, unload.
+
+Everything the verdict rests on (the model and its weights, every run's
+private inputs, the expected outputs, outputs held for the determinism
+check) lives in this process's CUDA context and is never exported. The
+buffers the candidate sees (inputs, parameters, outputs) are allocated here,
+each in a CUDA allocation of its own, and exported by CUDA IPC handles.
+
+The request handlers are plain functions of a State (`handle(state, req)`
+returns the reply as a dict), so tools/kernelbench/kb-ref-check.py runs them
+in-process, without sockets. PyTorch is imported lazily (hello, load): a
+machine without it answers NO_TORCH.
+
+Logs go to stderr (one line per request, full tracebacks on errors);
+anything the problem's code prints to stdout goes to stderr too.
+"""
+import argparse
+import ctypes
+import gc
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+
+LINE_MAX = 16 << 20            # bytes per protocol line
+CHUNK = 1 << 24                # elements per chunk of a reduction (bounds temporaries:
+                               # a comparison needs about 80 bytes per element)
+SHARED_ALIGN = 2 << 20         # a shared buffer's allocation is rounded up to this
+SHARED_MIN = 10 << 20          # and is at least this (PyTorch's kMinLargeAlloc)
+VARIANT_SALT = 0x9E3779B97F4A7C15  # the variants' generator: seed ^ salt
+MASK64 = (1 << 64) - 1
+NVARIANTS = 7
+ITERS_MAX = 100000
+FLUSH_FALLBACK = 64 << 20      # L2 size assumed where PyTorch does not say
+
+# kclaw dtype -> (torch dtype name, bytes, integer dtype of the same size
+# used for bitwise comparisons)
+DTYPES = {
+    "f32": ("float32", 4, "int32"), "f16": ("float16", 2, "int16"),
+    "bf16": ("bfloat16", 2, "int16"), "f64": ("float64", 8, "int64"),
+    "i32": ("int32", 4, "int32"), "i64": ("int64", 8, "int64"),
+    "i8": ("int8", 1, "int8"), "u8": ("uint8", 1, "uint8"),
+    "bool": ("bool", 1, "uint8"),
+}
+KINDS = ("input", "parameter", "output", "scalar")
+
+torch = None  # the module, once imported (_import_torch)
+
+
+class RefError(Exception):
+    """A failure with a protocol code; the message is the reply's `error`."""
+
+    def __init__(self, code, msg):
+        Exception.__init__(self, msg)
+        self.code = code
+        self.msg = msg
+
+
+def log(msg):
+    try:
+        sys.stderr.write("torchref[%d] %s %s\n" % (os.getpid(), time.strftime("%H:%M:%S"), msg))
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def one_line(s, limit=300):
+    s = " ".join(str(s).split())
+    return s if len(s) <= limit else s[:limit - 3] + "..."
+
+
+def describe_exc(e, path=None):
+    """'Type: first line of the message (file:line in func)': the frame is
+    the last one in the problem's file when there is one, else the last."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    text = "%s: %s" % (type(e).__name__, one_line(msg)) if msg else type(e).__name__
+    try:
+        tb = traceback.extract_tb(e.__traceback__)
+    except Exception:
+        tb = []
+    frames = [f for f in tb if path and f.filename == path] or list(tb)
+    if frames:
+        f = frames[-1]
+        text += " (%s:%s in %s)" % (os.path.basename(f.filename), f.lineno, f.name)
+    return text
+
+
+def is_fatal_cuda(e):
+    """A CUDA error that poisons this process's context (illegal address,
+    device-side assert): every later request would fail the same way."""
+    seen = 0
+    while e is not None and seen < 8:
+        name = type(e).__name__
+        text = str(e)
+        if name == "AcceleratorError" or "device-side assert" in text or \
+                "illegal memory access" in text or "CUDA error: an illegal" in text or \
+                "unspecified launch failure" in text:
+            return True
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return False
+
+
+def is_oom(e):
+    return (torch is not None and isinstance(e, getattr(torch.cuda, "OutOfMemoryError", ()))) or \
+        "CUDA out of memory" in str(e)
+
+
+def user(what, fn, *args, path=None, **kw):
+    """Runs the problem's own code; its failures are BAD_TASK (out of GPU
+    memory is INTERNAL: the problem may be fine on a bigger GPU)."""
+    try:
+        return fn(*args, **kw)
+    except RefError:
+        raise
+    except (Exception, SystemExit) as e:
+        log("%s failed:\n%s" % (what, traceback.format_exc()))
+        if is_oom(e):
+            raise RefError("INTERNAL", "out of GPU memory in %s: %s" % (what, describe_exc(e, path))) from e
+        raise RefError("BAD_TASK", "%s failed: %s; fix the problem's source" % (what, describe_exc(e, path))) from e
+
+
+def sanitize(x):
+    """JSON has no NaN or infinity: non-finite numbers are sent as null."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: sanitize(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [sanitize(v) for v in x]
+    return x
+
+
+def _import_torch():
+    global torch
+    if torch is not None:
+        return torch
+    # Expandable segments are VMM memory, which cudaIpcGetMemHandle cannot
+    # export: this process allocates with plain cudaMalloc segments.
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    if "expandable_segments" in conf:
+        kept = [o for o in conf.split(",") if o.strip() and not o.strip().startswith("expandable_segments")]
+        if "torch" in sys.modules:
+            log("warning: PyTorch was imported before torchref with PYTORCH_CUDA_ALLOC_CONF=%s; "
+                "shared buffers cannot be exported from expandable segments" % conf)
+        else:
+            log("PYTORCH_CUDA_ALLOC_CONF=%s: dropping expandable_segments (CUDA IPC needs cudaMalloc "
+                "segments)" % conf)
+            if kept:
+                os.environ["PYTORCH_CUDA_ALLOC_CONF"] = ",".join(kept)
+            else:
+                os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    try:
+        import torch as t
+    except Exception as e:
+        raise RefError("NO_TORCH", "PyTorch does not import in %s (%s); install PyTorch with CUDA "
+                       "for this Python (pip install torch), or convert the problem with "
+                       "kb2bundle.py --tensors" % (sys.executable, describe_exc(e)))
+    try:
+        ok = t.cuda.is_available()
+    except Exception as e:
+        ok = False
+        log("torch.cuda.is_available() raised: %s" % describe_exc(e))
+    if not ok:
+        raise RefError("NO_TORCH", "PyTorch %s sees no CUDA GPU (CUDA_VISIBLE_DEVICES=%r, built for "
+                       "CUDA %s); run where a GPU and a CUDA build of PyTorch are"
+                       % (t.__version__, os.environ.get("CUDA_VISIBLE_DEVICES"), t.version.cuda))
+    torch = t
+    return t
+
+
+# ------------------------------------------------------------- CUDA IPC
+
+class Driver:
+    """cuMemGetAddressRange and cuIpcGetMemHandle through libcuda: the
+    handle of the whole cudaMalloc allocation a pointer is in, the pointer's
+    offset in it and the allocation's size (so the caller can check that a
+    shared buffer is alone in its allocation)."""
+
+    def __init__(self, ordinal):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.ordinal = ordinal
+        self.range = self.lib.cuMemGetAddressRange_v2
+        self.range.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t),
+                               ctypes.c_uint64]
+        self.range.restype = ctypes.c_int
+        self.ipc = self.lib.cuIpcGetMemHandle
+        self.ipc.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+        self.ipc.restype = ctypes.c_int
+
+    def errname(self, rc):
+        p = ctypes.c_char_p()
+        try:
+            self.lib.cuGetErrorName(ctypes.c_int(rc), ctypes.byref(p))
+            return "%s (%d)" % (p.value.decode() if p.value else "?", rc)
+        except Exception:
+            return "CUresult %d" % rc
+
+    def _make_current(self):
+        """Makes the device's primary context (the one PyTorch's runtime
+        uses) current on this thread."""
+        dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+        rc = self.lib.cuDeviceGet(ctypes.byref(dev), ctypes.c_int(self.ordinal))
+        if rc == 0:
+            rc = self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
+        if rc == 0:
+            rc = self.lib.cuCtxSetCurrent(ctx)
+        return rc
+
+    def share(self, ptr):
+        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        rc = self.range(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr))
+        if rc == 201:  # CUDA_ERROR_INVALID_CONTEXT
+            rc2 = self._make_current()
+            if rc2 != 0:
+                raise RefError("INTERNAL", "cannot make the primary CUDA context current: %s" % self.errname(rc2))
+            rc = self.range(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr))
+        if rc != 0:
+            raise RefError("INTERNAL", "cuMemGetAddressRange(0x%x) failed: %s" % (ptr, self.errname(rc)))
+        h = ctypes.create_string_buffer(64)
+        rc = self.ipc(ctypes.cast(h, ctypes.c_void_p), ctypes.c_uint64(base.value))
+        if rc != 0:
+            raise RefError("INTERNAL", "cuIpcGetMemHandle failed: %s (is PYTORCH_CUDA_ALLOC_CONF "
+                           "expandable_segments set?)" % self.errname(rc))
+        return h.raw, ptr - base.value, size.value
+
+
+def torch_share(t):
+    """The IPC handle through PyTorch's own _share_cuda_ (the fallback where
+    libcuda cannot be called): (64-byte handle, offset, None). PyTorch 2.x
+    prefixes the handle with a version byte and a type byte ('c' for a
+    cudaMalloc block). Note: PyTorch then keeps the block alive after it is
+    freed (it waits for a consumer that never reports), so memory leaks at
+    every unload on this path."""
+    st = t.untyped_storage()
+    r = st._share_cuda_()
+    handle, offset = r[1], int(r[3])
+    if len(handle) == 66 and handle[1:2] == b"c":
+        handle = handle[2:]
+    elif len(handle) != 64:
+        raise RefError("INTERNAL", "PyTorch's CUDA IPC handle has %d bytes (type %r); only cudaMalloc "
+                       "handles (64 bytes) can be exported: unset expandable_segments in "
+                       "PYTORCH_CUDA_ALLOC_CONF" % (len(handle), handle[1:2]))
+    return handle, offset + t.storage_offset() * t.element_size(), None
+
+
+# ------------------------------------------------------------ the state
+
+class Buf:
+    """One declared tensor: its shared buffer (none for a scalar)."""
+
+    def __init__(self, decl):
+        self.name = decl["name"]
+        self.kind = decl["kind"]
+        self.dtype = decl["dtype"]
+        self.shape = [int(d) for d in decl.get("shape") or [1]]
+        self.source_name = decl.get("source_name") or self.name
+        self.numel = 1
+        for d in self.shape:
+            self.numel *= d
+        self.nbytes = self.numel * DTYPES[self.dtype][1] if self.dtype in DTYPES else 0
+        self.raw = None    # uint8 tensor of the allocation (rounded up)
+        self.view = None   # typed view of the declared shape
+        self.handle = None
+        self.offset = 0
+
+
+class Task:
+    def __init__(self, key, init_seed, decl):
+        self.key = key
+        self.init_seed = init_seed
+        self.decl = decl
+        self.sig = json.dumps([key, init_seed, decl], sort_keys=True)
+        self.bufs = []
+        self.tmpdir = None
+        self.path = None
+        self.modname = None
+        self.mod = None
+        self.model = None
+        self.state = None        # state_dict: the private weights
+        self.private_ptrs = set()
+        self.scalar_names = []
+        self.scalars = {}        # name -> value drawn at load
+        self.ntensor_inputs = 0
+        self.reply = None
+        self.compiled = {}       # mode -> (module or None, error or None)
+        self.flush = None
+        self.warned_mutation = False
+
+    def by_kind(self, kind):
+        return [b for b in self.bufs if b.kind == kind]
+
+
+class Serial:
+    def __init__(self, serial, seed, variant, keep):
+        self.serial = serial
+        self.seed = seed
+        self.variant = variant
+        self.keep = keep
+        self.expected = []
+        self.inputs = None       # private inputs (kept with keep)
+
+
+class State:
+    def __init__(self):
+        self.ready = False
+        self.ordinal = 0
+        self.dev = None
+        self.hello = None
+        self.driver = None
+        self.ipc = None          # "driver" or "torch"
+        self.task = None
+        self.cur = None
+        self.prev_kept = None    # expected outputs of the previous kept serial
+        self.held = None         # outputs copied aside by check's hold
+        self.fatal = False
+
+
+# --------------------------------------------------------------- helpers
+
+def _dt(name):
+    return getattr(torch, DTYPES[name][0])
+
+
+def _bits(t, dtype):
+    """A bitwise view of t (the integer type of the same size)."""
+    return t.view(getattr(torch, DTYPES[dtype][2]))
+
+
+def _kclaw_dtype(t):
+    for k, (tn, _, _) in DTYPES.items():
+        if t.dtype == getattr(torch, tn):
+            return k
+    return None
+
+
+def _shape(t):
+    return [int(d) for d in t.shape] or [1]
+
+
+def _chunks(*ts):
+    flats = [t.reshape(-1) for t in ts]
+    n = flats[0].numel()
+    for lo in range(0, n, CHUNK):
+        yield lo, [f[lo:lo + CHUNK] for f in flats]
+
+
+def _norm64(t):
+    acc = None
+    for _, (c,) in _chunks(t):
+        s = c.double().square().sum()
+        acc = s if acc is None else acc + s
+    return math.sqrt(acc.item()) if acc is not None else 0.0
+
+
+def _diffnorm64(a, b):
+    acc = None
+    for _, (x, y) in _chunks(a, b):
+        s = (x.double() - y.double()).square().sum()
+        acc = s if acc is None else acc + s
+    return math.sqrt(acc.item()) if acc is not None else 0.0
+
+
+def _bits_equal(a, b, dtype):
+    for _, (x, y) in _chunks(_bits(a, dtype), _bits(b, dtype)):
+        if not torch.equal(x, y):
+            return False
+    return True
+
+
+def _need(req, field, types, what=None):
+    if field not in req:
+        raise RefError("INTERNAL", "%s request lacks '%s'" % (req.get("op"), field))
+    v = req[field]
+    if types is int and (isinstance(v, bool) or not isinstance(v, int)):
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        raise RefError("INTERNAL", "%s request: '%s' must be an integer, not %r" % (req.get("op"), field, v))
+    if types is float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise RefError("INTERNAL", "%s request: '%s' must be a number, not %r" % (req.get("op"), field, v))
+        return float(v)
+    if types is bool:
+        if not isinstance(v, bool):
+            raise RefError("INTERNAL", "%s request: '%s' must be true or false, not %r" % (req.get("op"), field, v))
+        return v
+    if types not in (int, float, bool) and not isinstance(v, types):
+        raise RefError("INTERNAL", "%s request: '%s' has the wrong type (%s)" % (req.get("op"), field,
+                                                                                type(v).__name__))
+    return v
+
+
+def ensure_ready(st, ordinal=None):
+    """Imports PyTorch and picks the device (hello does it; any other op
+    before hello does it with device 0)."""
+    if st.ready and (ordinal is None or ordinal == st.ordinal):
+        return
+    t = _import_torch()
+    ordinal = 0 if ordinal is None else ordinal
+    n = t.cuda.device_count()
+    if ordinal < 0 or ordinal >= n:
+        raise RefError("NO_TORCH", "device %d is not visible here: PyTorch sees %d GPU(s) with "
+                       "CUDA_VISIBLE_DEVICES=%r; start the reference with the child's "
+                       "CUDA_VISIBLE_DEVICES" % (ordinal, n, os.environ.get("CUDA_VISIBLE_DEVICES")))
+    if st.task is not None:
+        unload(st)
+    t.cuda.set_device(ordinal)
+    st.ordinal = ordinal
+    st.dev = t.device("cuda", ordinal)
+    # FP32-accurate expected outputs: no TF32 in convolutions or matmuls
+    # (PyTorch's default lets cuDNN use TF32). KCLAW_TORCHREF_TF32=1 keeps it.
+    tf32 = os.environ.get("KCLAW_TORCHREF_TF32") == "1"
+    t.backends.cuda.matmul.allow_tf32 = tf32
+    t.backends.cudnn.allow_tf32 = tf32
+    t.empty(1, device=st.dev)  # creates the context on this thread
+    props = t.cuda.get_device_properties(ordinal)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+    if l2 <= 0:
+        l2 = FLUSH_FALLBACK
+        log("PyTorch does not report the L2 size; assuming %d bytes" % l2)
+    if st.driver is not None:
+        st.driver.ordinal = ordinal
+    else:
+        try:
+            st.driver = Driver(ordinal)
+            st.ipc = "driver"
+        except Exception as e:
+            log("libcuda cannot be called through ctypes (%s); exporting buffers with PyTorch's "
+                "_share_cuda_ (memory of shared buffers is not returned at unload)" % describe_exc(e))
+            st.driver = None
+            st.ipc = "torch"
+    st.hello = {"torch": t.__version__, "device_name": t.cuda.get_device_name(ordinal),
+                "l2_bytes": l2, "cuda": t.version.cuda, "tf32": tf32, "ipc": st.ipc}
+    st.ready = True
+    log("ready: PyTorch %s, CUDA %s, %s (cuda:%d), L2 %d bytes, TF32 %s, IPC via %s"
+        % (t.__version__, t.version.cuda, st.hello["device_name"], ordinal, l2,
+           "on" if tf32 else "off", st.ipc))
+
+
+# ------------------------------------------------------------------ ops
+
+def op_hello(st, req):
+    ordinal = req.get("device", 0)
+    if isinstance(ordinal, bool) or not isinstance(ordinal, int):
+        raise RefError("INTERNAL", "hello: 'device' must be an integer")
+    ensure_ready(st, ordinal)
+    return dict(st.hello)
+
+
+def _free_serials(st):
+    st.cur = None
+    st.prev_kept = None
+    st.held = None
+
+
+def unload(st):
+    """Frees the task: buffers, model, compiled modules, the module and its
+    file; returns the GPU memory to the driver."""
+    t = st.task
+    _free_serials(st)
+    st.task = None
+    if t is None:
+        return
+    log("unload %s" % t.key[:16])
+    had_compiled = bool(t.compiled)
+    for b in t.bufs:
+        b.raw = b.view = None
+    t.bufs = []
+    t.model = t.state = t.flush = None
+    t.compiled = {}
+    if t.modname:
+        sys.modules.pop(t.modname, None)
+    t.mod = None
+    if t.tmpdir:
+        shutil.rmtree(t.tmpdir, ignore_errors=True)
+    if torch is not None:
+        if had_compiled:
+            try:
+                torch._dynamo.reset()
+            except Exception as e:
+                log("torch._dynamo.reset() failed: %s" % describe_exc(e))
+        gc.collect()
+        try:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        except Exception as e:
+            log("freeing GPU memory failed: %s" % describe_exc(e))
+
+
+def op_unload(st, req):
+    unload(st)
+    return {}
+
+
+def _parse_decl(req):
+    tensors = _need(req, "tensors", list)
+    decl, names = [], set()
+    for i, t in enumerate(tensors):
+        if not isinstance(t, dict):
+            raise RefError("INTERNAL", "load: tensors[%d] is not an object" % i)
+        name, kind, dtype = t.get("name"), t.get("kind"), t.get("dtype")
+        if not isinstance(name, str) or not name:
+            raise RefError("INTERNAL", "load: tensors[%d] has no name" % i)
+        if name in names:
+            raise RefError("BAD_TASK", "load: tensor name '%s' is declared twice" % name)
+        names.add(name)
+        if kind not in KINDS:
+            raise RefError("BAD_TASK", "load: tensor '%s' has kind %r; use one of %s"
+                           % (name, kind, ", ".join(KINDS)))
+        if kind == "scalar":
+            dtype = dtype or "f32"
+            if dtype not in ("f32", "f64", "i32", "i64"):
+                raise RefError("BAD_TASK", "load: scalar '%s' has dtype %r; use f32 or i64" % (name, dtype))
+        elif dtype not in DTYPES:
+            raise RefError("BAD_TASK", "load: tensor '%s' has dtype %r; use one of %s"
+                           % (name, dtype, ", ".join(DTYPES)))
+        shape = t.get("shape") or [1]
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool)
+                                                  and d > 0 for d in shape):
+            raise RefError("BAD_TASK", "load: tensor '%s' has shape %r; give positive integers"
+                           % (name, shape))
+        d = {"name": name, "kind": kind, "dtype": dtype, "shape": shape}
+        if t.get("source_name"):
+            d["source_name"] = str(t["source_name"])
+        decl.append(d)
+    if not any(d["kind"] == "output" for d in decl):
+        raise RefError("BAD_TASK", "load: no tensor has kind output")
+    scal = [d["name"] for d in decl if d["kind"] == "scalar"]
+    listed = req.get("scalars")
+    if listed is not None:
+        if not isinstance(listed, list) or not all(isinstance(s, str) for s in listed):
+            raise RefError("INTERNAL", "load: 'scalars' must be a list of names")
+        if scal and listed != scal:
+            raise RefError("INTERNAL", "load: 'scalars' %r differs from the tensors of kind scalar %r"
+                           % (listed, scal))
+        if not scal:
+            for s in listed:  # scalars named only in the list
+                if s in names:
+                    raise RefError("BAD_TASK", "load: scalar '%s' is also a tensor" % s)
+                decl.append({"name": s, "kind": "scalar", "dtype": "f32", "shape": [1]})
+    return decl
+
+
+def _alloc_shared(st, t):
+    """One allocation per shared buffer, rounded up to 2 MiB so that the
+    block is its whole cudaMalloc segment: the IPC handle exposes the whole
+    segment, so nothing private may ever share it. Checked with
+    cuMemGetAddressRange; on a split cached block the cache is emptied and
+    the buffer allocated again."""
+    for b in t.bufs:
+        if b.kind == "scalar":
+            continue
+        # Rounded to 2 MiB and at least 10 MiB: the caching allocator gives
+        # such a request a segment of exactly that size (smaller ones share
+        # a 2 or 20 MiB segment with other blocks).
+        size = (b.nbytes + SHARED_ALIGN - 1) // SHARED_ALIGN * SHARED_ALIGN
+        size = max(size, SHARED_MIN)
+        for attempt in range(3):
+            raw = torch.empty(size, dtype=torch.uint8, device=st.dev)
+            ptr = raw.data_ptr()
+            if st.driver is not None:
+                handle, offset, seg = st.driver.share(ptr)
+                if offset == 0 and seg == size:
+                    break
+                log("shared buffer %s: allocation at offset %d of a %d-byte segment (%d asked); "
+                    "emptying the cache and allocating again" % (b.name, offset, seg, size))
+                if offset == 0 and seg > size:
+                    size = seg  # the allocator's segment size for this request
+                del raw
+                gc.collect()
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+                if attempt == 2:
+                    raise RefError("INTERNAL", "cannot give shared buffer %s an allocation of its own "
+                                   "(the caching allocator splits a cached block); restart the "
+                                   "reference process" % b.name)
+            else:
+                handle, offset, seg = torch_share(raw)
+                break
+        b.raw = raw
+        b.view = raw[:b.nbytes].view(_dt(b.dtype)).view(b.shape)
+        b.handle = handle.hex()
+        b.offset = int(offset)
+
+
+def _check_tensor(b, actual, what):
+    dt = _kclaw_dtype(actual)
+    shape = _shape(actual)
+    if dt != b.dtype or shape != b.shape:
+        raise RefError("BAD_TASK", "%s %s '%s': declared %s%s but the problem gives %s%s; convert "
+                       "the problem again (kb2bundle.py)"
+                       % (b.kind, what, b.name, b.dtype, b.shape, dt or str(actual.dtype), shape))
+
+
+def _split_inputs(t, vals, where):
+    """Matches get_inputs()' values with the declared inputs (tensors, by
+    position among the tensors) and scalars (by position among the rest)."""
+    ins, scal = t.by_kind("input"), t.by_kind("scalar")
+    tens = [v for v in vals if isinstance(v, torch.Tensor)]
+    rest = [v for v in vals if not isinstance(v, torch.Tensor)]
+    if len(tens) != len(ins) or len(rest) != len(scal):
+        raise RefError("BAD_TASK", "%s: get_inputs() returned %d tensors and %d other values but the "
+                       "task declares %d inputs and %d scalars; convert the problem again"
+                       % (where, len(tens), len(rest), len(ins), len(scal)))
+    for b, v in zip(scal, rest):
+        if isinstance(v, bool):
+            v = int(v)
+        if not isinstance(v, (int, float)):
+            try:
+                v = v.item() if hasattr(v, "item") else float(v)
+            except Exception:
+                raise RefError("BAD_TASK", "%s: get_inputs() value for scalar '%s' is a %s; only numbers "
+                               "can be scalars" % (where, b.name, type(v).__name__))
+        if b.dtype in ("i32", "i64") and isinstance(v, float) and not v.is_integer():
+            raise RefError("BAD_TASK", "%s: scalar '%s' is declared %s but get_inputs() gives %r"
+                           % (where, b.name, b.dtype, v))
+    return tens, rest
+
+
+def _scalar_value(b, v):
+    if isinstance(v, bool):
+        return int(v)
+    if hasattr(v, "item") and not isinstance(v, (int, float)):
+        v = v.item()
+    if b.dtype in ("i32", "i64"):
+        return int(v)
+    return float(v)
+
+
+def _draw(st, seed, variant):
+    """get_inputs() under torch.manual_seed(seed) and torch.device(cuda),
+    then variant's transform: the list of values (tensors contiguous on the
+    GPU, each its own storage, detached)."""
+    t = st.task
+    torch.manual_seed(seed & MASK64)
+    with torch.device(st.dev):
+        vals = user("get_inputs()", t.mod.get_inputs, path=t.path)
+    if not isinstance(vals, (list, tuple)):
+        raise RefError("BAD_TASK", "get_inputs() returned a %s; return a list of the forward's "
+                       "arguments" % type(vals).__name__)
+    out, seen = [], set()
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            v = v.detach()
+            if v.device != st.dev:
+                v = v.to(st.dev)
+            v = v.contiguous()
+            if v.numel() > 0:
+                p = v.untyped_storage().data_ptr()
+                if p in seen:
+                    v = v.clone()
+                seen.add(p)
+        out.append(v)
+    if variant:
+        gen = torch.Generator(device=st.dev)
+        gen.manual_seed((seed ^ VARIANT_SALT) & MASK64)
+        for v in out:
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel() > 0:
+                _transform(st, v, variant, gen)
+    return out
+
+
+def _transform(st, x, variant, gen):
+    """The distribution variants of docs/torchref.md, in place, in chunks."""
+    flat = x.view(-1)
+    n = flat.numel()
+    if variant == 1:
+        flat.mul_(4)
+    elif variant == 2:
+        s1 = s2 = None
+        for _, (c,) in _chunks(flat):
+            c64 = c.double()
+            a, b = c64.sum(), c64.square().sum()
+            s1 = a if s1 is None else s1 + a
+            s2 = b if s2 is None else s2 + b
+        s1, s2 = s1.item(), s2.item()
+        var = (s2 - s1 * s1 / n) / (n - 1) if n > 1 else 0.0
+        std = math.sqrt(var) if var > 0 and math.isfinite(var) else 0.0
+        flat.add_(0.5 * std)
+    elif variant == 3:
+        for _, (c,) in _chunks(flat):
+            u = torch.rand(c.numel(), generator=gen, device=st.dev, dtype=torch.float32)
+            c.mul_(u < 0.25)
+    elif variant == 4:
+        for _, (c,) in _chunks(flat):
+            g = torch.randn(c.numel(), generator=gen, device=st.dev, dtype=torch.float32)
+            c.mul_(g.mul_(0.75).exp_())
+    elif variant == 5:
+        lo = flat.min().item()
+        if lo >= 0:
+            hi = flat.max().item()
+            if hi > 0 and math.isfinite(hi):
+                for _, (c,) in _chunks(flat):
+                    c.copy_(c.float().square_().div_(hi))
+        else:
+            for _, (c,) in _chunks(flat):
+                u = torch.rand(c.numel(), generator=gen, device=st.dev, dtype=torch.float32)
+                sign = (u < 0.1).to(torch.float32).mul_(-2).add_(1)
+                c.abs_().mul_(sign)
+    elif variant == 6:
+        flat.mul_(0.01)
+
+
+def _outputs_of(result, where):
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, (list, tuple)) and result and all(isinstance(r, torch.Tensor) for r in result):
+        return list(result)
+    raise RefError("BAD_TASK", "%s: forward returned %s; return a tensor or a tuple of tensors"
+                   % (where, type(result).__name__))
+
+
+def _forward(st, args, where):
+    t = st.task
+    with torch.no_grad():
+        res = user("forward (%s)" % where, t.model, *args, path=t.path)
+    return _outputs_of(res, where)
+
+
+def _own_outputs(st, outs, args):
+    """Expected outputs as tensors of their own: a result that shares
+    storage with an input, a weight or another result is cloned."""
+    t = st.task
+    taken = set(t.private_ptrs)
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.numel() > 0:
+            taken.add(a.untyped_storage().data_ptr())
+    res = []
+    for o in outs:
+        o = o.detach()
+        p = o.untyped_storage().data_ptr() if o.numel() > 0 else None
+        if p is not None and p in taken:
+            o = o.clone()
+            p = o.untyped_storage().data_ptr()
+        o = o.contiguous()
+        if p is not None:
+            taken.add(o.untyped_storage().data_ptr())
+        res.append(o)
+    return res
+
+
+def _restore_params(t):
+    for b in t.by_kind("parameter"):
+        b.view.copy_(t.state[b.source_name].reshape(b.shape))
+
+
+def op_load(st, req):
+    ensure_ready(st)
+    key = _need(req, "key", str)
+    source = _need(req, "source", str)
+    init_seed = _need(req, "init_seed", int)
+    decl = _parse_decl(req)
+    sig = json.dumps([key, init_seed, decl], sort_keys=True)
+    if st.task is not None and st.task.sig == sig and st.task.reply is not None:
+        _free_serials(st)
+        log("load %s: already loaded, reusing the model and buffers" % key[:16])
+        return dict(st.task.reply)
+    if st.task is not None:
+        unload(st)
+    t0 = time.monotonic()
+    t = Task(key, init_seed, decl)
+    t.bufs = [Buf(d) for d in decl]
+    st.task = t
+    try:
+        return _load(st, t, source, t0)
+    except BaseException:
+        unload(st)
+        raise
+
+
+def _load(st, t, source, t0):
+    # Shared buffers first, while the cache is empty: each is a fresh
+    # cudaMalloc segment of its own.
+    gc.collect()
+    torch.cuda.empty_cache()
+    _alloc_shared(st, t)
+
+    # The problem as a module from a file, so inspect and torch.compile
+    # find its source.
+    tag = "".join(c for c in t.key[:16] if c.isalnum()) or "x"
+    t.tmpdir = tempfile.mkdtemp(prefix="torchref-")
+    t.path = os.path.join(t.tmpdir, "problem_%s.py" % tag)
+    with open(t.path, "w") as f:
+        f.write(source)
+    t.modname = "kclaw_problem_%s" % tag
+    spec = importlib.util.spec_from_file_location(t.modname, t.path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[t.modname] = mod
+    user("the problem's module", spec.loader.exec_module, mod, path=t.path)
+    for attr in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(mod, attr):
+            raise RefError("BAD_TASK", "the problem defines no %s; a KernelBench problem defines class "
+                           "Model, get_inputs() and get_init_inputs()" % attr)
+    t.mod = mod
+
+    torch.manual_seed(t.init_seed & MASK64)
+    with torch.device(st.dev):
+        init = user("get_init_inputs()", mod.get_init_inputs, path=t.path)
+        if not isinstance(init, (list, tuple)):
+            raise RefError("BAD_TASK", "get_init_inputs() returned a %s; return a list of Model's "
+                           "arguments" % type(init).__name__)
+        model = user("Model(*get_init_inputs())", lambda: mod.Model(*init), path=t.path)
+    if not hasattr(model, "eval") or not hasattr(model, "state_dict"):
+        raise RefError("BAD_TASK", "Model is not a torch.nn.Module")
+    model = user("Model.to(cuda).eval()", lambda: model.to(st.dev).eval(), path=t.path)
+    t.model = model
+    t.state = model.state_dict()
+    for v in t.state.values():
+        if isinstance(v, torch.Tensor) and v.numel() > 0:
+            t.private_ptrs.add(v.untyped_storage().data_ptr())
+    for b in t.by_kind("parameter"):
+        if b.source_name not in t.state:
+            some = ", ".join(list(t.state)[:8]) or "none"
+            raise RefError("BAD_TASK", "parameter '%s': the model's state_dict has no entry '%s' "
+                           "(it has %s); convert the problem again" % (b.name, b.source_name, some))
+        _check_tensor(b, t.state[b.source_name], "tensor")
+    undeclared = [k for k in t.state if k not in {b.source_name for b in t.by_kind("parameter")}]
+    if undeclared:
+        log("state_dict entries not declared (the candidate does not get them): %s"
+            % ", ".join(undeclared[:10]))
+
+    # One draw to check the inputs, the outputs and count the FLOPs.
+    args = _draw(st, t.init_seed, 0)
+    tens, rest = _split_inputs(t, args, "load")
+    for b, v in zip(t.by_kind("input"), tens):
+        _check_tensor(b, v, "tensor")
+    for b, v in zip(t.by_kind("scalar"), rest):
+        t.scalars[b.name] = _scalar_value(b, v)
+    # The FLOP counter runs the forward itself; where the counter (or the
+    # forward) fails, the forward runs again without it and its own
+    # failure is the problem's.
+    flops = None
+    outs = None
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+        fc = FlopCounterMode(display=False)
+        with fc:
+            with torch.no_grad():
+                res = t.model(*args)
+        outs = _outputs_of(res, "load")
+        del res
+        flops = float(fc.get_total_flops())
+    except RefError:
+        raise
+    except Exception as e:
+        log("FLOP counting failed (%s); running the forward without it" % describe_exc(e, t.path))
+        outs = None
+        gc.collect()
+    if outs is None:
+        outs = _forward(st, args, "load")
+    obufs = t.by_kind("output")
+    if len(outs) != len(obufs):
+        raise RefError("BAD_TASK", "forward returned %d tensors but the task declares %d outputs; "
+                       "convert the problem again" % (len(outs), len(obufs)))
+    for b, o in zip(obufs, outs):
+        _check_tensor(b, o, "tensor")
+    del outs, args, tens
+    _restore_params(t)
+    torch.cuda.synchronize()
+    t.reply = {
+        "buffers": [{"name": b.name, "handle": b.handle, "offset": b.offset, "bytes": b.nbytes}
+                    for b in t.bufs if b.kind != "scalar"],
+        "scalars": dict(t.scalars),
+        "flops": flops,
+    }
+    log("load %s: %d tensors, %.1f MB shared, %s FLOPs, %.2f s"
+        % (t.key[:16], len(t.bufs), sum(b.nbytes for b in t.bufs) / 1e6,
+           "%.3g" % flops if flops is not None else "no", time.monotonic() - t0))
+    return dict(t.reply)
+
+
+def _need_task(st, op):
+    if st.task is None or st.task.reply is None:
+        raise RefError("INTERNAL", "%s before load: no task is loaded" % op)
+    return st.task
+
+
+def op_inputs(st, req):
+    t = _need_task(st, "inputs")
+    serial = _need(req, "serial", int)
+    seed = _need(req, "seed", int)
+    variant = _need(req, "variant", int)
+    keep = bool(req.get("keep", False))
+    if not 0 <= variant < NVARIANTS:
+        raise RefError("INTERNAL", "inputs: unknown variant %d (0 to %d)" % (variant, NVARIANTS - 1))
+    # The previous serial's private inputs and expected outputs go first
+    # (the previous kept outputs stay for var_norm).
+    st.cur = None
+    args = _draw(st, seed, variant)
+    tens, rest = _split_inputs(t, args, "inputs")
+    for b, v in zip(t.by_kind("scalar"), rest):
+        if _scalar_value(b, v) != t.scalars.get(b.name):
+            raise RefError("BAD_TASK", "scalar '%s' is %r for seed %d but was %r at load: a scalar must "
+                           "not depend on the seed" % (b.name, v, seed, t.scalars.get(b.name)))
+    ibufs = t.by_kind("input")
+    for b, v in zip(ibufs, tens):
+        _check_tensor(b, v, "tensor")
+        b.view.copy_(v.reshape(b.shape))
+    _restore_params(t)
+    outs = _forward(st, args, "inputs, seed %d" % seed)
+    obufs = t.by_kind("output")
+    if len(outs) != len(obufs):
+        raise RefError("BAD_TASK", "forward returned %d tensors for seed %d but the task declares %d "
+                       "outputs" % (len(outs), seed, len(obufs)))
+    for b, o in zip(obufs, outs):
+        _check_tensor(b, o, "tensor")
+    exp = [o.reshape(b.shape) for b, o in zip(obufs, _own_outputs(st, outs, args))]
+    del outs
+    cur = Serial(serial, seed, variant, keep)
+    cur.expected = exp
+    if keep:
+        # The kept copy must be what the candidate got: a model that writes
+        # its own inputs changed the private ones, the shared ones are
+        # still as drawn.
+        kept = []
+        for b, v in zip(ibufs, tens):
+            v = v.reshape(b.shape)
+            if not _bits_equal(v, b.view, b.dtype):
+                if not t.warned_mutation:
+                    log("the model writes its input %s; keeping a copy of the drawn values" % b.name)
+                    t.warned_mutation = True
+                v = b.view.clone()
+            kept.append(v)
+        cur.inputs = kept
+    del args, tens, rest
+    res = []
+    for b, e in zip(obufs, exp):
+        var = None
+        if keep and st.prev_kept is not None:
+            var = _diffnorm64(e, st.prev_kept[len(res)])
+        res.append({"name": b.name, "exp_norm": _norm64(e), "var_norm": var})
+    if keep:
+        st.prev_kept = exp
+    for b in obufs:
+        b.raw[:b.nbytes].fill_(255)
+    torch.cuda.synchronize()
+    st.cur = cur
+    return {"outputs": res}
+
+
+def _compare(got, exp, dtype, atol, rtol):
+    """docs/torchref.md's comparison, the sandbox's rules (verify.c), on the
+    GPU in float64 chunks; ints and bools compared exactly."""
+    floating = dtype in ("f32", "f16", "bf16", "f64")
+    if dtype == "bool":
+        got, exp = got.view(torch.uint8), exp.view(torch.uint8)
+    inf = float("inf")
+    bad = nan = err2 = exp2 = max_abs = max_rel = None
+    wscore, widx, wexp, wgot = [], [], [], []
+
+    def acc(a, b):
+        return b if a is None else a + b
+
+    def mx(a, b):
+        return b if a is None else torch.maximum(a, b)
+
+    for lo, (gc_, ec_) in _chunks(got, exp):
+        g, e = gc_.double(), ec_.double()
+        if floating:
+            gn, en = g.isnan(), e.isnan()
+            gi, ei = g.isinf(), e.isinf()
+            both_nan = gn & en
+            special = (gn | en | (gi != ei)) & ~both_nan
+            inf_bad = gi & ei & (g != e)
+            fin = ~(gn | en | gi | ei)
+            d = (g - e).abs()
+            lim = atol + rtol * e.abs()
+            fin_bad = fin & (d > lim)
+            bad = acc(bad, (special | inf_bad | fin_bad).sum())
+            nan = acc(nan, (gn & ~en).sum())
+            fscore = torch.where(lim > 0, d / lim, torch.where(d > 0, inf, 0.0))
+            score = torch.where(fin, fscore, torch.where(special | inf_bad, inf, 0.0))
+            score = torch.where(both_nan, -1.0, score)
+            dall = torch.where(fin, d, torch.where(special | inf_bad, inf, 0.0))
+            rel = torch.where(fin & (e != 0), d / e.abs(), 0.0)
+            dfin = torch.where(fin, d, 0.0)
+            efin = torch.where(fin, e, 0.0)
+        else:
+            neq = gc_ != ec_
+            d = (g - e).abs()
+            lim = atol + rtol * e.abs()
+            bad = acc(bad, neq.sum())
+            score = torch.where(lim > 0, d / lim, torch.where(d > 0, inf, 0.0))
+            dall = d
+            rel = torch.where(e != 0, d / e.abs(), 0.0)
+            dfin, efin = d, e
+        max_abs = mx(max_abs, dall.max())
+        max_rel = mx(max_rel, rel.max())
+        err2 = acc(err2, dfin.square().sum())
+        exp2 = acc(exp2, efin.square().sum())
+        i = torch.argmax(score)
+        wscore.append(score[i])
+        widx.append(i + lo)
+        wexp.append(e[i])
+        wgot.append(g[i])
+        del g, e, d, lim, score, dall, rel, dfin, efin
+    n = got.numel()
+    if not wscore:
+        return {"count": 0, "bad": 0, "nan": 0, "worst": 0, "expected": 0.0, "got": 0.0,
+                "max_abs": 0.0, "max_rel": 0.0, "err_norm": 0.0, "exp_norm": 0.0}
+    scores = torch.stack(wscore)
+    k = int(torch.argmax(scores).item())
+    vals = torch.stack([bad.double(), (nan.double() if nan is not None else torch.zeros((), dtype=torch.float64,
+                                                                                       device=got.device)),
+                        max_abs, max_rel, err2, exp2, widx[k].double(), wexp[k], wgot[k]]).tolist()
+    return {"count": n, "bad": int(vals[0]), "nan": int(vals[1]), "worst": int(widx[k].item()),
+            "expected": vals[7], "got": vals[8], "max_abs": vals[2], "max_rel": vals[3],
+            "err_norm": math.sqrt(vals[4]), "exp_norm": math.sqrt(vals[5])}
+
+
+def _held_diff(got, held, dtype):
+    """(largest |got - held|, elements that differ bitwise)."""
+    count = None
+    dmax = None
+    floating = dtype in ("f32", "f16", "bf16", "f64")
+    for _, (g_, h_) in _chunks(got, held):
+        c = (_bits(g_, dtype) != _bits(h_, dtype)).sum()
+        count = c if count is None else count + c
+        g, h = g_.double(), h_.double()
+        if floating:
+            gn, hn = g.isnan(), h.isnan()
+            d = torch.where(gn & hn, 0.0, torch.where(gn | hn, float("inf"), (g - h).abs()))
+            d = torch.where(g == h, 0.0, d)  # equal infinities
+        else:
+            d = (g - h).abs()
+        m = d.max()
+        dmax = m if dmax is None else torch.maximum(dmax, m)
+    if count is None:
+        return 0.0, 0
+    v = torch.stack([dmax, count.double()]).tolist()
+    return v[0], int(v[1])
+
+
+def op_check(st, req):
+    t = _need_task(st, "check")
+    serial = _need(req, "serial", int)
+    atol = _need(req, "atol", float)
+    rtol = _need(req, "rtol", float)
+    if "max_rel_norm" in req:
+        _need(req, "max_rel_norm", float)
+    hold = bool(req.get("hold", False))
+    compare_held = bool(req.get("compare_held", False))
+    if st.cur is None:
+        raise RefError("INTERNAL", "check of serial %d: no inputs are current (send inputs first)" % serial)
+    if serial != st.cur.serial:
+        raise RefError("INTERNAL", "check of serial %d: only the latest serial (%d) can be checked"
+                       % (serial, st.cur.serial))
+    if compare_held and st.held is None:
+        raise RefError("INTERNAL", "check with compare_held but no earlier check held outputs")
+    obufs = t.by_kind("output")
+    torch.cuda.synchronize()
+    res = []
+    for i, (b, e) in enumerate(zip(obufs, st.cur.expected)):
+        r = {"name": b.name}
+        r.update(_compare(b.view, e, b.dtype, atol, rtol))
+        r["held_diff_max"], r["held_diff_count"] = None, None
+        if compare_held:
+            r["held_diff_max"], r["held_diff_count"] = _held_diff(b.view, st.held[i], b.dtype)
+        res.append(r)
+    written = []
+    if st.cur.keep and st.cur.inputs is not None:
+        for b, v in zip(t.by_kind("input"), st.cur.inputs):
+            if not _bits_equal(b.view, v, b.dtype):
+                written.append(b.name)
+        for b in t.by_kind("parameter"):
+            if not _bits_equal(b.view, t.state[b.source_name].reshape(b.shape), b.dtype):
+                written.append(b.name)
+    if hold:
+        st.held = None
+        st.held = [b.view.clone() for b in obufs]
+    torch.cuda.synchronize()
+    return {"outputs": res, "written": written}
+
+
+def _stats(times, setup_s):
+    return {"median_ms": statistics.median(times), "mean_ms": statistics.fmean(times),
+            "min_ms": min(times), "max_ms": max(times),
+            "stddev_ms": statistics.stdev(times) if len(times) > 1 else 0.0,
+            "iterations": len(times), "setup_s": setup_s}
+
+
+def op_baseline(st, req):
+    t = _need_task(st, "baseline")
+    mode = _need(req, "mode", str)
+    warmup = _need(req, "warmup", int)
+    iters = _need(req, "iters", int)
+    flush = bool(req.get("flush", True))
+    seed = _need(req, "seed", int)
+    if mode not in ("eager", "compile", "max-autotune"):
+        raise RefError("INTERNAL", "baseline: unknown mode %r; use eager, compile or max-autotune" % mode)
+    if not 0 <= warmup <= ITERS_MAX or not 1 <= iters <= ITERS_MAX:
+        raise RefError("INTERNAL", "baseline: warmup must be 0 to %d and iters 1 to %d" % (ITERS_MAX, ITERS_MAX))
+    if flush and t.flush is None:
+        t.flush = torch.empty(2 * st.hello["l2_bytes"], dtype=torch.uint8, device=st.dev)
+    setup_s = 0.0
+    fn = t.model
+    if mode != "eager":
+        fn, err = t.compiled.get(mode, (None, None))
+        if err is not None:
+            raise RefError("COMPILE_FAILED", err)
+        if fn is None:
+            t0 = time.monotonic()
+            try:
+                fn = torch.compile(t.model) if mode == "compile" else \
+                    torch.compile(t.model, mode="max-autotune")
+                args = _draw(st, seed, 0)
+                with torch.no_grad():
+                    fn(*args)
+                del args
+                torch.cuda.synchronize()
+            except RefError:
+                raise
+            except Exception as e:
+                log("torch.compile (%s) failed:\n%s" % (mode, traceback.format_exc()))
+                err = "torch.compile (%s) failed: %s" % (mode, describe_exc(e, t.path))
+                if is_fatal_cuda(e):
+                    raise
+                t.compiled[mode] = (None, err)
+                raise RefError("COMPILE_FAILED", err) from e
+            setup_s = time.monotonic() - t0
+            t.compiled[mode] = (fn, None)
+            log("torch.compile (%s): %.1f s" % (mode, setup_s))
+    events = []
+    try:
+        for i in range(warmup + iters):
+            args = _draw(st, seed + i, 0)
+            if flush:
+                t.flush.fill_(i & 0x7f)
+            if i >= warmup:
+                a = torch.cuda.Event(enable_timing=True)
+                b = torch.cuda.Event(enable_timing=True)
+                a.record()
+            with torch.no_grad():
+                out = fn(*args)
+            if i >= warmup:
+                b.record()
+                events.append((a, b))
+            del out, args
+        torch.cuda.synchronize()
+    except RefError:
+        raise
+    except Exception as e:
+        if mode != "eager" and not is_fatal_cuda(e) and not is_oom(e):
+            raise RefError("COMPILE_FAILED", "the torch.compile (%s) module failed while timed: %s"
+                           % (mode, describe_exc(e, t.path))) from e
+        raise RefError("INTERNAL" if is_oom(e) else "BAD_TASK",
+                       "the forward failed while timed: %s" % describe_exc(e, t.path)) from e
+    times = [a.elapsed_time(b) for a, b in events]
+    return _stats(times, setup_s)
+
+
+OPS = {"hello": op_hello, "load": op_load, "inputs": op_inputs, "check": op_check,
+       "baseline": op_baseline, "unload": op_unload}
+
+
+def handle(st, req):
+    """One request (a dict) -> its reply (a dict, JSON-ready but for
+    non-finite numbers: see sanitize). Never raises for an ordinary
+    failure; sets st.fatal after an error that poisons the CUDA context."""
+    t0 = time.monotonic()
+    op = req.get("op") if isinstance(req, dict) else None
+    try:
+        if not isinstance(req, dict):
+            raise RefError("INTERNAL", "a request must be a JSON object")
+        fn = OPS.get(op)
+        if fn is None:
+            raise RefError("INTERNAL", "unknown op %r; the ops are %s" % (op, ", ".join(OPS)))
+        reply = {"ok": True}
+        reply.update(fn(st, req))
+    except RefError as e:
+        reply = {"ok": False, "code": e.code, "error": e.msg}
+        if is_fatal_cuda(e.__cause__):
+            st.fatal = True
+    except Exception as e:
+        log("%s failed:\n%s" % (op, traceback.format_exc()))
+        if is_fatal_cuda(e):
+            st.fatal = True
+        what = "out of GPU memory" if is_oom(e) else "internal error"
+        reply = {"ok": False, "code": "INTERNAL",
+                 "error": "%s: %s %s" % (op, what, describe_exc(e))}
+    if st.fatal:
+        reply["error"] = reply.get("error", "") + " (the CUDA context is lost; the reference " \
+                                                  "process exits after this reply)"
+    log("%s%s -> %s %.3f s" % (op, "" if op not in ("inputs", "check") else " serial %s" % req.get("serial"),
+                               "ok" if reply.get("ok") else "%s: %s" % (reply["code"], reply["error"]),
+                               time.monotonic() - t0))
+    return reply
+
+
+def encode(reply):
+    return (json.dumps(sanitize(reply), allow_nan=False, separators=(",", ":")) + "\n").encode()
+
+
+# ----------------------------------------------------------- the process
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def serve(fd):
+    st = State()
+    rf = os.fdopen(os.dup(fd), "rb", buffering=1 << 16)
+    while True:
+        line = rf.readline(LINE_MAX + 1)
+        if not line:
+            log("end of file on fd %d: exiting" % fd)
+            return 0
+        if len(line) > LINE_MAX and not line.endswith(b"\n"):
+            while True:
+                more = rf.readline(LINE_MAX + 1)
+                if not more or more.endswith(b"\n"):
+                    break
+            reply = {"ok": False, "code": "INTERNAL", "error": "request longer than 16 MiB"}
+        else:
+            try:
+                req = json.loads(line)
+            except Exception as e:
+                req = None
+                reply = {"ok": False, "code": "INTERNAL",
+                         "error": "request is not JSON (%s): %r" % (one_line(e, 120), line[:80])}
+            if req is not None:
+                reply = handle(st, req)
+        try:
+            _write_all(fd, encode(reply))
+        except OSError as e:
+            log("cannot write the reply (%s): exiting" % e)
+            return 1
+        if st.fatal:
+            log("the CUDA context is lost: exiting so the child starts a fresh process")
+            return 1
+
+
+def _pdeathsig():
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+            log("prctl(PR_SET_PDEATHSIG) failed: errno %d" % ctypes.get_errno())
+    except Exception as e:
+        log("prctl(PR_SET_PDEATHSIG) unavailable: %s" % e)
+    if os.getppid() != parent or parent == 1:
+        log("the parent is gone: exiting")
+        sys.exit(1)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="The live PyTorch reference process (docs/torchref.md).")
+    ap.add_argument("--fd", type=int, required=True, help="the socket's file descriptor")
+    a = ap.parse_args(argv)
+    _pdeathsig()
+    fd = a.fd
+    try:
+        os.fstat(fd)
+    except OSError as e:
+        sys.exit("torchref: --fd %d is not open (%s)" % (fd, e))
+    if fd <= 2:
+        nfd = os.dup(fd)
+        os.close(fd)
+        fd = nfd
+    # Whatever the problem's code prints goes to the log, never to a
+    # channel someone reads as protocol.
+    try:
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+    except OSError:
+        pass
+    log("started, pid %d, fd %d, Python %s" % (os.getpid(), fd, sys.version.split()[0]))
+    try:
+        rc = serve(fd)
+    except KeyboardInterrupt:
+        rc = 130
+    sys.stderr.flush()
+    os._exit(rc)  # no atexit or CUDA teardown: the child may already be gone
+
+
+if __name__ == "__main__":
+    main()
