@@ -48,6 +48,7 @@ static const struct {
     {"i64", KCLAW__DTYPE__I64, 8, "i8"},
     {"i8", KCLAW__DTYPE__I8, 1, "i1"},
     {"u8", KCLAW__DTYPE__U8, 1, "u1"},
+    {"bool", KCLAW__DTYPE__BOOL, 1, "b1"},
 };
 
 static const struct {
@@ -72,6 +73,7 @@ static const struct {
     {"input", KCLAW__TENSOR_KIND__INPUT},
     {"parameter", KCLAW__TENSOR_KIND__PARAMETER},
     {"output", KCLAW__TENSOR_KIND__OUTPUT},
+    {"scalar", KCLAW__TENSOR_KIND__SCALAR},
 };
 
 const char *
@@ -602,9 +604,9 @@ static int
 bundle_parse_tensor(
     struct bundle_loader *l, const cJSON *jt, int idx, Kclaw__TensorSpec *t)
 {
-	static const char *const keys[] = {
-	    "name", "kind", "dtype", "shape", "init", NULL};
-	const char *name, *kind, *dtype;
+	static const char *const keys[] = {"name", "kind", "dtype", "shape",
+	    "init", "source_name", "value", NULL};
+	const char *name, *kind, *dtype, *source_name;
 	const cJSON *jinit;
 	char what[128];
 	size_t i;
@@ -639,10 +641,16 @@ bundle_parse_tensor(
 			break;
 	if (i == KC_ARRAY_LEN(bundle_kinds))
 		return kc_seterr(KC_EINVAL,
-		    "%s: %s: unknown kind '%s'; use input, parameter or "
-		    "output",
+		    "%s: %s: unknown kind '%s'; use input, parameter, output "
+		    "or scalar",
 		    l->file, what, kind);
 	t->kind = bundle_kinds[i].kind;
+	if ((rv = bundle_get_str(
+	         l->file, jt, what, "source_name", 0, &source_name)) != 0)
+		return rv;
+	if (source_name != NULL &&
+	    (t->source_name = bundle_strdup(&l->ar, source_name)) == NULL)
+		return KC_ENOMEM;
 
 	if ((rv = bundle_get_str(l->file, jt, what, "dtype", 1, &dtype)) != 0)
 		return rv;
@@ -652,9 +660,36 @@ bundle_parse_tensor(
 	if (i == KC_ARRAY_LEN(bundle_dtypes))
 		return kc_seterr(KC_EINVAL,
 		    "%s: %s: unknown dtype '%s'; use one of f32, f16, bf16, "
-		    "f64, i32, i64, i8, u8",
+		    "f64, i32, i64, i8, u8, bool",
 		    l->file, what, dtype);
 	t->dtype = bundle_dtypes[i].dtype;
+	if (t->kind == KCLAW__TENSOR_KIND__SCALAR) {
+		/* A value get_inputs() returns that is not a tensor: the plan
+		 * passes it by name as a typed scalar argument. */
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(jt, "value");
+		if (t->dtype != KCLAW__DTYPE__F32 &&
+		    t->dtype != KCLAW__DTYPE__F64 &&
+		    t->dtype != KCLAW__DTYPE__I32 &&
+		    t->dtype != KCLAW__DTYPE__I64)
+			return kc_seterr(KC_EINVAL,
+			    "%s: %s: a scalar's dtype is f32, f64, i32 or i64",
+			    l->file, what);
+		if (!cJSON_IsNumber(v))
+			return kc_seterr(KC_EINVAL,
+			    "%s: %s: a scalar needs its 'value', a number "
+			    "(what get_inputs() returns in its place)",
+			    l->file, what);
+		t->scalar_value = v->valuedouble;
+		if ((t->shape = bundle_alloc(&l->ar, sizeof(int64_t))) == NULL)
+			return KC_ENOMEM;
+		t->shape[0] = 1;
+		t->n_shape = 1;
+		return 0;
+	}
+	if (cJSON_HasObjectItem(jt, "value"))
+		return kc_seterr(KC_EINVAL,
+		    "%s: %s: only a scalar has a 'value'; remove it", l->file,
+		    what);
 
 	if (!cJSON_HasObjectItem(jt, "shape"))
 		return kc_seterr(KC_EINVAL,
@@ -1172,6 +1207,55 @@ bundle_parse_cuda_ref(struct bundle_loader *l, const cJSON *jr)
 	return 0;
 }
 
+/*
+ * A torch reference: the problem's Python source, run live beside the
+ * sandbox (docs/torchref.md). Every tensor is declared (kb2bundle writes
+ * them from meta tensors), none needs an init: get_inputs() draws them.
+ */
+static int
+bundle_parse_torch_ref(struct bundle_loader *l, const cJSON *jr)
+{
+	static const char *const keys[] = {"kind", "source", "init_seed",
+	    "flops", "compile_mode", "baseline_ms", "torch_compile_ms", NULL};
+	const char *src, *mode;
+	int rv;
+
+	if ((rv = bundle_check_keys(l->file, jr, "reference", keys)) != 0 ||
+	    (rv = bundle_get_str(
+	         l->file, jr, "reference", "source", 1, &src)) != 0 ||
+	    (rv = bundle_get_str(
+	         l->file, jr, "reference", "compile_mode", 0, &mode)) != 0 ||
+	    (rv = bundle_get_u64(l->file, jr, "reference", "init_seed",
+	         BUNDLE_JSON_INT_MAX, &l->ref.init_seed)) != 0 ||
+	    (rv = bundle_get_dbl(
+	         l->file, jr, "reference", "flops", &l->ref.flops)) != 0 ||
+	    (rv = bundle_get_dbl(l->file, jr, "reference", "baseline_ms",
+	         &l->ref.baseline_ms)) != 0 ||
+	    (rv = bundle_get_dbl(l->file, jr, "reference", "torch_compile_ms",
+	         &l->ref.torch_compile_ms)) != 0)
+		return rv;
+	if (mode != NULL && strcmp(mode, "default") != 0 &&
+	    strcmp(mode, "max-autotune") != 0)
+		return kc_seterr(KC_EINVAL,
+		    "%s: reference.compile_mode '%s': use default or "
+		    "max-autotune",
+		    l->file, mode);
+	if (mode != NULL && strcmp(mode, "max-autotune") == 0 &&
+	    (l->ref.torch_compile_mode = bundle_strdup(&l->ar, mode)) == NULL)
+		return KC_ENOMEM;
+	if ((rv = bundle_read_text(l, "reference.source", src,
+	         BUNDLE_SOURCE_MAX, &l->ref.torch_source)) != 0)
+		return rv;
+	if (strstr(l->ref.torch_source, "class Model") == NULL ||
+	    strstr(l->ref.torch_source, "def get_inputs") == NULL)
+		return kc_seterr(KC_EINVAL,
+		    "%s: reference.source: '%s' must define class Model, "
+		    "get_inputs() and get_init_inputs() (a KernelBench-style "
+		    "problem)",
+		    l->file, src);
+	return 0;
+}
+
 static int
 bundle_parse_reference(struct bundle_loader *l, const cJSON *root)
 {
@@ -1198,11 +1282,24 @@ bundle_parse_reference(struct bundle_loader *l, const cJSON *root)
 	} else if (strcmp(kind, "tensors") == 0) {
 		l->ref.kind = KCLAW__REFERENCE__KIND__TENSORS;
 		rv = bundle_parse_tensor_ref(l, jr);
+	} else if (strcmp(kind, "torch") == 0) {
+		l->ref.kind = KCLAW__REFERENCE__KIND__TORCH;
+		rv = bundle_parse_torch_ref(l, jr);
 	} else {
 		return kc_seterr(KC_EINVAL,
-		    "%s: reference: unknown kind '%s'; use cuda or tensors",
+		    "%s: reference: unknown kind '%s'; use cuda, torch or "
+		    "tensors",
 		    l->file, kind);
 	}
+	/* Only a torch problem's get_inputs() has values that are not
+	 * tensors. */
+	for (size_t i = 0; rv == 0 && i < l->spec.n_tensors; i++)
+		if (l->spec.tensors[i]->kind == KCLAW__TENSOR_KIND__SCALAR &&
+		    l->ref.kind != KCLAW__REFERENCE__KIND__TORCH)
+			return kc_seterr(KC_EINVAL,
+			    "%s: tensors[%zu] '%s': scalars belong to torch "
+			    "references; make it a parameter or input tensor",
+			    l->file, i, l->spec.tensors[i]->name);
 	if (rv == 0)
 		l->spec.reference = &l->ref;
 	return rv;
@@ -1432,8 +1529,8 @@ bundle_parse_root(struct bundle_loader *l, const cJSON *root)
 {
 	static const char *const keys[] = {"name", "description", "tensors",
 	    "tolerance", "budget", "params", "trials", "seed", "reference",
-	    "context", NULL};
-	const char *name, *desc, *ctx;
+	    "context", "precision", NULL};
+	const char *name, *desc, *ctx, *prec;
 	int rv;
 
 	if ((rv = bundle_check_keys(l->file, root, "task", keys)) != 0 ||
@@ -1442,8 +1539,20 @@ bundle_parse_root(struct bundle_loader *l, const cJSON *root)
 	    (rv = bundle_get_str(
 	         l->file, root, "task", "description", 0, &desc)) != 0 ||
 	    (rv = bundle_get_str(l->file, root, "task", "context", 0, &ctx)) !=
-	        0)
+	        0 ||
+	    (rv = bundle_get_str(
+	         l->file, root, "task", "precision", 0, &prec)) != 0)
 		return rv;
+	if (prec != NULL && strcmp(prec, "strict") != 0 &&
+	    strcmp(prec, "warn") != 0 && strcmp(prec, "loose") != 0)
+		return kc_seterr(KC_EINVAL,
+		    "%s: precision '%s': use \"strict\" (lower precision than "
+		    "the tensors' fails), \"warn\" (it passes with a warning, "
+		    "the default) or \"loose\" (no warning)",
+		    l->file, prec);
+	if (prec != NULL &&
+	    (l->spec.precision = bundle_strdup(&l->ar, prec)) == NULL)
+		return KC_ENOMEM;
 	if (!bundle_is_task_name(name))
 		return kc_seterr(KC_EINVAL,
 		    "%s: name '%s' may hold only letters, digits, '_', '-' "

@@ -44,6 +44,7 @@
 #include "npy.h"
 #include "plan.h"
 #include "sandbox.h"
+#include "torchref.h"
 #include "verify.h"
 
 #define EV_MAX_TRIALS 16
@@ -116,6 +117,7 @@ typedef struct {
 	CUevent ev[2 * EV_MAX_ITERS + 2];
 	int nthreads;
 	sbx_lt *lt;
+	sbx_torchref *tr; /* the PyTorch reference process, started lazily */
 	/* Host pages for expected outputs, kept between evaluations: fresh
 	 * pages cost a fault each, which in a VM adds up to seconds for
 	 * gigabytes. */
@@ -173,7 +175,11 @@ typedef struct {
 	/* tensors references: the hash of every stashed input set, so a
 	 * candidate that writes the sandbox's copies is caught. */
 	uint64_t stash_hash;
-	void *torch; /* the torch reference's state (torchref.c) */
+	/* torch references: the reference process's buffers, mapped. */
+	int is_torch;
+	CUdeviceptr mapped[64];
+	CUipcMemHandle mapped_handle[64];
+	size_t nmapped;
 	/* Mixed into every generated input's seed, fresh per evaluation, so
 	 * no candidate can know the inputs from the task's seed. */
 	uint64_t salt;
@@ -433,6 +439,7 @@ gpu_fini(void *state)
 			if (g->pool_raw[k][t] != NULL)
 				munmap(g->pool_raw[k][t],
 				    g->pool_bytes[k][t] + EV_HUGE);
+	sbx_torchref_free(g->tr);
 	if (g->have_device) {
 		if (g->lt)
 			sbx_lt_close(g->lt);
@@ -1400,14 +1407,20 @@ ev_alloc_tensors(ev *e)
 			    ts->name);
 			return -1;
 		}
+		/* A scalar is passed by value (plan.c): no buffer. */
+		if (ts->kind == KCLAW__TENSOR_KIND__SCALAR)
+			e->tcount[t] = 0;
 		e->tbytes[t] = e->tcount[t] * esz;
 		snprintf(what, sizeof(what),
 		    "allocating tensor '%s' (%zu bytes)", ts->name,
 		    e->tbytes[t]);
-		EV_CU(e,
-		    g->cu.cuMemAlloc(
-		        &e->tdev[t], e->tbytes[t] ? e->tbytes[t] : 1),
-		    EV_INTERNAL, what);
+		/* The torch reference's process owns the tensors: they are
+		 * mapped from its buffers (torch_prepare). */
+		if (ts->kind != KCLAW__TENSOR_KIND__SCALAR && !e->is_torch)
+			EV_CU(e,
+			    g->cu.cuMemAlloc(
+			        &e->tdev[t], e->tbytes[t] ? e->tbytes[t] : 1),
+			    EV_INTERNAL, what);
 		if (ts->kind == KCLAW__TENSOR_KIND__OUTPUT)
 			EV_CU(e,
 			    g->cu.cuMemAlloc(
@@ -1728,6 +1741,10 @@ tensors_baseline(ev *e)
 	return 0;
 }
 
+static void ev_warn(ev *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int ev_check_variation(ev *e, size_t t, double rel, const char *when);
+
 static const ev_ref_ops ev_cuda_ops = {
     .name = "cuda",
     .prepare = ev_prepare_trials,
@@ -1754,10 +1771,427 @@ static const ev_ref_ops ev_tensors_ops = {
               "at import, not measured in this evaluation",
 };
 
-/* ------------------------------------------------------ the protocol */
+/* ------------------------------------------------ the torch reference */
 
-static void ev_warn(ev *e, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/*
+ * A torch task runs against PyTorch in another process (torchref.c,
+ * docs/torchref.md). That process allocates the inputs, parameters and
+ * outputs and exports them by CUDA IPC handles, which the child maps: the
+ * candidate runs on them. The expected outputs, the weights' private copy
+ * and the generated inputs' copy stay in its own context, out of every
+ * candidate's reach; it compares the outputs there, after the candidate
+ * finished, and answers with the figures.
+ */
+#define TORCH_CALL_MS 300000
+#define TORCH_BASELINE_MS 900000
+#define TORCH_TIMED_SERIAL 1000
+
+/* A status for a failed call: NO_TORCH where PyTorch or its GPU is
+ * missing, else INTERNAL_ERROR (the sandbox's side, retried). */
+static int
+torch_fail(ev *e, int rv, const cJSON *reply, const char *what)
+{
+	const char *code = NULL, *err = NULL;
+
+	if (reply != NULL) {
+		code = cJSON_GetStringValue(cJSON_GetObjectItem(reply, "code"));
+		err = cJSON_GetStringValue(cJSON_GetObjectItem(reply, "error"));
+	}
+	if (rv == KC_ENOENT || rv == KC_ENODEV ||
+	    (code != NULL && strcmp(code, "NO_TORCH") == 0)) {
+		sbx_result_status(e->res, KCLAW__EVAL_STATUS__NO_TORCH,
+		    "%s: %s; a torch task needs Python with PyTorch on the "
+		    "sandbox's machine (KCLAW_PYTHON names the interpreter), "
+		    "or "
+		    "convert the problem with kb2bundle --tensors",
+		    what, err ? err : kc_lasterr());
+		return -1;
+	}
+	sbx_result_status(e->res, EV_INTERNAL, "%s: %s%s%s", what,
+	    code ? code : "", code ? ": " : "", err ? err : kc_lasterr());
+	return -1;
+}
+
+/* One request; 0 with *reply holding an "ok": true reply, else -1 with the
+ * result filled. */
+static int
+torch_call(ev *e, cJSON *req, int timeout_ms, const char *what, cJSON **reply)
+{
+	gpu *g = e->g;
+	int rv;
+
+	*reply = NULL;
+	if (g->tr == NULL && sbx_torchref_new(&g->tr, NULL, NULL) != 0) {
+		cJSON_Delete(req);
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	rv = sbx_torchref_call(g->tr, req, timeout_ms, reply);
+	cJSON_Delete(req);
+	if (rv != 0 || !cJSON_IsTrue(cJSON_GetObjectItem(*reply, "ok"))) {
+		torch_fail(e, rv, *reply, what);
+		cJSON_Delete(*reply);
+		*reply = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+static cJSON *
+torch_req(const char *op)
+{
+	cJSON *r = cJSON_CreateObject();
+
+	if (r != NULL)
+		cJSON_AddStringToObject(r, "op", op);
+	return r;
+}
+
+static double
+torch_num(const cJSON *o, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItem(o, key);
+
+	return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static int
+torch_hex(const char *hex, unsigned char *out, size_t n)
+{
+	if (hex == NULL || strlen(hex) != 2 * n)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		unsigned v;
+		if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+			return -1;
+		out[i] = (unsigned char)v;
+	}
+	return 0;
+}
+
+/* Loads the task in the reference process and maps its buffers. */
+static int
+torch_prepare(ev *e)
+{
+	const Kclaw__Reference *ref = e->task->reference;
+	cJSON *req = torch_req("load"), *reply, *ts, *bufs;
+	char key[65];
+	gpu *g = e->g;
+
+	if (req == NULL ||
+	    (ts = cJSON_AddArrayToObject(req, "tensors")) == NULL)
+		goto nomem;
+	kc_sha256_hex(ref->torch_source, strlen(ref->torch_source), key);
+	cJSON_AddStringToObject(req, "key", key);
+	cJSON_AddStringToObject(req, "source", ref->torch_source);
+	cJSON_AddNumberToObject(
+	    req, "init_seed", (double)(ref->init_seed & ((1ull << 53) - 1)));
+	cJSON_AddNumberToObject(req, "device", 0);
+	for (size_t t = 0; t < e->nt; t++) {
+		const Kclaw__TensorSpec *s = e->task->tensors[t];
+		cJSON *o = cJSON_CreateObject(), *shape;
+		if (o == NULL || !cJSON_AddItemToArray(ts, o))
+			goto nomem;
+		cJSON_AddStringToObject(o, "name", s->name);
+		cJSON_AddStringToObject(
+		    o, "kind", kc_tensor_kind_name(s->kind));
+		cJSON_AddStringToObject(o, "dtype", kc_dtype_name(s->dtype));
+		if (s->source_name && *s->source_name)
+			cJSON_AddStringToObject(
+			    o, "source_name", s->source_name);
+		if ((shape = cJSON_AddArrayToObject(o, "shape")) == NULL)
+			goto nomem;
+		for (size_t d = 0; d < s->n_shape; d++)
+			cJSON_AddItemToArray(
+			    shape, cJSON_CreateNumber((double)s->shape[d]));
+	}
+	if (torch_call(e, req, TORCH_CALL_MS, "loading the torch reference",
+	        &reply) != 0)
+		return -1;
+	bufs = cJSON_GetObjectItem(reply, "buffers");
+	for (size_t t = 0, b = 0; t < e->nt; t++) {
+		const Kclaw__TensorSpec *s = e->task->tensors[t];
+		const cJSON *jb;
+		CUipcMemHandle h;
+		CUdeviceptr base = 0;
+		size_t j;
+		if (s->kind == KCLAW__TENSOR_KIND__SCALAR)
+			continue;
+		jb = cJSON_GetArrayItem(bufs, (int)b++);
+		if (jb == NULL ||
+		    torch_hex(
+		        cJSON_GetStringValue(cJSON_GetObjectItem(jb, "handle")),
+		        (unsigned char *)h.reserved, sizeof(h.reserved)) != 0 ||
+		    (size_t)torch_num(jb, "bytes") != e->tbytes[t]) {
+			cJSON_Delete(reply);
+			sbx_result_status(e->res, EV_INTERNAL,
+			    "the torch reference's buffer for '%s' is missing "
+			    "or has the wrong size (want %zu bytes)",
+			    s->name, e->tbytes[t]);
+			return -1;
+		}
+		/* One mapping per allocation: several tensors may share one. */
+		for (j = 0; j < e->nmapped; j++)
+			if (memcmp(&e->mapped_handle[j], &h, sizeof(h)) == 0)
+				base = e->mapped[j];
+		if (base == 0) {
+			CUresult r = g->cu.cuIpcOpenMemHandle(
+			    &base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+			if (r != CUDA_SUCCESS) {
+				cJSON_Delete(reply);
+				return ev_cu(e, r, EV_INTERNAL,
+				    "mapping the torch reference's buffers");
+			}
+			e->mapped[e->nmapped] = base;
+			e->mapped_handle[e->nmapped++] = h;
+		}
+		e->tdev[t] = base + (CUdeviceptr)torch_num(jb, "offset");
+	}
+	cJSON_Delete(reply);
+	return 0;
+nomem:
+	cJSON_Delete(req);
+	sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+	return -1;
+}
+
+/* A seed for input set `serial`, salted per evaluation; JSON numbers are
+ * doubles, so 53 bits. */
+static double
+torch_seed(const ev *e, unsigned serial)
+{
+	uint64_t s = (e->task->seed ^ e->salt) * 0x9e3779b97f4a7c15ull ^
+	    ((uint64_t)serial + 1) * 0xd1b54a32d192ed03ull;
+
+	return (double)(s & ((1ull << 53) - 1));
+}
+
+static int
+torch_inputs(ev *e, unsigned serial, unsigned variant, int keep)
+{
+	cJSON *req = torch_req("inputs"), *reply, *outs;
+
+	/* The previous run must be over before its buffers are refilled. */
+	EV_CU(e, e->g->cu.cuStreamSynchronize(e->g->stream),
+	    KCLAW__EVAL_STATUS__LAUNCH_ERROR, "running the candidate");
+	if (req == NULL) {
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	cJSON_AddNumberToObject(req, "serial", serial);
+	cJSON_AddNumberToObject(req, "seed", torch_seed(e, serial));
+	cJSON_AddNumberToObject(req, "variant", variant);
+	cJSON_AddBoolToObject(req, "keep", keep);
+	if (torch_call(e, req, TORCH_CALL_MS, "the torch reference's inputs",
+	        &reply) != 0)
+		return -1;
+	outs = cJSON_GetObjectItem(reply, "outputs");
+	for (size_t t = 0; keep && t < e->nt && t < 64; t++) {
+		const cJSON *o;
+		if (e->task->tensors[t]->kind != KCLAW__TENSOR_KIND__OUTPUT)
+			continue;
+		cJSON_ArrayForEach(o, outs)
+		{
+			const char *n = cJSON_GetStringValue(
+			    cJSON_GetObjectItem(o, "name"));
+			double var = torch_num(o, "var_norm"),
+			       norm = torch_num(o, "exp_norm");
+			if (n == NULL ||
+			    strcmp(n, e->task->tensors[t]->name) != 0 ||
+			    serial != 1 ||
+			    !cJSON_IsNumber(cJSON_GetObjectItem(o, "var_norm")))
+				continue;
+			e->var_rel[t] = norm > 0 ? var / norm : var;
+			e->var_known[t] = 1;
+		}
+	}
+	cJSON_Delete(reply);
+	return 0;
+}
+
+static int
+torch_trial_inputs(ev *e, unsigned k)
+{
+	return torch_inputs(e, k, ev_variant(k), 1);
+}
+
+static int
+torch_run_inputs(ev *e, unsigned k, unsigned id)
+{
+	(void)k;
+	return torch_inputs(
+	    e, TORCH_TIMED_SERIAL + id, ev_variant(EV_MAX_TRIALS + id), 0);
+}
+
+/* The reference process compares input set serial's outputs; 0, 1 (wrong:
+ * result filled) or -1. */
+static int
+torch_check(ev *e, unsigned serial, unsigned trial, const char *when, int timed)
+{
+	Kclaw__Tolerance dflt;
+	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
+	cJSON *req = torch_req("check"), *reply, *outs;
+	int bad = 0;
+
+	EV_CU(e, e->g->cu.cuStreamSynchronize(e->g->stream),
+	    KCLAW__EVAL_STATUS__LAUNCH_ERROR, "running the candidate");
+	if (req == NULL) {
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	cJSON_AddNumberToObject(req, "serial", serial);
+	cJSON_AddNumberToObject(req, "atol", tol->atol);
+	cJSON_AddNumberToObject(req, "rtol", tol->rtol);
+	cJSON_AddNumberToObject(req, "max_rel_norm", tol->max_rel_norm);
+	if (torch_call(e, req, TORCH_CALL_MS, "the torch reference's check",
+	        &reply) != 0)
+		return -1;
+	outs = cJSON_GetObjectItem(reply, "outputs");
+	for (size_t t = 0; t < e->nt && !bad; t++) {
+		const Kclaw__TensorSpec *ts = e->task->tensors[t];
+		const cJSON *o, *found = NULL;
+		sbx_cmp c;
+		double en;
+		if (ts->kind != KCLAW__TENSOR_KIND__OUTPUT)
+			continue;
+		cJSON_ArrayForEach(o, outs)
+		{
+			const char *n = cJSON_GetStringValue(
+			    cJSON_GetObjectItem(o, "name"));
+			if (n != NULL && strcmp(n, ts->name) == 0)
+				found = o;
+		}
+		if (found == NULL) {
+			cJSON_Delete(reply);
+			sbx_result_status(e->res, EV_INTERNAL,
+			    "the torch reference did not check output '%s'",
+			    ts->name);
+			return -1;
+		}
+		memset(&c, 0, sizeof(c));
+		c.bad_count = (uint64_t)torch_num(found, "bad");
+		c.nan_count = (uint64_t)torch_num(found, "nan");
+		c.worst = (size_t)torch_num(found, "worst");
+		c.expected = torch_num(found, "expected");
+		c.got = torch_num(found, "got");
+		c.max_abs_err = torch_num(found, "max_abs");
+		c.max_rel_err = torch_num(found, "max_rel");
+		en = torch_num(found, "exp_norm");
+		c.rel_norm = en > 0 ? torch_num(found, "err_norm") / en
+		                    : torch_num(found, "err_norm");
+		c.ok = c.bad_count == 0 && c.nan_count == 0 &&
+		    (tol->max_rel_norm <= 0 || c.rel_norm <= tol->max_rel_norm);
+		ev_note_error(e, t, c.max_abs_err, c.max_rel_err, c.rel_norm);
+		if (!c.ok) {
+			bad = 1;
+			ev_wrong(e, t, trial, &c, when);
+		} else if (timed &&
+		    ev_check_variation(e, t, c.rel_norm, when)) {
+			bad = 1;
+		}
+	}
+	cJSON_Delete(reply);
+	return bad;
+}
+
+static int
+torch_trial_check(ev *e, unsigned k, const char *when)
+{
+	return torch_check(e, k, k, when, 0);
+}
+
+static int
+torch_run_check(ev *e, unsigned k, unsigned id, unsigned slot)
+{
+	char when[96];
+
+	(void)k;
+	snprintf(when, sizeof(when),
+	    "timed run %u, fresh inputs of distribution %u", slot,
+	    ev_variant(EV_MAX_TRIALS + id));
+	return torch_check(
+	    e, TORCH_TIMED_SERIAL + id, EV_MAX_TRIALS + slot, when, 1);
+}
+
+static int
+torch_timing(ev *e, const char *mode, Kclaw__Timing **out, double *setup_s)
+{
+	const Kclaw__EvalOptions *o = e->req->options;
+	cJSON *req = torch_req("baseline"), *reply;
+	Kclaw__Timing *t;
+	char what[96];
+
+	if (req == NULL || (t = malloc(sizeof(*t))) == NULL) {
+		cJSON_Delete(req);
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	snprintf(what, sizeof(what), "timing PyTorch (%s)", mode);
+	cJSON_AddStringToObject(req, "mode", mode);
+	cJSON_AddNumberToObject(req, "warmup", e->warmup);
+	cJSON_AddNumberToObject(req, "iters", e->iters);
+	cJSON_AddBoolToObject(req, "flush", !(o && o->no_l2_flush));
+	cJSON_AddNumberToObject(req, "seed", torch_seed(e, 999999));
+	if (torch_call(e, req, TORCH_BASELINE_MS, what, &reply) != 0) {
+		free(t);
+		return -1;
+	}
+	kclaw__timing__init(t);
+	t->median_ms = torch_num(reply, "median_ms");
+	t->mean_ms = torch_num(reply, "mean_ms");
+	t->min_ms = torch_num(reply, "min_ms");
+	t->max_ms = torch_num(reply, "max_ms");
+	t->stddev_ms = torch_num(reply, "stddev_ms");
+	t->iterations = (uint32_t)torch_num(reply, "iterations");
+	t->l2_flushed = !(o && o->no_l2_flush);
+	*setup_s = torch_num(reply, "setup_s");
+	cJSON_Delete(reply);
+	*out = t;
+	return 0;
+}
+
+/* PyTorch eager is the baseline; torch.compile is timed too, and its
+ * failure loses only its number. */
+static int
+torch_baseline(ev *e)
+{
+	Kclaw__EvalResult *res = e->res;
+	const char *mode = e->task->reference->torch_compile_mode &&
+	        *e->task->reference->torch_compile_mode
+	    ? e->task->reference->torch_compile_mode
+	    : "compile";
+	double setup = 0;
+	Kclaw__EvalStatus st = res->status;
+	char *msg = res->message ? strdup(res->message) : NULL;
+
+	if (torch_timing(e, "eager", &res->baseline, &setup) != 0) {
+		free(msg);
+		return -1;
+	}
+	res->reference_ms = res->baseline->median_ms;
+	if (torch_timing(e, mode, &res->torch_compile, &setup) != 0) {
+		ev_warn(e, "torch.compile could not be timed: %s",
+		    res->message ? res->message : "");
+		sbx_result_status(res, st, "%s", msg ? msg : "");
+	} else {
+		res->torch_compile_ms = res->torch_compile->median_ms;
+		sbx_result_add_metric(res, "torch.compile_setup_s", setup, "s");
+	}
+	free(msg);
+	return 0;
+}
+
+static const ev_ref_ops ev_torch_ops = {
+    .name = "torch",
+    .prepare = torch_prepare,
+    .trial_inputs = torch_trial_inputs,
+    .trial_check = torch_trial_check,
+    .run_inputs = torch_run_inputs,
+    .run_check = torch_run_check,
+    .baseline = torch_baseline,
+};
+
+/* ------------------------------------------------------ the protocol */
 
 static void
 ev_warn(ev *e, const char *fmt, ...)
@@ -2246,6 +2680,47 @@ ev_judge(ev *e)
 	return 0;
 }
 
+static void ev_phase(ev *e, const char *name, uint64_t *since);
+
+/*
+ * No candidate: the reference alone, as a task's first evaluation (kclaw
+ * eval TASK): its inputs for two trials of one distribution, so the
+ * outputs' variation is measured and degenerate outputs named, and its
+ * baselines timed.
+ */
+static void
+ev_reference_only(ev *e)
+{
+	Kclaw__EvalResult *res = e->res;
+	double var = -1;
+	uint64_t tp = kc_mono_ns();
+
+	if (ev_alloc_tensors(e) != 0 || e->ops->prepare(e) != 0)
+		return;
+	if (e->is_torch &&
+	    (e->ops->trial_inputs(e, 0) != 0 ||
+	        e->ops->trial_inputs(e, 1) != 0))
+		return;
+	ev_phase(e, "sandbox.inputs_ms", &tp);
+	for (size_t t = 0; t < e->nt && t < 64; t++)
+		if (e->var_known[t] && (var < 0 || e->var_rel[t] < var))
+			var = e->var_rel[t];
+	res->output_variation = var > 0 ? var : 0;
+	ev_note_degenerate(e);
+	sbx_result_status(res, KCLAW__EVAL_STATUS__OK, "reference only");
+	if (e->ops->baseline(e) != 0)
+		return;
+	ev_phase(e, "sandbox.baseline_ms", &tp);
+	sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
+	    "reference only (%s): baseline %.4f ms%s%.4f%s; outputs change by "
+	    "%.3g (relative) between two input sets of one distribution%s",
+	    e->ops->name, res->reference_ms,
+	    res->torch_compile_ms > 0 ? ", torch.compile " : "",
+	    res->torch_compile_ms > 0 ? res->torch_compile_ms : 0.0,
+	    res->torch_compile_ms > 0 ? " ms" : "", res->output_variation,
+	    res->n_degenerate ? "; DEGENERATE (see warnings)" : "");
+}
+
 /* ---------------------------------------------------------- the backend */
 
 /* Records how long the phase since *since took, as a metric: where an
@@ -2268,8 +2743,10 @@ ev_free(ev *e)
 			    (k == 0 || e->stash[k][t] != e->stash[0][t]))
 				e->g->cu.cuMemFree(e->stash[k][t]);
 		}
+	for (size_t i = 0; i < e->nmapped && !*e->fatal; i++)
+		e->g->cu.cuIpcCloseMemHandle(e->mapped[i]);
 	for (size_t t = 0; e->tdev && t < e->nt; t++) {
-		if (e->tdev[t] && !*e->fatal)
+		if (e->tdev[t] && !*e->fatal && !e->is_torch)
 			e->g->cu.cuMemFree(e->tdev[t]);
 		if (t < 64 && e->held[t] && !*e->fatal)
 			e->g->cu.cuMemFree(e->held[t]);
@@ -2293,6 +2770,7 @@ gpu_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 	ev e = {
 	    .g = g, .req = req, .task = req->task, .res = res, .fatal = fatal};
 	int compile_only = o != NULL && o->compile_only;
+	int refonly = o != NULL && o->reference_only;
 	uint64_t tp = 0;
 	Kclaw__TaskSpec empty_task = KCLAW__TASK_SPEC__INIT;
 
@@ -2301,6 +2779,20 @@ gpu_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 	e.salt = ev_random();
 	if (e.task == NULL)
 		e.task = &empty_task;
+	if (refonly) {
+		if (!g->have_device) {
+			sbx_result_status(res, KCLAW__EVAL_STATUS__NO_DEVICE,
+			    "%s; a reference-only evaluation runs the "
+			    "reference",
+			    g->nodev_reason);
+			goto out;
+		}
+		sbx_result_set(&res->device_name, "%s", g->name);
+		sbx_result_set(&res->arch, "%s", g->arch);
+		g->cu.cuCtxSetCurrent(g->ctx);
+		tp = kc_mono_ns();
+		goto reference;
+	}
 	if (cand == NULL || cand->source == NULL || cand->source[0] == '\0') {
 		sbx_result_status(res, KCLAW__EVAL_STATUS__COMPILE_ERROR,
 		    "the request has no candidate source (kernel.cu)");
@@ -2350,6 +2842,7 @@ gpu_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 		goto out;
 	}
 	ev_add_resources(&e, &e.cand, 1);
+reference:
 	e.trials = o && o->trials ? o->trials
 	    : e.task->trials      ? e.task->trials
 	                          : EV_DEFAULT_TRIALS;
@@ -2370,12 +2863,18 @@ gpu_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 		    prog_plan(&e, &e.ref, rc->plan_json, 1) != 0 ||
 		    prog_prepare(&e, &e.ref) != 0)
 			goto out;
+	} else if (e.task->reference != NULL &&
+	    e.task->reference->kind == KCLAW__REFERENCE__KIND__TORCH &&
+	    e.task->reference->torch_source != NULL) {
+		e.ops = &ev_torch_ops;
+		e.is_torch = 1;
 	} else if (e.task->reference == NULL ||
 	    e.task->reference->kind != KCLAW__REFERENCE__KIND__TENSORS ||
 	    e.task->reference->n_sets == 0) {
 		sbx_result_status(res, EV_INTERNAL,
-		    "the task has no usable reference (a `cuda` reference or "
-		    "`tensors` sets); nothing to verify against");
+		    "the task has no usable reference (a `cuda` or `torch` "
+		    "reference, or `tensors` sets); nothing to verify "
+		    "against");
 		goto out;
 	} else {
 		e.ops = &ev_tensors_ops;
@@ -2391,6 +2890,10 @@ gpu_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 		e.trials = EV_MAX_TRIALS;
 	if (e.ops->caveat != NULL)
 		ev_warn(&e, "%s", e.ops->caveat);
+	if (refonly) {
+		ev_reference_only(&e);
+		goto out;
+	}
 	if (prog_globals(&e, &e.cand) != 0)
 		goto out;
 	ev_phase(&e, "sandbox.setup_ms", &tp);
@@ -2421,6 +2924,9 @@ gpu_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 		goto out;
 	}
 	ev_phase(&e, "sandbox.baseline_ms", &tp);
+	if (res->torch_compile_ms > 0 && res->timing->median_ms > 0)
+		res->compile_speedup =
+		    res->torch_compile_ms / res->timing->median_ms;
 	if (res->reference_ms > 0 && res->timing->median_ms > 0) {
 		res->speedup = res->reference_ms / res->timing->median_ms;
 		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,

@@ -122,6 +122,33 @@ plan_dim3(const cJSON *v, const char *where, const char *field, uint32_t d[3])
 	return 0;
 }
 
+/* A torch problem's scalar input, named in a plan, is passed by value with
+ * its declared type. */
+static void
+plan_scalar_value(const Kclaw__TensorSpec *t, sbx_buffer *b)
+{
+	b->scalar = 1;
+	b->bytes = 0;
+	switch (t->dtype) {
+	case KCLAW__DTYPE__F64:
+		b->value.kind = SBX_ARG_F64;
+		b->value.v.f64 = t->scalar_value;
+		break;
+	case KCLAW__DTYPE__I32:
+		b->value.kind = SBX_ARG_I32;
+		b->value.v.i32 = (int32_t)t->scalar_value;
+		break;
+	case KCLAW__DTYPE__I64:
+		b->value.kind = SBX_ARG_I64;
+		b->value.v.i64 = (int64_t)t->scalar_value;
+		break;
+	default:
+		b->value.kind = SBX_ARG_F32;
+		b->value.v.f32 = (float)t->scalar_value;
+		break;
+	}
+}
+
 static int
 plan_parse_scalar(const cJSON *a, const char *where, sbx_arg *arg)
 {
@@ -235,8 +262,12 @@ plan_parse_kernel_step(
 				    "'%s'; known: %s",
 				    aw, a->valuestring, names);
 			}
-			arg->kind = SBX_ARG_BUFFER;
-			arg->buffer = b;
+			if (p->buffers[b].scalar) {
+				*arg = p->buffers[b].value;
+			} else {
+				arg->kind = SBX_ARG_BUFFER;
+				arg->buffer = b;
+			}
 		} else if (cJSON_IsObject(a)) {
 			if ((rv = plan_parse_scalar(a, aw, arg)) != 0)
 				return rv;
@@ -536,6 +567,8 @@ sbx_plan_parse(const char *json, const Kclaw__TaskSpec *task, sbx_plan **out)
 		snprintf(p->buffers[i].name, SBX_NAME_MAX, "%s", t->name);
 		p->buffers[i].tensor = (int)i;
 		p->buffers[i].bytes = count * kc_dtype_size(t->dtype);
+		if (t->kind == KCLAW__TENSOR_KIND__SCALAR)
+			plan_scalar_value(t, &p->buffers[i]);
 	}
 	p->nbuffers = p->ntensors = task->n_tensors;
 

@@ -73,11 +73,14 @@ typedef struct {
 	sbx_matmul mm;
 } sbx_step;
 
-/* One device buffer the plan can name. */
+/* One device buffer the plan can name, or a task's scalar (a torch
+ * problem's non-tensor input), which an argument gets by value. */
 typedef struct {
 	char name[SBX_NAME_MAX];
 	int tensor; /* index into task->tensors, or -1 for scratch */
 	size_t bytes;
+	int scalar;
+	sbx_arg value;
 } sbx_buffer;
 
 typedef struct {
