@@ -470,6 +470,476 @@ test_tcp_start(void)
 	free(log);
 }
 
+/* ------------------------------------------------- hostile clients */
+
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include "spec_check.h"
+
+static int h_ports[3]; /* api, work, dashboard of the hostile group */
+
+/* A port nothing listens on now: the kernel's pick for a bound socket
+ * (the derived ports of tcp_port can meet another process's ephemeral
+ * port). */
+static int
+free_port(void)
+{
+	struct sockaddr_in a = {
+	    .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t n = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	KT_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	KT_ASSERT(getsockname(fd, (struct sockaddr *)&a, &n) == 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+/* A raw TCP connection to 127.0.0.1:port that has done the SP handshake
+ * as a REQ peer (NNG's TCP framing: 8-byte header, then 8-byte sizes). A
+ * tiny receive buffer makes the server's replies back up quickly. */
+static int
+sp_connect(int port, int rcvbuf)
+{
+	static const unsigned char hello[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
+	struct sockaddr_in a = {.sin_family = AF_INET,
+	    .sin_port = htons((uint16_t)port),
+	    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct timeval tv = {.tv_sec = 2};
+	unsigned char peer[8];
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	KT_ASSERT(fd >= 0);
+	if (rcvbuf > 0)
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	KT_ASSERT(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	KT_ASSERT(send(fd, hello, 8, MSG_NOSIGNAL) == 8);
+	KT_ASSERT(recv(fd, peer, 8, MSG_WAITALL) == 8);
+	return fd;
+}
+
+/* One REQ frame: size, request id (high bit set), body. */
+static bool
+sp_send(int fd, uint32_t id, const void *body, size_t len)
+{
+	unsigned char hdr[12];
+	uint64_t n = len + 4;
+
+	for (int i = 0; i < 8; i++)
+		hdr[i] = (unsigned char)(n >> (56 - 8 * i));
+	id |= 0x80000000u;
+	for (int i = 0; i < 4; i++)
+		hdr[8 + i] = (unsigned char)(id >> (24 - 8 * i));
+	return send(fd, hdr, 12, MSG_NOSIGNAL) == 12 &&
+	    (len == 0 || send(fd, body, len, MSG_NOSIGNAL) == (ssize_t)len);
+}
+
+/* Whether the server closed fd within ms (reading and discarding). */
+static bool
+closed_within(int fd, int ms)
+{
+	char buf[4096];
+	uint64_t end = kc_mono_ms() + (uint64_t)ms;
+
+	while (kc_mono_ms() < end) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		if (poll(&pf, 1, 50) <= 0)
+			continue;
+		ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			return true;
+	}
+	return false;
+}
+
+static long
+rss_kib(pid_t pid)
+{
+	char path[64], line[256];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if ((f = fopen(path, "r")) == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "VmRSS:", 6) == 0)
+			kib = strtol(line + 6, NULL, 10);
+	fclose(f);
+	return kib;
+}
+
+/* The time a good client takes for Health, in ms; fails past limit_ms. */
+static uint64_t
+health_ms(const char *token, int limit_ms)
+{
+	Kclaw__HealthRequest req = KCLAW__HEALTH_REQUEST__INIT;
+	ProtobufCMessage *resp;
+	uint64_t t0 = kc_mono_ms();
+
+	KT_OK(kc_api_call(h_api, "Health", &req.base, token, limit_ms,
+	    &kclaw__health_response__descriptor, &resp));
+	protobuf_c_message_free_unpacked(resp, NULL);
+	alive();
+	return kc_mono_ms() - t0;
+}
+
+/* An ApiRequest for Health whose token field is exactly tok (tlen bytes,
+ * NULs included): protobuf-c would stop a char * at the first NUL. */
+static void
+health_env(const void *tok, size_t tlen, uint8_t **buf, size_t *len)
+{
+	Kclaw__ApiRequest env = KCLAW__API_REQUEST__INIT;
+	uint8_t *b;
+	size_t n;
+
+	env.method = "Health";
+	env.request_id = 9;
+	KT_OK(kc_pb_pack(&env.base, &b, &n));
+	KT_ASSERT(tlen < 128);
+	KT_ASSERT((b = realloc(b, n + 2 + tlen)) != NULL);
+	b[n] = (5 << 3) | 2;
+	b[n + 1] = (uint8_t)tlen;
+	memcpy(b + n + 2, tok, tlen);
+	*buf = b;
+	*len = n + 2 + tlen;
+}
+
+static void
+test_token_bytes(void)
+{
+	static const char good[] = "s3cret-token";
+	static const char nul[] = "s3cret-token\0zzz";
+	Kclaw__ApiResponse *ar;
+	uint8_t *buf;
+	size_t len, rlen;
+	void *rep;
+
+	/* The comparison itself: lengths count, a prefix is no match. */
+	health_env(good, sizeof(good) - 1, &buf, &len);
+	KT_OK(kc_token_check(buf, len, 5, good));
+	KT_EQ_INT(kc_token_check(buf, len, 5, "s3cret-tokenX"), KC_EPERM);
+	KT_EQ_INT(kc_token_check(buf, len, 5, "s3cret"), KC_EPERM);
+	free(buf);
+	/* Through the real kclawd: "token\0zzz" refused, the token served. */
+	health_env(nul, sizeof(nul) - 1, &buf, &len);
+	KT_EQ_INT(kc_token_check(buf, len, 5, good), KC_EPERM);
+	KT_OK(raw_call(h_cfg.api_url, buf, len, 3000, &rep, &rlen));
+	free(buf);
+	KT_ASSERT((ar = kclaw__api_response__unpack(NULL, rlen, rep)) != NULL);
+	KT_EQ_INT(ar->code, KCLAW__API_CODE__API_UNAUTHORIZED);
+	kclaw__api_response__free_unpacked(ar, NULL);
+	free(rep);
+	health_env(good, sizeof(good) - 1, &buf, &len);
+	KT_OK(raw_call(h_cfg.api_url, buf, len, 3000, &rep, &rlen));
+	free(buf);
+	KT_ASSERT((ar = kclaw__api_response__unpack(NULL, rlen, rep)) != NULL);
+	KT_EQ_INT(ar->code, KCLAW__API_CODE__API_OK);
+	kclaw__api_response__free_unpacked(ar, NULL);
+	free(rep);
+}
+
+/* A peer that floods wrong-token requests and never reads the replies:
+ * the others are still served, within the send timeout, and the peer's
+ * connection is closed. */
+static void
+test_flood_no_read(void)
+{
+	uint8_t *buf;
+	size_t len;
+	int fd, sent = 0;
+	uint64_t ms;
+
+	health_env("nope", 4, &buf, &len);
+	fd = sp_connect(h_ports[0], 1024);
+	/* Until kclawd stops reading: its replies fill the socket buffers,
+	 * then every context that answers this peer waits. */
+	for (int i = 0; i < 2000000 && sp_send(fd, (uint32_t)i, buf, len); i++)
+		sent++;
+	free(buf);
+	KT_ASSERT(sent > 200);
+	/* Let the replies back up and the contexts wait on them. */
+	kc_sleep_ms(1000);
+	ms = health_ms("s3cret-token", BUS_SEND_MS + 4000);
+	printf("  flood of %d unread requests: a good client answered in "
+	       "%llu ms\n",
+	    sent, (unsigned long long)ms);
+	/* Still without reading (reading would unblock the server), then
+	 * the connection must be gone: drained, it ends. */
+	kc_sleep_ms(BUS_SEND_MS + 1000 > ms ? BUS_SEND_MS + 1000 - ms : 0);
+	KT_ASSERT(closed_within(fd, 3000));
+	close(fd);
+	health_ms("s3cret-token", 1000);
+}
+
+/* Sixteen connections that each send part of a declared 64 MiB message
+ * and stop: at most BUS_MAX_NEW_CONNS are kept (the rest are closed at
+ * once), kclawd's memory grows by at most theirs, and the connected client
+ * is served throughout. */
+static void
+test_half_sent(void)
+{
+	enum { N = 16, PART = 8 << 20 };
+	unsigned char hdr[8];
+	uint64_t n = (64u << 20) - 16;
+	char *junk = calloc(1, PART);
+	long before, after;
+	int fd[N], refused = 0;
+
+	KT_ASSERT(junk != NULL);
+	health_ms("s3cret-token", 1000);
+	before = rss_kib(kclawd);
+	for (int i = 0; i < 8; i++)
+		hdr[i] = (unsigned char)(n >> (56 - 8 * i));
+	for (int i = 0; i < N; i++) {
+		fd[i] = sp_connect(h_ports[0], 0);
+		if (send(fd[i], hdr, 8, MSG_NOSIGNAL) != 8 ||
+		    send(fd[i], junk, PART, MSG_NOSIGNAL) != PART)
+			refused++;
+	}
+	health_ms("s3cret-token", 2000);
+	refused = 0;
+	for (int i = 0; i < N; i++)
+		refused += closed_within(fd[i], 20);
+	after = rss_kib(kclawd);
+	printf("  %d half-sent 64 MiB messages of 8 MiB: %d connections "
+	       "closed at once; kclawd %ld -> %ld MiB\n",
+	    N, refused, before / 1024, after / 1024);
+	KT_ASSERT(refused >= N - BUS_MAX_NEW_CONNS);
+	KT_ASSERT(after - before < (long)(BUS_MAX_NEW_CONNS + 2) * PART / 1024);
+	for (int i = 0; i < N; i++)
+		close(fd[i]);
+	free(junk);
+}
+
+/* Specs kclaw submit would never send, straight to Submit. */
+static void
+test_bad_specs(void)
+{
+	Kclaw__TensorSpec x = KCLAW__TENSOR_SPEC__INIT,
+	                  y = KCLAW__TENSOR_SPEC__INIT, *ts[2] = {&x, &y},
+	                  **many;
+	Kclaw__TaskSpec spec = KCLAW__TASK_SPEC__INIT;
+	Kclaw__Tolerance tol = KCLAW__TOLERANCE__INIT;
+	Kclaw__SubmitRequest req = KCLAW__SUBMIT_REQUEST__INIT;
+	ProtobufCMessage *resp;
+	int64_t sx[2] = {1024, 1024}, sy[2] = {1024, 1024};
+	uint64_t bytes;
+	struct {
+		const char *what, *expect;
+	} cases[] = {
+	    {"negative dim", "dimensions must be positive"},
+	    {"empty shape", "shape has 0 dimensions"},
+	    {"2^61 elements", "more than 2^40 elements"},
+	    {"bad dtype", "unknown dtype"},
+	    {"20000 tensors", "a task has 1 to 64"},
+	    {"../ name", "not a C identifier"},
+	    {"NaN tolerance", "finite number"},
+	    {"negative tolerance", "finite number"},
+	    {"bad task name", "may hold only"},
+	};
+
+	/* Sizes with overflow checks, as the sandbox needs them. */
+	int64_t big[3] = {1 << 30, 1 << 30, 4};
+	KT_EQ_INT(
+	    kc_spec_tensor_bytes(KCLAW__DTYPE__F32, big, 3, &bytes), KC_EINVAL);
+	int64_t wrap[2] = {INT64_MAX, INT64_MAX};
+	KT_EQ_INT(kc_spec_tensor_bytes(KCLAW__DTYPE__F32, wrap, 2, &bytes),
+	    KC_EINVAL);
+	KT_OK(kc_spec_tensor_bytes(KCLAW__DTYPE__F16, sx, 2, &bytes));
+	KT_EQ_INT(bytes, 2 << 20);
+
+	KT_ASSERT((many = calloc(20000, sizeof(*many))) != NULL);
+	for (size_t c = 0; c < KC_ARRAY_LEN(cases); c++) {
+		x = (Kclaw__TensorSpec)KCLAW__TENSOR_SPEC__INIT;
+		y = (Kclaw__TensorSpec)KCLAW__TENSOR_SPEC__INIT;
+		x.name = "x";
+		x.kind = KCLAW__TENSOR_KIND__INPUT;
+		x.dtype = KCLAW__DTYPE__F32;
+		x.shape = sx;
+		x.n_shape = 2;
+		y.name = "y";
+		y.kind = KCLAW__TENSOR_KIND__OUTPUT;
+		y.dtype = KCLAW__DTYPE__F32;
+		y.shape = sy;
+		y.n_shape = 2;
+		sx[0] = 1024;
+		sx[1] = 1024;
+		tol.atol = 1e-5;
+		tol.rtol = 1e-5;
+		spec = (Kclaw__TaskSpec)KCLAW__TASK_SPEC__INIT;
+		spec.name = "hostile";
+		spec.tensors = ts;
+		spec.n_tensors = 2;
+		spec.tolerance = &tol;
+		switch (c) {
+		case 0: sx[1] = -4; break;
+		case 1: x.n_shape = 0; break;
+		case 2:
+			sx[0] = 1ll << 31;
+			sx[1] = 1ll << 30;
+			break;
+		case 3: x.dtype = (Kclaw__DType)99; break;
+		case 4:
+			for (int i = 0; i < 20000; i++)
+				many[i] = &x;
+			spec.tensors = many;
+			spec.n_tensors = 20000;
+			break;
+		case 5: x.name = "../../x"; break;
+		case 6: tol.atol = NAN; break;
+		case 7: tol.rtol = -1; break;
+		case 8: spec.name = "../etc"; break;
+		}
+		req.spec = &spec;
+		KT_EQ_INT(
+		    kc_api_call(h_api, "Submit", &req.base, "s3cret-token",
+		        5000, &kclaw__submit_response__descriptor, &resp),
+		    KC_EINVAL);
+		if (strstr(kc_lasterr(), cases[c].expect) == NULL)
+			KT_FAIL("%s: '%s' does not say '%s'", cases[c].what,
+			    kc_lasterr(), cases[c].expect);
+	}
+	free(many);
+	health_ms("s3cret-token", 1000);
+}
+
+/* The dashboard's address check parses the URL; `/` is never a root. */
+static void
+test_addresses(void)
+{
+	kc_config cfg;
+	char real[PATH_MAX], cwd[PATH_MAX];
+	const char *public[] = {"http://127.0.0.1@0.0.0.0:8470",
+	    "http://127.0.0.1.example.com:8470", "http://0.0.0.0:8470",
+	    "http://localhost@10.0.0.1:8470", "not a url"};
+	const char *loop[] = {"http://127.0.0.1:8470", "http://127.9.8.7:1",
+	    "http://localhost:8470", "http://[::1]:8470"};
+
+	unsetenv("KCLAW_INSECURE_TCP");
+	cfg = h_cfg;
+	cfg.token[0] = '\0';
+	snprintf(cfg.api_url, sizeof(cfg.api_url), "ipc://%s/a.ipc", h_home);
+	snprintf(cfg.work_url, sizeof(cfg.work_url), "ipc://%s/w.ipc", h_home);
+	for (size_t i = 0; i < KC_ARRAY_LEN(public); i++) {
+		kc_strlcpy(cfg.http_url, public[i], sizeof(cfg.http_url));
+		KT_EQ_INT(orch_security_check(&cfg), KC_EPERM);
+	}
+	for (size_t i = 0; i < KC_ARRAY_LEN(loop); i++) {
+		kc_strlcpy(cfg.http_url, loop[i], sizeof(cfg.http_url));
+		KT_OK(orch_security_check(&cfg));
+	}
+	/* A kclawd whose working folder is `/`. */
+	unsetenv("KCLAW_BUNDLE_ROOTS");
+	KT_ASSERT(getcwd(cwd, sizeof(cwd)) != NULL);
+	KT_ASSERT(chdir("/") == 0);
+	KT_EQ_INT(
+	    orch_bundle_dir_check(&cfg, "/etc", real, sizeof(real)), KC_EPERM);
+	KT_OK(orch_bundle_dir_check(&cfg, h_home, real, sizeof(real)));
+	KT_ASSERT(chdir(cwd) == 0);
+}
+
+/* Sends an HTTP request to the dashboard; its status code (0: none). */
+static int
+http_status(const char *host, const char *origin, const char *path, bool ws)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+	    .sin_port = htons((uint16_t)h_ports[2]),
+	    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct timeval tv = {.tv_sec = 3};
+	char req[1024], rep[512];
+	int fd = socket(AF_INET, SOCK_STREAM, 0), code = 0;
+	ssize_t n;
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	KT_ASSERT(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+	snprintf(req, sizeof(req),
+	    "GET %s HTTP/1.1\r\nHost: %s\r\n%s%s%s%s\r\n", path, host,
+	    origin ? "Origin: " : "", origin ? origin : "",
+	    origin ? "\r\n" : "",
+	    ws ? "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+	         "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+	         "Sec-WebSocket-Version: 13\r\n"
+	         "Sec-WebSocket-Protocol: pub.sp.nanomsg.org\r\n"
+	       : "Connection: close\r\n");
+	KT_ASSERT(
+	    send(fd, req, strlen(req), MSG_NOSIGNAL) == (ssize_t)strlen(req));
+	if ((n = recv(fd, rep, sizeof(rep) - 1, 0)) > 12) {
+		rep[n] = '\0';
+		code = atoi(rep + 9);
+	}
+	/* An upgraded connection the dashboard refused is closed. */
+	if (ws && code == 101 && closed_within(fd, 1500))
+		code = -101;
+	close(fd);
+	return code;
+}
+
+static void
+test_dashboard(void)
+{
+	char self[64], other[64];
+
+	snprintf(self, sizeof(self), "127.0.0.1:%d", h_ports[2]);
+	snprintf(other, sizeof(other), "http://127.0.0.1:%d", h_ports[2] + 7);
+	for (int i = 0; i < 100 && http_status(self, NULL, "/", false) != 200;
+	     i++)
+		kc_sleep_ms(50);
+	KT_EQ_INT(http_status(self, NULL, "/api/health", false), 200);
+	KT_EQ_INT(http_status(self, NULL, "/", false), 200);
+	/* DNS rebinding: the attacker's name in Host. */
+	KT_EQ_INT(
+	    http_status("evil.example:8470", NULL, "/api/tasks", false), 403);
+	KT_EQ_INT(http_status("evil.example", NULL, "/", false), 403);
+	KT_EQ_INT(http_status("127.0.0.1:1", NULL, "/metrics", false), 403);
+	KT_EQ_INT(
+	    http_status(self, "http://evil.example", "/api/tasks", false), 403);
+	/* The WebSocket: another site's Origin closes it; its own does not. */
+	KT_EQ_INT(http_status(self, "http://evil.example", "/ws", true), -101);
+	KT_EQ_INT(http_status(self, other, "/ws", true), -101);
+	/* (NNG's WebSocket handler answers only its own host: 404.) */
+	KT_ASSERT(http_status("evil.example:1", NULL, "/ws", true) != 101);
+	char own[80];
+	snprintf(own, sizeof(own), "http://%s", self);
+	KT_EQ_INT(http_status(self, own, "/ws", true), 101);
+	health_ms("s3cret-token", 1000);
+}
+
+static void
+hostile_setup(void)
+{
+	char url[64];
+
+	for (int i = 0; i < 3; i++)
+		h_ports[i] = free_port();
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", h_ports[0]);
+	setenv("KCLAW_API_URL", url, 1);
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", h_ports[1]);
+	setenv("KCLAW_WORK_URL", url, 1);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", h_ports[2]);
+	setenv("KCLAW_HTTP_URL", url, 1);
+	setenv("KCLAW_TOKEN", "s3cret-token", 1);
+	h_setup("sec-hostile", "");
+	kclawd = h_kclawd();
+	for (int i = 0; i < 100; i++) {
+		Kclaw__HealthRequest req = KCLAW__HEALTH_REQUEST__INIT;
+		ProtobufCMessage *resp;
+		if (kc_api_call(h_api, "Health", &req.base, "s3cret-token", 300,
+		        &kclaw__health_response__descriptor, &resp) == 0) {
+			protobuf_c_message_free_unpacked(resp, NULL);
+			return;
+		}
+		kc_sleep_ms(50);
+	}
+	KT_FAIL("kclawd did not answer");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -482,9 +952,17 @@ main(int argc, char **argv)
 		KT_RUN(test_tcp_token);
 	} else if (strcmp(group, "tcp-start") == 0) {
 		KT_RUN(test_tcp_start);
+	} else if (strcmp(group, "hostile") == 0) {
+		hostile_setup();
+		KT_RUN(test_token_bytes);
+		KT_RUN(test_bad_specs);
+		KT_RUN(test_addresses);
+		KT_RUN(test_dashboard);
+		KT_RUN(test_flood_no_read);
+		KT_RUN(test_half_sent);
 	} else {
-		fprintf(
-		    stderr, "usage: sec_test bad-input|tcp-token|tcp-start\n");
+		fprintf(stderr,
+		    "usage: sec_test bad-input|tcp-token|tcp-start|hostile\n");
 		return 2;
 	}
 	h_kill(kclawd, SIGTERM);
