@@ -536,8 +536,11 @@ test_refusals(void)
 	    "\"again\",");
 	KT_CONTAINS(m, "'name' appears twice");
 
+	m = refused_edit("\"kind\":\"cuda\"", "\"kind\":\"pytorch\"");
+	KT_CONTAINS(m, "unknown kind 'pytorch'; use cuda, torch or tensors");
+	/* A torch reference takes a Python source, not a launch plan. */
 	m = refused_edit("\"kind\":\"cuda\"", "\"kind\":\"torch\"");
-	KT_CONTAINS(m, "unknown kind 'torch'; use cuda or tensors");
+	KT_CONTAINS(m, "unknown field 'plan'");
 	m = refused_edit(
 	    "\"source\":\"reference.cu\"", "\"source\":\"ref.cu\"");
 	KT_CONTAINS(m, "reference.source");
@@ -700,6 +703,76 @@ test_damaged_json(void)
 	free(text);
 }
 
+/* A torch bundle: the problem's source, every tensor declared, a scalar
+ * input with its value, a bool mask, and the plan check naming the scalar
+ * as an argument. */
+static void
+test_torch_bundle(void)
+{
+	static const char task[] =
+	    "{\"name\":\"scale_masked\",\"precision\":\"strict\","
+	    "\"tolerance\":{\"atol\":1e-2,\"rtol\":1e-2,\"max_rel_norm\":1e-2},"
+	    "\"tensors\":["
+	    "{\"name\":\"A\",\"kind\":\"input\",\"dtype\":\"f32\","
+	    "\"shape\":[64,32],\"source_name\":\"A\"},"
+	    "{\"name\":\"s\",\"kind\":\"scalar\",\"dtype\":\"f32\","
+	    "\"value\":3.5},"
+	    "{\"name\":\"mask\",\"kind\":\"input\",\"dtype\":\"bool\","
+	    "\"shape\":[64,32]},"
+	    "{\"name\":\"weight\",\"kind\":\"parameter\",\"dtype\":"
+	    "\"f32\",\"shape\":[32],\"source_name\":\"lin.weight\"},"
+	    "{\"name\":\"out\",\"kind\":\"output\",\"dtype\":\"f32\","
+	    "\"shape\":[64,32]}],"
+	    "\"reference\":{\"kind\":\"torch\",\"source\":\"model.py\","
+	    "\"init_seed\":42,\"flops\":2048}}";
+	static const char model[] =
+	    "import torch\nclass Model(torch.nn.Module):\n"
+	    "    def forward(self, A, s, mask):\n"
+	    "        return A * s * mask\n"
+	    "def get_inputs():\n    return [torch.randn(64, 32), 3.5,"
+	    " torch.rand(64, 32) > 0.5]\n"
+	    "def get_init_inputs():\n    return []\n";
+	Kclaw__TaskSpec *spec = NULL;
+	char dir[PATH_MAX];
+	const char *m;
+
+	new_dir(dir);
+	put_text(dir, "task.json", task);
+	put_text(dir, "model.py", model);
+	KT_OK(kc_bundle_load(dir, &spec));
+	KT_EQ_INT(spec->reference->kind, KCLAW__REFERENCE__KIND__TORCH);
+	KT_CONTAINS(spec->reference->torch_source, "class Model");
+	KT_EQ_INT(spec->reference->init_seed, 42);
+	KT_ASSERT(spec->reference->flops == 2048);
+	KT_EQ_INT(spec->tensors[1]->kind, KCLAW__TENSOR_KIND__SCALAR);
+	KT_ASSERT(spec->tensors[1]->scalar_value == 3.5);
+	KT_EQ_INT(spec->tensors[2]->dtype, KCLAW__DTYPE__BOOL);
+	KT_EQ_STR(spec->tensors[3]->source_name, "lin.weight");
+	KT_EQ_STR(spec->precision, "strict");
+	kclaw__task_spec__free_unpacked(spec, NULL);
+
+	/* A scalar without its value, a scalar in a cuda task, an unknown
+	 * precision, a source that is no KernelBench problem. */
+	new_dir(dir);
+	put_text(dir, "model.py", model);
+	{
+		char t2[sizeof(task) + 64];
+		const char *at = strstr(task, ",\"value\":3.5");
+		snprintf(t2, sizeof(t2), "%.*s%s", (int)(at - task), task,
+		    at + strlen(",\"value\":3.5"));
+		put_text(dir, "task.json", t2);
+	}
+	m = refused(dir);
+	KT_CONTAINS(m, "needs its 'value'");
+	m = refused_edit("\"trials\":4", "\"precision\":\"fast\",\"trials\":4");
+	KT_CONTAINS(m, "precision 'fast'");
+	new_dir(dir);
+	put_text(dir, "task.json", task);
+	put_text(dir, "model.py", "def f(): pass\n");
+	m = refused(dir);
+	KT_CONTAINS(m, "class Model");
+}
+
 int
 main(void)
 {
@@ -717,6 +790,7 @@ main(void)
 	KT_RUN(test_reference_plan);
 	KT_RUN(test_candidate);
 	KT_RUN(test_damaged_json);
+	KT_RUN(test_torch_bundle);
 	{
 		char cmd[PATH_MAX + 16];
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", test_root);
