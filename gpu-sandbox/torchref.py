@@ -24,7 +24,6 @@ anything the problem's code prints to stdout goes to stderr too.
 import argparse
 import ctypes
 import gc
-import hashlib
 import importlib.util
 import json
 import math
