@@ -27,8 +27,12 @@ eval_usage(FILE *f)
 	    "[--home DIR]\n\n"
 	    "Compiles, verifies and times the candidate (kernel.cu + "
 	    "plan.json) against the task\nin a private sandbox, and prints "
-	    "the result. Without CANDIDATE_DIR the task's\ncuda reference "
-	    "is evaluated. --compile-only needs no GPU (give --arch).\n\n"
+	    "the result. Without CANDIDATE_DIR the task's\nreference is "
+	    "evaluated alone: its baselines (eager and torch.compile for a\n"
+	    "torch task) and how much its outputs vary between input sets, "
+	    "with\ndegenerate outputs named. --compile-only needs no GPU "
+	    "(give --arch);\nwithout a candidate it compiles a cuda "
+	    "reference.\n\n"
 	    "Exit codes: 0 the result is OK; 1 the candidate was evaluated "
 	    "and is not OK\n(compile error, wrong result, ...) or the sandbox "
 	    "failed; 2 usage, or a task.json\nor plan.json that does not "
@@ -143,14 +147,19 @@ cli_eval(int argc, char **argv)
 			goto out;
 		}
 		req.candidate = cand;
+	} else if (!opts.compile_only) {
+		/* No candidate: the reference alone, its baselines and how
+		 * much its outputs vary (degenerate outputs are named). */
+		opts.reference_only = 1;
 	} else if (task->reference != NULL && task->reference->cuda != NULL) {
 		req.candidate = task->reference->cuda;
 	} else {
 		fprintf(stderr,
-		    "kclaw eval: the reference of %s is not CUDA code, so "
-		    "there is nothing to evaluate without a candidate; run "
-		    "`kclaw eval %s CANDIDATE_DIR` (a folder with kernel.cu "
-		    "and plan.json)\n",
+		    "kclaw eval: --compile-only without a candidate compiles "
+		    "the task's CUDA reference, and the reference of %s is "
+		    "not CUDA code; run `kclaw eval %s CANDIDATE_DIR` (a "
+		    "folder with kernel.cu and plan.json), or leave out "
+		    "--compile-only to evaluate the reference alone\n",
 		    dirs[0], dirs[0]);
 		code = CLI_USAGE;
 		goto out;

@@ -43,7 +43,8 @@ cp "$EX/candidates/2/plan.json" "$T/c/"
 rm "$T/c/kernel.cu"
 expect 3 "'kernel.cu' is missing" "$K" eval "$EX" "$T/c" $CO
 
-# A `tensors` task without a candidate: usage, and the command to run.
+# A `tensors` task, --compile-only and no candidate: usage, and the command
+# to run.
 mkdir "$T/tb"
 python3 "$KCLAW_SRC/tests/cli/mknpy.py" "$T/tb" || fail "mknpy"
 cat >"$T/tb/task.json" <<'JSON'
