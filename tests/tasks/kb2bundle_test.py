@@ -280,7 +280,9 @@ class Declare(unittest.TestCase):
             ("bn_num_batches_tracked", "parameter", "i64", [1]), ("out", "output", "f32", [4, 8])])
         self.assertEqual(ts[1].value, 3.14)
         self.assertEqual(ts[3].source_name, "linear.weight")
-        self.assertEqual(ts[1].json(), {"name": "s", "kind": "scalar", "dtype": "f32", "shape": [1]})
+        self.assertEqual(ts[1].json(), {"name": "s", "kind": "scalar", "dtype": "f32", "shape": [1],
+                                        "value": 3.14})
+        self.assertEqual(ts[2].json()["value"], 7)
         self.assertEqual(ts[3].json()["source_name"], "linear.weight")
         self.assertNotIn("source_name", ts[0].json())
         self.assertNotIn("source_name", ts[5].json())
@@ -357,7 +359,7 @@ class TorchBundle(unittest.TestCase):
         self.assertEqual(task["name"], "5_Matrix_scalar")
         self.assertEqual(task["tensors"], [
             {"name": "A", "kind": "input", "dtype": "f32", "shape": [64, 32]},
-            {"name": "s", "kind": "scalar", "dtype": "f32", "shape": [1]},
+            {"name": "s", "kind": "scalar", "dtype": "f32", "shape": [1], "value": 3.14},
             {"name": "scale_weight", "kind": "parameter", "dtype": "f32", "shape": [32],
              "source_name": "scale.weight"},
             {"name": "out", "kind": "output", "dtype": "f32", "shape": [64, 32]}])

@@ -217,6 +217,9 @@ class Tensor:
         j = {"name": self.name, "kind": self.kind, "dtype": self.dtype, "shape": self.shape}
         if self.kind == "parameter":
             j["source_name"] = self.source_name
+        if self.kind == "scalar" and self.value is not None:
+            v = self.value
+            j["value"] = int(v) if self.dtype == "i64" else float(v)
         return j
 
 
