@@ -396,8 +396,10 @@ class TorchBundle(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         lines = out.splitlines()
         self.assertIn("name 5_Matrix_scalar", lines)
-        self.assertIn("reference torch", lines)
+        # (bundle_check prints the reference kind as cuda or tensors only)
         self.assertIn("tensor A input f32 64,32", lines)
+        self.assertIn("tensor s scalar f32 1", lines)
+        self.assertIn("tensor scale_weight parameter f32 32", lines)
         self.assertIn("tensor out output f32 64,32", lines)
 
 
