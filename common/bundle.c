@@ -23,7 +23,7 @@
 
 #define BUNDLE_JSON_MAX (1u << 20)
 #define BUNDLE_SOURCE_MAX (4u << 20)
-#define BUNDLE_MAX_TENSORS 64
+#define BUNDLE_MAX_TENSORS 1024
 #define BUNDLE_MAX_DIMS 8
 #define BUNDLE_MAX_SETS 64
 #define BUNDLE_MAX_ELEMS (1ull << 40)

@@ -18,7 +18,7 @@
 
 #include "kclaw.pb-c.h"
 
-#define KC_SPEC_MAX_TENSORS 64
+#define KC_SPEC_MAX_TENSORS 1024
 #define KC_SPEC_MAX_DIMS 8
 #define KC_SPEC_MAX_SETS 64
 #define KC_SPEC_MAX_ELEMS (1ull << 40)       /* per tensor */

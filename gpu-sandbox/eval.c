@@ -48,6 +48,8 @@
 #include "verify.h"
 
 #define EV_MAX_TRIALS 16
+/* Tensors a task may have (a Level 3 model has hundreds of parameters). */
+#define EV_MAX_TENSORS 1024
 #define EV_MAX_ITERS 2000
 #define EV_DEFAULT_WARMUP 5
 #define EV_DEFAULT_ITERS 50
@@ -121,9 +123,9 @@ typedef struct {
 	/* Host pages for expected outputs, kept between evaluations: fresh
 	 * pages cost a fault each, which in a VM adds up to seconds for
 	 * gigabytes. */
-	void *pool[EV_MAX_TRIALS][64];
-	void *pool_raw[EV_MAX_TRIALS][64];
-	size_t pool_bytes[EV_MAX_TRIALS][64];
+	void *pool[EV_MAX_TRIALS][EV_MAX_TENSORS];
+	void *pool_raw[EV_MAX_TRIALS][EV_MAX_TENSORS];
+	size_t pool_bytes[EV_MAX_TRIALS][EV_MAX_TENSORS];
 } gpu;
 
 /* One program (the candidate or the `cuda` reference) ready to run. */
@@ -158,9 +160,9 @@ typedef struct {
 	size_t nt;
 	CUdeviceptr *tdev; /* per tensor: the buffer the plans see */
 	size_t *tbytes, *tcount;
-	CUdeviceptr stash[EV_MAX_TRIALS][64];
-	void *expected[EV_MAX_TRIALS][64]; /* mmap'd host pages */
-	uint64_t hash_in[64];
+	CUdeviceptr stash[EV_MAX_TRIALS][EV_MAX_TENSORS];
+	void *expected[EV_MAX_TRIALS][EV_MAX_TENSORS]; /* mmap'd host pages */
+	uint64_t hash_in[EV_MAX_TENSORS];
 	prog cand, ref;
 	int have_ref;
 	/* What the reference kind does at each step of the protocol. */
@@ -168,24 +170,25 @@ typedef struct {
 	/* Per output: the smallest relative difference between the expected
 	 * outputs of two verification trials (the variation rule; 0 when
 	 * unknown), and the candidate's worst relative error. */
-	double var_rel[64];
-	int var_known[64];
-	double err_rel[64];
+	double var_rel[EV_MAX_TENSORS];
+	int var_known[EV_MAX_TENSORS];
+	double err_rel[EV_MAX_TENSORS];
 	double max_abs, max_rel;
 	/* tensors references: the hash of every stashed input set, so a
 	 * candidate that writes the sandbox's copies is caught. */
 	uint64_t stash_hash;
 	/* torch references: the reference process's buffers, mapped. */
 	int is_torch;
-	CUdeviceptr mapped[64];
-	CUipcMemHandle mapped_handle[64];
+	CUdeviceptr mapped[EV_MAX_TENSORS];
+	CUipcMemHandle mapped_handle[EV_MAX_TENSORS];
 	size_t nmapped;
 	/* Mixed into every generated input's seed, fresh per evaluation, so
 	 * no candidate can know the inputs from the task's seed. */
 	uint64_t salt;
 	/* Numbers the timed runs' input sets (every one is new). */
 	unsigned fresh_serial;
-	CUdeviceptr held[64]; /* a run's outputs, set aside to be compared */
+	CUdeviceptr held[EV_MAX_TENSORS]; /* a run's outputs, set aside to be
+	                                     compared */
 } ev;
 
 /* ---------------------------------------------------------------- errors */
@@ -393,8 +396,8 @@ gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 	/* Writing twice the L2's size evicts whatever a run left there. */
 	g->flush_bytes = (size_t)(g->l2_bytes > 0 ? g->l2_bytes : 64 << 20) * 2;
 	if ((r = g->cu.cuMemAlloc(&g->flush, g->flush_bytes)) != CUDA_SUCCESS ||
-	    (r = g->cu.cuMemAlloc(&g->hash_out, 64 * sizeof(uint64_t))) !=
-	        CUDA_SUCCESS ||
+	    (r = g->cu.cuMemAlloc(&g->hash_out,
+	         EV_MAX_TENSORS * sizeof(uint64_t))) != CUDA_SUCCESS ||
 	    (r = g->cu.cuMemAlloc(&g->acc, 8 * sizeof(uint64_t))) !=
 	        CUDA_SUCCESS ||
 	    (r = g->cu.cuMemAlloc(&g->lt_work, EV_LT_WORKSPACE)) !=
@@ -435,7 +438,7 @@ gpu_fini(void *state)
 	if (g == NULL)
 		return;
 	for (int k = 0; k < EV_MAX_TRIALS; k++)
-		for (int t = 0; t < 64; t++)
+		for (int t = 0; t < EV_MAX_TENSORS; t++)
 			if (g->pool_raw[k][t] != NULL)
 				munmap(g->pool_raw[k][t],
 				    g->pool_bytes[k][t] + EV_HUGE);
@@ -1173,10 +1176,12 @@ static int
 ev_hash_inputs(ev *e, uint64_t *h)
 {
 	gpu *g = e->g;
-	uint64_t out[64];
-	size_t n = e->nt < 64 ? e->nt : 64;
+	uint64_t out[EV_MAX_TENSORS];
+	size_t n = e->nt < EV_MAX_TENSORS ? e->nt : EV_MAX_TENSORS;
 
-	EV_CU(e, g->cu.cuMemsetD8Async(g->hash_out, 0, 64 * 8, g->stream),
+	EV_CU(e,
+	    g->cu.cuMemsetD8Async(
+	        g->hash_out, 0, EV_MAX_TENSORS * 8, g->stream),
 	    EV_INTERNAL, "hashing inputs");
 	for (size_t t = 0; t < n; t++) {
 		CUdeviceptr dst = g->hash_out + t * 8;
@@ -1292,7 +1297,7 @@ ev_note_error(ev *e, size_t t, double max_abs, double max_rel, double rel)
 		e->max_abs = max_abs;
 	if (max_rel > e->max_rel)
 		e->max_rel = max_rel;
-	if (t < 64 && (rel > e->err_rel[t] || rel != rel))
+	if (t < EV_MAX_TENSORS && (rel > e->err_rel[t] || rel != rel))
 		e->err_rel[t] = rel;
 }
 
@@ -1385,9 +1390,10 @@ ev_alloc_tensors(ev *e)
 	char what[256];
 
 	e->nt = e->task->n_tensors;
-	if (e->nt > 64) {
+	if (e->nt > EV_MAX_TENSORS) {
 		sbx_result_status(e->res, KCLAW__EVAL_STATUS__PLAN_ERROR,
-		    "the task has %zu tensors; the sandbox handles 64", e->nt);
+		    "the task has %zu tensors; the sandbox handles %d", e->nt,
+		    EV_MAX_TENSORS);
 		return -1;
 	}
 	e->tdev = calloc(e->nt + 1, sizeof(*e->tdev));
@@ -1442,7 +1448,7 @@ ev_note_variation(ev *e, unsigned k)
 {
 	gpu *g = e->g;
 
-	for (size_t t = 0; t < e->nt && t < 64 && k < 2; t++) {
+	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS && k < 2; t++) {
 		uint8_t raw[EV_CHK_SLOT];
 		ev_slot sl;
 
@@ -1477,7 +1483,7 @@ ev_note_variation_host(ev *e)
 
 	loose.atol = 1e300;
 	for (unsigned k = 1; k < 2 && k < e->trials; k++)
-		for (size_t t = 0; t < e->nt && t < 64; t++) {
+		for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++) {
 			sbx_cmp c;
 			if (e->expected[k][t] == NULL ||
 			    e->expected[k - 1][t] == NULL)
@@ -1580,7 +1586,7 @@ ev_prepare_trials(ev *e)
 	 * pinned staging buffer (host memory the GPU can map). */
 	if (ev_poison(e, &e->ref) != 0)
 		return -1;
-	for (size_t t = 0; t < e->nt && t < 64; t++)
+	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++)
 		if (e->held[t] != 0)
 			EV_CU(e,
 			    g->cu.cuMemsetD8Async(
@@ -1986,7 +1992,7 @@ torch_inputs(ev *e, unsigned serial, unsigned variant, int keep)
 	        &reply) != 0)
 		return -1;
 	outs = cJSON_GetObjectItem(reply, "outputs");
-	for (size_t t = 0; keep && t < e->nt && t < 64; t++) {
+	for (size_t t = 0; keep && t < e->nt && t < EV_MAX_TENSORS; t++) {
 		const cJSON *o;
 		if (e->task->tensors[t]->kind != KCLAW__TENSOR_KIND__OUTPUT)
 			continue;
@@ -2221,7 +2227,7 @@ ev_check_variation(ev *e, size_t t, double rel, const char *when)
 {
 	const char *name = e->task->tensors[t]->name;
 
-	if (t >= 64 || !e->var_known[t] ||
+	if (t >= EV_MAX_TENSORS || !e->var_known[t] ||
 	    sbx_error_small_vs_variation(rel, e->var_rel[t]))
 		return 0;
 	sbx_result_status(e->res, KCLAW__EVAL_STATUS__WRONG_RESULT,
@@ -2240,7 +2246,7 @@ static int
 ev_check_writes(
     ev *e, unsigned k, const uint64_t *before, const uint64_t *after)
 {
-	for (size_t t = 0; t < e->nt && t < 64; t++) {
+	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++) {
 		const Kclaw__TensorSpec *ts = e->task->tensors[t];
 		Kclaw__Mismatch *m;
 		char note[256];
@@ -2281,7 +2287,7 @@ ev_check_writes(
 static int
 ev_verify(ev *e)
 {
-	uint64_t before[64], after[64];
+	uint64_t before[EV_MAX_TENSORS], after[EV_MAX_TENSORS];
 	gpu *g = e->g;
 	uint8_t raw[EV_CHK_SLOT];
 	int rv;
@@ -2302,7 +2308,7 @@ ev_verify(ev *e)
 		if ((rv = e->ops->trial_check(e, k, when)) != 0)
 			return rv;
 		if (k == 0)
-			for (size_t t = 0; t < e->nt && t < 64; t++)
+			for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++)
 				if (e->held[t] != 0)
 					EV_CU(e,
 					    g->cu.cuMemcpyDtoDAsync(e->held[t],
@@ -2310,7 +2316,7 @@ ev_verify(ev *e)
 					        g->stream),
 					    EV_INTERNAL, "keeping outputs");
 	}
-	for (size_t t = 0; t < e->nt && t < 64; t++)
+	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++)
 		if (e->task->tensors[t]->kind == KCLAW__TENSOR_KIND__OUTPUT &&
 		    (rv = ev_check_variation(
 		         e, t, e->err_rel[t], "verification trials")) != 0)
@@ -2319,7 +2325,7 @@ ev_verify(ev *e)
 	if (e->ops->trial_inputs(e, 0) != 0 ||
 	    ev_fresh_state(e, &e->cand) != 0 || prog_run_sync(e, &e->cand) != 0)
 		return -1;
-	for (size_t t = 0; t < e->nt && t < 64; t++) {
+	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++) {
 		ev_slot sl;
 		if (e->held[t] == 0)
 			continue;
@@ -2574,7 +2580,7 @@ ev_note_degenerate(ev *e)
 	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
 	Kclaw__EvalResult *res = e->res;
 
-	for (size_t t = 0; t < e->nt && t < 64; t++) {
+	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++) {
 		const char *name = e->task->tensors[t]->name;
 		char **v;
 		if (!e->var_known[t] ||
@@ -2617,7 +2623,7 @@ ev_judge(ev *e)
 	    res->timing->stddev_ms);
 	res->max_abs_err = e->max_abs;
 	res->max_rel_err = e->max_rel;
-	for (size_t t = 0; t < e->nt && t < 64; t++) {
+	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++) {
 		const Kclaw__TensorSpec *ts = task->tensors[t];
 		if (ts->kind != KCLAW__TENSOR_KIND__OUTPUT) {
 			in_bytes += (double)e->tbytes[t];
@@ -2705,7 +2711,7 @@ ev_reference_only(ev *e)
 	        e->ops->trial_inputs(e, 1) != 0))
 		return;
 	ev_phase(e, "sandbox.inputs_ms", &tp);
-	for (size_t t = 0; t < e->nt && t < 64; t++)
+	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++)
 		if (e->var_known[t] && (var < 0 || e->var_rel[t] < var))
 			var = e->var_rel[t];
 	res->output_variation = var > 0 ? var : 0;
@@ -2741,7 +2747,7 @@ static void
 ev_free(ev *e)
 {
 	for (unsigned k = 0; k < EV_MAX_TRIALS; k++)
-		for (size_t t = 0; t < e->nt && t < 64; t++) {
+		for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++) {
 			if (e->stash[k][t] != 0 && !*e->fatal &&
 			    (k == 0 || e->stash[k][t] != e->stash[0][t]))
 				e->g->cu.cuMemFree(e->stash[k][t]);
@@ -2751,7 +2757,7 @@ ev_free(ev *e)
 	for (size_t t = 0; e->tdev && t < e->nt; t++) {
 		if (e->tdev[t] && !*e->fatal && !e->is_torch)
 			e->g->cu.cuMemFree(e->tdev[t]);
-		if (t < 64 && e->held[t] && !*e->fatal)
+		if (t < EV_MAX_TENSORS && e->held[t] && !*e->fatal)
 			e->g->cu.cuMemFree(e->held[t]);
 	}
 	free(e->tdev);

@@ -738,7 +738,7 @@ test_bad_specs(void)
 	    {"empty shape", "shape has 0 dimensions"},
 	    {"2^61 elements", "more than 2^40 elements"},
 	    {"bad dtype", "unknown dtype"},
-	    {"20000 tensors", "a task has 1 to 64"},
+	    {"20000 tensors", "a task has 1 to 1024"},
 	    {"../ name", "not a C identifier"},
 	    {"NaN tolerance", "finite number"},
 	    {"negative tolerance", "finite number"},
