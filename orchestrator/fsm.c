@@ -11,8 +11,7 @@
 typedef void (*fsm_fn)(orch_fsm *f, const orch_input *in, orch_actions *a);
 
 static void fsm_seed(orch_fsm *f, const orch_input *in, orch_actions *a);
-static void fsm_review_seeds(
-    orch_fsm *f, const orch_input *in, orch_actions *a);
+static void fsm_seed_reply(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_seed_done(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_repair(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_review(orch_fsm *f, const orch_input *in, orch_actions *a);
@@ -30,17 +29,18 @@ static const struct fsm_row {
 	enum orch_input_kind input;
 	fsm_fn fn; /* -> the states it may lead to */
 } fsm_table[] = {
-	{ORCH_ST_SUBMITTED,    ORCH_IN_START,      fsm_seed},         /* SEEDING */
-	{ORCH_ST_SEEDING,      ORCH_IN_SEEDS,      fsm_review_seeds}, /* REVIEW_SEEDS FAILED */
+	{ORCH_ST_SUBMITTED,    ORCH_IN_START,      fsm_seed},         /* SEEDING: k Generator jobs */
+	{ORCH_ST_SEEDING,      ORCH_IN_SEEDS,      fsm_seed_reply},   /* (same) REVIEW_SEEDS, or as below */
+	{ORCH_ST_SEEDING,      ORCH_IN_EVALUATED,  fsm_seed_done},    /* (same), or as below */
 	{ORCH_ST_REVIEW_SEEDS, ORCH_IN_EVALUATED,  fsm_seed_done},    /* (same) FEATURES DIAGNOSE FAILED */
 	{ORCH_ST_DIAGNOSE,     ORCH_IN_DIAGNOSED,  fsm_repair},       /* REPAIR */
-	{ORCH_ST_REPAIR,       ORCH_IN_CANDIDATE,  fsm_review},       /* REVIEW DONE FAILED */
+	{ORCH_ST_REPAIR,       ORCH_IN_CANDIDATE,  fsm_review},       /* REVIEW, or reused: as REVIEW's */
 	{ORCH_ST_REVIEW,       ORCH_IN_EVALUATED,  fsm_reviewed},     /* FEATURES PLAN DIAGNOSE DONE FAILED */
 	{ORCH_ST_FEATURES,     ORCH_IN_FEATURES,   fsm_retrieve},     /* RETRIEVE */
 	{ORCH_ST_RETRIEVE,     ORCH_IN_RETRIEVED,  fsm_plan},         /* PLAN */
 	{ORCH_ST_PLAN,         ORCH_IN_PLANNED,    fsm_optimize},     /* OPTIMIZE */
-	{ORCH_ST_OPTIMIZE,     ORCH_IN_CANDIDATE,  fsm_review},       /* REVIEW DONE FAILED */
-	{ORCH_ANY_ACTIVE,      ORCH_IN_JOB_FAILED, fsm_job_failed},   /* (seeds go on) DONE FAILED */
+	{ORCH_ST_OPTIMIZE,     ORCH_IN_CANDIDATE,  fsm_review},       /* REVIEW, or reused: as REVIEW's */
+	{ORCH_ANY_ACTIVE,      ORCH_IN_JOB_FAILED, fsm_job_failed},   /* seeds go on; a failed round */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_CANCEL,     fsm_cancel},       /* CANCELLED */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_TICK,       fsm_tick},         /* (same) DONE FAILED */
 };
@@ -58,7 +58,7 @@ fsm_act(orch_actions *a, enum orch_action_kind kind)
 	return x;
 }
 
-static void
+static orch_action *
 fsm_event(orch_actions *a, Kclaw__EventKind ev, uint32_t cand, double value)
 {
 	orch_action *x = fsm_act(a, ORCH_ACT_EVENT);
@@ -66,6 +66,7 @@ fsm_event(orch_actions *a, Kclaw__EventKind ev, uint32_t cand, double value)
 	x->event = ev;
 	x->cand = cand;
 	x->value = value;
+	return x;
 }
 
 /* Awaits exactly one new job and returns its number. */
@@ -79,15 +80,22 @@ fsm_await1(orch_fsm *f)
 }
 
 static void
-fsm_agent(orch_fsm *f, orch_actions *a, Kclaw__Role role, uint32_t cand)
+fsm_agent_job(
+    orch_fsm *f, orch_actions *a, Kclaw__Role role, uint32_t cand, uint32_t job)
 {
 	orch_action *x = fsm_act(a, ORCH_ACT_AGENT);
 
 	x->role = role;
 	x->cand = cand;
-	x->job = fsm_await1(f);
+	x->job = job;
 	x->key_n = f->role_jobs[role]++;
-	x->count = role == KCLAW__ROLE__GENERATOR ? f->p.seeds : 0;
+	x->count = role == KCLAW__ROLE__GENERATOR ? 1 : 0;
+}
+
+static void
+fsm_agent(orch_fsm *f, orch_actions *a, Kclaw__Role role, uint32_t cand)
+{
+	fsm_agent_job(f, a, role, cand, fsm_await1(f));
 }
 
 static void
@@ -101,12 +109,79 @@ fsm_eval(orch_fsm *f, orch_actions *a, uint32_t job, uint32_t cand)
 	x->key_n = f->role_jobs[KCLAW__ROLE__SANDBOX]++;
 }
 
-static double
-fsm_speedup(const orch_fsm *f)
+static uint32_t
+fsm_bit(uint32_t i)
 {
-	return f->best && f->ref_ms > 0 && f->best_ms > 0
-	    ? f->ref_ms / f->best_ms
-	    : 0;
+	return 1u << i;
+}
+
+/* Keeps one measurement of the reference for the task's median. */
+static void
+fsm_ref_sample(orch_fsm *f, double ref_ms)
+{
+	if (ref_ms > 0) {
+		f->ref_ring[f->ref_n % ORCH_REF_SAMPLES] = ref_ms;
+		f->ref_n++;
+	}
+}
+
+/* A correct result's speedup: over the reference timed in the same
+ * evaluation, else over the task's median reference; 0 when unknown. */
+static double
+fsm_result_speedup(const orch_fsm *f, double ms, double ref_ms)
+{
+	double med;
+
+	if (!(ms > 0))
+		return 0;
+	if (ref_ms > 0)
+		return ref_ms / ms;
+	med = orch_fsm_ref_median(f);
+	return med > 0 ? med / ms : 0;
+}
+
+/* Tolerance of the threshold comparisons: 1.3 / 1.0 >= 1 + 0.3 must hold
+ * in floating point. */
+#define FSM_EPS 1e-9
+
+/* The best kernel: the highest speedup (each over its own evaluation's
+ * reference), by time where a speedup is unknown; ties to the lower
+ * number, so the outcome never depends on the order of answers. */
+static void
+fsm_best(orch_fsm *f, uint32_t cand, double ms, double sp)
+{
+	bool better;
+
+	if (f->best == 0)
+		better = true;
+	else if (sp > 0 && f->best_speedup > 0)
+		better = sp > f->best_speedup ||
+		    (sp == f->best_speedup && cand < f->best);
+	else
+		better =
+		    ms < f->best_ms || (ms == f->best_ms && cand < f->best);
+	if (better) {
+		f->best = cand;
+		f->best_ms = ms;
+		f->best_speedup = sp;
+		f->best_ref_ms = sp > 0 ? sp * ms : 0;
+	}
+}
+
+/*
+ * The paper's promotion: the new kernel is at least 1 + rt times as fast
+ * as the base (base_ms / ms >= 1.3 for rt 0.3), or its speedup over the
+ * reference exceeds the base's by at least at (in speedup units).
+ */
+static bool
+fsm_promotes(const orch_fsm *f, double ms, double sp)
+{
+	if (f->base == 0)
+		return true;
+	if (f->base_ms / ms >= 1 + f->p.rt - FSM_EPS)
+		return true;
+	return sp > 0 && f->base_speedup > 0 &&
+	    sp - f->base_speedup >= f->p.at - FSM_EPS;
 }
 
 /* Ends the task: DONE when it has a correct kernel, unless cancelled. */
@@ -123,13 +198,13 @@ fsm_finish(orch_fsm *f, orch_actions *a, enum orch_stop why)
 	fsm_event(a,
 	    why == ORCH_STOP_CANCELLED ? KCLAW__EVENT_KIND__TASK_CANCELLED
 	                               : KCLAW__EVENT_KIND__TASK_FINISHED,
-	    f->best, fsm_speedup(f));
+	    f->best, f->best_speedup);
 }
 
 static enum orch_stop
 fsm_budget_spent(const orch_fsm *f)
 {
-	if (f->p.target_speedup > 0 && fsm_speedup(f) >= f->p.target_speedup)
+	if (f->p.target_speedup > 0 && f->best_speedup >= f->p.target_speedup)
 		return ORCH_STOP_TARGET;
 	if (f->round >= f->p.max_rounds)
 		return ORCH_STOP_ROUNDS;
@@ -162,20 +237,11 @@ fsm_next(orch_fsm *f, orch_actions *a, enum orch_state to)
 }
 
 static void
-fsm_best(orch_fsm *f, uint32_t cand, double ms)
-{
-	if (f->best == 0 || ms < f->best_ms ||
-	    (ms == f->best_ms && cand < f->best)) {
-		f->best = cand;
-		f->best_ms = ms;
-	}
-}
-
-static void
-fsm_promote(orch_fsm *f, orch_actions *a, uint32_t cand, double ms)
+fsm_promote(orch_fsm *f, orch_actions *a, uint32_t cand, double ms, double sp)
 {
 	f->base = cand;
 	f->base_ms = ms;
+	f->base_speedup = sp;
 	fsm_event(a, KCLAW__EVENT_KIND__BASE_PROMOTED, cand, ms);
 }
 
@@ -194,87 +260,156 @@ fsm_repair_rank(Kclaw__EvalStatus st)
 	}
 }
 
+/* A repair chain on failing, which failed as origin and, for an
+ * optimisation attempt, was recorded under round (0: not recorded). */
 static void
-fsm_start_chain(orch_fsm *f, orch_actions *a, uint32_t failing)
+fsm_start_chain(orch_fsm *f, orch_actions *a, uint32_t failing,
+    enum orch_origin origin, uint32_t round)
 {
 	f->cur = failing;
 	f->chain = failing;
+	f->chain_origin = origin;
+	f->chain_round = round;
 	f->repairs = 0;
 	fsm_next(f, a, ORCH_ST_DIAGNOSE);
 }
 
-/* ------------------------------------------------------- transitions */
-
-static void
-fsm_seed(orch_fsm *f, const orch_input *in, orch_actions *a)
+/* The most promising failed seed whose chain has not run (0: none). */
+static uint32_t
+fsm_next_seed(const orch_fsm *f)
 {
-	(void)in;
-	f->state = ORCH_ST_SEEDING;
-	fsm_agent(f, a, KCLAW__ROLE__GENERATOR, 0);
+	uint32_t pick = 0, rank = 0;
+
+	for (uint32_t i = 0; i < f->p.seeds; i++)
+		if (!(f->seed_tried & fsm_bit(i)) && f->seed_rank[i] > rank) {
+			pick = f->seed_first + i;
+			rank = f->seed_rank[i];
+		}
+	return pick;
 }
 
 static void
-fsm_review_seeds(orch_fsm *f, const orch_input *in, orch_actions *a)
+fsm_seed_chain(orch_fsm *f, orch_actions *a, uint32_t seed)
 {
-	uint32_t n = in->n < f->p.seeds ? in->n : f->p.seeds;
+	f->seed_tried |= fsm_bit(seed - f->seed_first);
+	f->origin = ORCH_ORIGIN_SEED;
+	fsm_start_chain(f, a, seed, ORCH_ORIGIN_SEED, 0);
+}
 
-	if (n == 0) {
-		fsm_finish(f, a, ORCH_STOP_NO_CANDIDATE);
-		return;
+/* A repair attempt of the chain failed: the next attempt, or the chain
+ * is given up: back to the base, or the next seed when none exists. */
+static void
+fsm_repair_failed(orch_fsm *f, orch_actions *a)
+{
+	uint32_t seed;
+
+	if (++f->repairs < f->p.max_repairs) {
+		fsm_next(f, a, ORCH_ST_DIAGNOSE);
+	} else if (f->base) {
+		f->chain = 0;
+		fsm_next(f, a, ORCH_ST_PLAN);
+	} else if ((seed = fsm_next_seed(f)) != 0) {
+		fsm_seed_chain(f, a, seed);
+	} else {
+		fsm_finish(f, a, ORCH_STOP_NO_CORRECT);
 	}
-	f->state = ORCH_ST_REVIEW_SEEDS;
+}
+
+/* ------------------------------------------------------- transitions */
+
+/* k independent Generator jobs, each for one seed; the evaluation of
+ * seed i is job await_first + k + i, issued when its Generator answers. */
+static void
+fsm_seed(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	uint32_t k = f->p.seeds;
+
+	(void)in;
+	f->state = ORCH_ST_SEEDING;
 	f->seed_first = f->next_cand;
-	f->next_cand += n;
+	f->next_cand += k;
 	f->await_first = f->next_job;
-	f->await_n = n;
+	f->await_n = 2 * k;
 	f->await_done = 0;
-	f->next_job += n;
-	f->seed_best = 0;
-	f->promising = 0;
-	f->promising_rank = 0;
-	f->no_device = 0;
-	for (uint32_t i = 0; i < n; i++)
-		fsm_eval(f, a, f->await_first + i, f->seed_first + i);
+	f->next_job += 2 * k;
+	for (uint32_t i = 0; i < k; i++)
+		fsm_agent_job(
+		    f, a, KCLAW__ROLE__GENERATOR, 0, f->await_first + i);
+}
+
+/* Every Generator answered and every seed was evaluated: the best
+ * correct seed becomes the base; else the most promising is repaired. */
+static void
+fsm_seeds_settle(orch_fsm *f, orch_actions *a)
+{
+	uint32_t k = f->p.seeds, gens = fsm_bit(k) - 1, seed;
+	uint32_t got = (uint32_t)__builtin_popcount(f->seed_got);
+
+	if ((f->await_done & gens) != gens)
+		return; /* Generators to wait for */
+	if (f->await_done != (k == 16 ? ~0u : fsm_bit(2 * k) - 1)) {
+		f->state = ORCH_ST_REVIEW_SEEDS;
+		return; /* evaluations to wait for */
+	}
+	if (f->best) {
+		fsm_promote(f, a, f->best, f->best_ms, f->best_speedup);
+		fsm_next(f, a, ORCH_ST_FEATURES);
+	} else if ((seed = fsm_next_seed(f)) != 0) {
+		fsm_seed_chain(f, a, seed);
+	} else if (got == 0) {
+		fsm_finish(f, a,
+		    f->gen_failed == gens ? ORCH_STOP_JOB_FAILED
+		                          : ORCH_STOP_NO_CANDIDATE);
+	} else {
+		fsm_finish(f, a,
+		    f->no_device == got ? ORCH_STOP_NO_DEVICE
+		                        : ORCH_STOP_JOB_FAILED);
+	}
+}
+
+/* Generator i answered: its first candidate is seed i. */
+static void
+fsm_seed_reply(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	uint32_t i = in->job - f->await_first, k = f->p.seeds;
+
+	if (i >= k)
+		return;
+	f->await_done |= fsm_bit(i);
+	if (in->n > 0) {
+		f->seed_got |= fsm_bit(i);
+		fsm_eval(f, a, f->await_first + k + i, f->seed_first + i);
+	} else {
+		f->await_done |= fsm_bit(k + i); /* nothing to evaluate */
+	}
+	fsm_seeds_settle(f, a);
+}
+
+static void
+fsm_seed_result(orch_fsm *f, orch_actions *a, uint32_t i, Kclaw__EvalStatus st,
+    double ms, double ref_ms)
+{
+	uint32_t cand = f->seed_first + i;
+
+	f->await_done |= fsm_bit(f->p.seeds + i);
+	fsm_ref_sample(f, ref_ms);
+	if (st == KCLAW__EVAL_STATUS__OK)
+		fsm_best(f, cand, ms, fsm_result_speedup(f, ms, ref_ms));
+	else
+		f->seed_rank[i] = (uint8_t)fsm_repair_rank(st);
+	if (st == KCLAW__EVAL_STATUS__NO_DEVICE)
+		f->no_device++;
+	fsm_seeds_settle(f, a);
 }
 
 static void
 fsm_seed_done(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
-	uint32_t i = in->job - f->await_first, cand = f->seed_first + i;
-	uint32_t rank = fsm_repair_rank(in->status);
+	uint32_t i = in->job - f->await_first;
 
-	f->await_done |= 1u << i;
-	if (in->ref_ms > 0)
-		f->ref_ms = in->ref_ms;
-	if (in->status == KCLAW__EVAL_STATUS__OK) {
-		fsm_best(f, cand, in->ms);
-		/* Ties go to the lower number: the outcome must not depend
-		 * on the order in which results arrive. */
-		if (f->seed_best == 0 || in->ms < f->seed_best_ms ||
-		    (in->ms == f->seed_best_ms && cand < f->seed_best)) {
-			f->seed_best = cand;
-			f->seed_best_ms = in->ms;
-		}
-	} else if (rank > f->promising_rank ||
-	    (rank && rank == f->promising_rank && cand < f->promising)) {
-		f->promising = cand;
-		f->promising_rank = rank;
-	}
-	if (in->status == KCLAW__EVAL_STATUS__NO_DEVICE)
-		f->no_device++;
-	if (f->await_done != (1u << f->await_n) - 1)
-		return; /* more seeds to review */
-	if (f->seed_best) {
-		fsm_promote(f, a, f->seed_best, f->seed_best_ms);
-		fsm_next(f, a, ORCH_ST_FEATURES);
-	} else if (f->promising) {
-		f->origin = ORCH_ORIGIN_SEED;
-		fsm_start_chain(f, a, f->promising);
-	} else {
-		fsm_finish(f, a,
-		    f->no_device == f->await_n ? ORCH_STOP_NO_DEVICE
-		                               : ORCH_STOP_JOB_FAILED);
-	}
+	if (i < f->p.seeds)
+		return; /* a Generator's job number */
+	fsm_seed_result(f, a, i - f->p.seeds, in->status, in->ms, in->ref_ms);
 }
 
 static void
@@ -285,62 +420,126 @@ fsm_repair(orch_fsm *f, const orch_input *in, orch_actions *a)
 	fsm_agent(f, a, KCLAW__ROLE__REPAIRER, f->cur);
 }
 
-/* A Repairer or Optimizer answered with a kernel: review it. */
+/*
+ * The outcome of the candidate under review (cur), evaluated or reused.
+ * spend: the round counts (an evaluated kernel, or a duplicate past
+ * max_duplicates); a free duplicate leaves no round and no record.
+ */
 static void
-fsm_review(orch_fsm *f, const orch_input *in, orch_actions *a)
+fsm_judge(orch_fsm *f, orch_actions *a, Kclaw__EvalStatus st, double ms,
+    double ref_ms, bool spend)
 {
-	if (in->n == 0) {
-		fsm_finish(f, a, ORCH_STOP_NO_CANDIDATE);
-		return;
-	}
-	f->origin =
-	    f->state == ORCH_ST_REPAIR ? ORCH_ORIGIN_REPAIR : ORCH_ORIGIN_OPT;
-	f->cur = f->next_cand++;
-	f->state = ORCH_ST_REVIEW;
-	fsm_eval(f, a, fsm_await1(f), f->cur);
-}
-
-static void
-fsm_reviewed(orch_fsm *f, const orch_input *in, orch_actions *a)
-{
-	bool ok = in->status == KCLAW__EVAL_STATUS__OK;
+	bool ok = st == KCLAW__EVAL_STATUS__OK;
+	double sp = ok ? fsm_result_speedup(f, ms, ref_ms) : 0;
 	orch_action *r;
 
-	if (in->ref_ms > 0)
-		f->ref_ms = in->ref_ms;
-	f->round++;
-	r = fsm_act(a, ORCH_ACT_RECORD);
-	r->origin = f->origin;
-	r->cand = f->cur;
-	r->aux = f->origin == ORCH_ORIGIN_REPAIR ? f->chain : f->base;
-	r->status = in->status;
-	r->value = ok && f->base_ms > 0 ? f->base_ms / in->ms : 0;
-	fsm_event(
-	    a, KCLAW__EVENT_KIND__ROUND_FINISHED, f->cur, ok ? in->ms : 0);
-	if (in->status == KCLAW__EVAL_STATUS__NO_DEVICE) {
+	if (spend) {
+		f->round++;
+		r = fsm_act(a, ORCH_ACT_RECORD);
+		r->origin = f->origin;
+		r->cand = f->cur;
+		r->aux = f->origin == ORCH_ORIGIN_REPAIR ? f->chain : f->base;
+		r->round = f->round;
+		r->status = st;
+		r->value = ok && f->base_ms > 0 ? f->base_ms / ms : 0;
+		fsm_event(
+		    a, KCLAW__EVENT_KIND__ROUND_FINISHED, f->cur, ok ? ms : 0)
+		    ->status = st;
+	}
+	if (st == KCLAW__EVAL_STATUS__NO_DEVICE) {
 		fsm_finish(f, a, ORCH_STOP_NO_DEVICE);
-	} else if (fsm_repair_rank(in->status) == 0 && !ok) {
-		fsm_finish(f, a, ORCH_STOP_JOB_FAILED);
 	} else if (ok) {
-		fsm_best(f, f->cur, in->ms);
+		if (f->origin == ORCH_ORIGIN_REPAIR &&
+		    f->chain_origin == ORCH_ORIGIN_OPT && f->chain_round) {
+			/* The failed attempt, recorded again with the outcome
+			 * of its repair. */
+			r = fsm_act(a, ORCH_ACT_RECORD);
+			r->origin = ORCH_ORIGIN_OPT;
+			r->cand = f->cur;
+			r->aux = f->base;
+			r->round = f->chain_round;
+			r->repaired = f->chain;
+			r->status = st;
+			r->value = f->base_ms > 0 ? f->base_ms / ms : 0;
+		}
+		fsm_best(f, f->cur, ms, sp);
 		f->chain = 0;
-		if (f->base == 0 || f->base_ms - in->ms >= f->p.at ||
-		    (f->base_ms - in->ms) / f->base_ms >= f->p.rt) {
-			fsm_promote(f, a, f->cur, in->ms);
+		if (fsm_promotes(f, ms, sp)) {
+			fsm_promote(f, a, f->cur, ms, sp);
 			fsm_next(f, a, ORCH_ST_FEATURES);
 		} else {
 			fsm_next(f, a, ORCH_ST_PLAN);
 		}
 	} else if (f->origin != ORCH_ORIGIN_REPAIR) {
-		fsm_start_chain(f, a, f->cur);
-	} else if (++f->repairs < f->p.max_repairs) {
-		fsm_next(f, a, ORCH_ST_DIAGNOSE);
-	} else if (f->base) {
-		f->chain = 0;
-		fsm_next(f, a, ORCH_ST_PLAN); /* give up this chain */
+		fsm_start_chain(
+		    f, a, f->cur, ORCH_ORIGIN_OPT, spend ? f->round : 0);
+	} else if (spend) {
+		fsm_repair_failed(f, a);
 	} else {
-		fsm_finish(f, a, ORCH_STOP_NO_CORRECT);
+		fsm_next(f, a, ORCH_ST_DIAGNOSE);
 	}
+}
+
+/* A round that produced nothing to judge: its agent job or evaluation
+ * failed for good, or the agent answered without a candidate. The round
+ * counts as failed and the task goes on: a repair chain with its next
+ * attempt, otherwise a new plan for the base. */
+static void
+fsm_round_failed(orch_fsm *f, orch_actions *a)
+{
+	bool chain = f->state == ORCH_ST_DIAGNOSE ||
+	    f->state == ORCH_ST_REPAIR ||
+	    (f->state == ORCH_ST_REVIEW && f->origin == ORCH_ORIGIN_REPAIR);
+
+	f->round++;
+	f->failed_rounds++;
+	fsm_event(a, KCLAW__EVENT_KIND__ROUND_FINISHED,
+	    f->state == ORCH_ST_REVIEW ? f->cur : 0, 0)
+	    ->status = KCLAW__EVAL_STATUS__INTERNAL_ERROR;
+	if (chain)
+		fsm_repair_failed(f, a);
+	else
+		fsm_next(f, a, ORCH_ST_PLAN);
+}
+
+/* A Repairer or Optimizer answered: review its kernel, or reuse the
+ * result of an identical earlier one. */
+static void
+fsm_review(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	bool spend;
+
+	if (in->n == 0) {
+		fsm_round_failed(f, a);
+		return;
+	}
+	f->origin =
+	    f->state == ORCH_ST_REPAIR ? ORCH_ORIGIN_REPAIR : ORCH_ORIGIN_OPT;
+	f->cur = f->next_cand++;
+	if (in->reuse == 0) {
+		f->dups = 0;
+		f->state = ORCH_ST_REVIEW;
+		fsm_eval(f, a, fsm_await1(f), f->cur);
+		return;
+	}
+	spend = f->dups >= f->p.max_duplicates;
+	if (!spend)
+		f->dups++;
+	f->reused++;
+	f->await_n = 0;
+	f->await_done = 0;
+	fsm_event(a, KCLAW__EVENT_KIND__EVAL_FINISHED, f->cur,
+	    in->status == KCLAW__EVAL_STATUS__OK ? in->ms : 0)
+	    ->aux = in->reuse;
+	f->state = ORCH_ST_REVIEW;
+	fsm_judge(f, a, in->status, in->ms, in->ref_ms, spend);
+}
+
+static void
+fsm_reviewed(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	fsm_ref_sample(f, in->ref_ms);
+	fsm_judge(f, a, in->status, in->ms, in->ref_ms, true);
 }
 
 static void
@@ -370,18 +569,26 @@ fsm_optimize(orch_fsm *f, const orch_input *in, orch_actions *a)
 	fsm_agent(f, a, KCLAW__ROLE__OPTIMIZER, f->base);
 }
 
+/* A job failed for good (its retries spent). During seeding one
+ * Generator or one seed's evaluation failing does not sink the others;
+ * later it costs the round, never the task. */
 static void
 fsm_job_failed(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
-	orch_input failed = *in;
+	uint32_t i = in->job - f->await_first, k = f->p.seeds;
 
-	if (f->state == ORCH_ST_REVIEW_SEEDS) {
-		/* One seed's evaluation failing does not sink the others. */
-		failed.status = KCLAW__EVAL_STATUS__INTERNAL_ERROR;
-		fsm_seed_done(f, &failed, a);
+	if (f->state == ORCH_ST_SEEDING || f->state == ORCH_ST_REVIEW_SEEDS) {
+		if (i < k) {
+			f->gen_failed |= fsm_bit(i);
+			f->await_done |= fsm_bit(i) | fsm_bit(k + i);
+			fsm_seeds_settle(f, a);
+		} else {
+			fsm_seed_result(f, a, i - k,
+			    KCLAW__EVAL_STATUS__INTERNAL_ERROR, 0, 0);
+		}
 		return;
 	}
-	fsm_finish(f, a, ORCH_STOP_JOB_FAILED);
+	fsm_round_failed(f, a);
 }
 
 static void
@@ -450,6 +657,24 @@ orch_fsm_resume(const orch_fsm *f, orch_actions *acts)
 	}
 }
 
+double
+orch_fsm_ref_median(const orch_fsm *f)
+{
+	double v[ORCH_REF_SAMPLES];
+	uint32_t n = f->ref_n < ORCH_REF_SAMPLES ? f->ref_n : ORCH_REF_SAMPLES;
+
+	if (n == 0)
+		return 0;
+	memcpy(v, f->ref_ring, n * sizeof(v[0]));
+	for (uint32_t i = 1; i < n; i++)
+		for (uint32_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+			double t = v[j];
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* ---------------------------------------------------------- parameters */
 
 void
@@ -459,6 +684,7 @@ orch_params_default(orch_params *p)
 	p->seeds = 3;
 	p->max_rounds = 15;
 	p->max_repairs = 3;
+	p->max_duplicates = 3;
 	p->rt = 0.3;
 	p->at = 0.3;
 }
@@ -525,10 +751,12 @@ orch_stop_text(uint32_t stop)
 		return "no GPU: the sandbox answered NO_DEVICE; run kclaw on a "
 		       "host with an NVIDIA GPU and driver";
 	case ORCH_STOP_JOB_FAILED:
-		return "a job failed after its retries (see the task's "
+		return "no seed: every Generator job, or every seed's "
+		       "evaluation, failed after its retries (see the task's "
 		       "events)";
 	case ORCH_STOP_NO_CANDIDATE:
-		return "an agent answered without a candidate";
+		return "no seed: every Generator answered without a "
+		       "candidate";
 	default: return "";
 	}
 }

@@ -21,8 +21,8 @@
 
 enum orch_state {
 	ORCH_ST_SUBMITTED,
-	ORCH_ST_SEEDING,      /* awaiting the Generator's k seeds */
-	ORCH_ST_REVIEW_SEEDS, /* awaiting the seeds' evaluations */
+	ORCH_ST_SEEDING,      /* awaiting the Generators (and evaluations) */
+	ORCH_ST_REVIEW_SEEDS, /* every Generator answered: evaluations left */
 	ORCH_ST_DIAGNOSE,     /* awaiting the Diagnoser */
 	ORCH_ST_REPAIR,       /* awaiting the Repairer */
 	ORCH_ST_REVIEW,       /* awaiting the evaluation of a new candidate */
@@ -38,7 +38,7 @@ enum orch_state {
 
 enum orch_input_kind {
 	ORCH_IN_START,
-	ORCH_IN_SEEDS,      /* Generator reply: n candidates */
+	ORCH_IN_SEEDS,      /* a Generator's reply: its first candidate */
 	ORCH_IN_EVALUATED,  /* evaluation result of candidate cand */
 	ORCH_IN_DIAGNOSED,  /* Diagnoser reply */
 	ORCH_IN_CANDIDATE,  /* Repairer or Optimizer reply: n candidates */
@@ -61,18 +61,20 @@ enum orch_stop {
 	ORCH_STOP_CANCELLED,   /* by a user */
 	ORCH_STOP_NO_CORRECT,  /* repairs exhausted without a correct kernel */
 	ORCH_STOP_NO_DEVICE,   /* the sandbox has no GPU */
-	ORCH_STOP_JOB_FAILED,  /* an agent or evaluation failed for good */
-	ORCH_STOP_NO_CANDIDATE /* an agent answered without a candidate */
+	ORCH_STOP_JOB_FAILED,  /* every Generator or seed evaluation failed */
+	ORCH_STOP_NO_CANDIDATE /* no Generator answered with a candidate */
 };
 
 /* Every parameter a task may set (TaskSpec.params and .budget). */
 typedef struct {
-	uint32_t seeds;       /* k seeds, 1..ORCH_MAX_SEEDS */
+	uint32_t seeds;       /* k seeds: k Generator jobs, 1..ORCH_MAX_SEEDS */
 	uint32_t max_rounds;  /* optimize and repair rounds */
 	uint32_t max_repairs; /* repair attempts per chain */
-	uint32_t spare;       /* keeps the layout free of padding */
-	double rt;            /* relative promotion threshold */
-	double at;            /* absolute promotion threshold, ms */
+	/* Duplicate answers in a row that spend no round (their earlier
+	 * result is reused); the next one spends a round like any other. */
+	uint32_t max_duplicates;
+	double rt; /* promote when base_ms / ms >= 1 + rt */
+	double at; /* or when speedup - the base's speedup >= at */
 	double target_speedup;
 	uint64_t token_budget; /* 0: unlimited */
 	uint64_t deadline_ms;  /* unix ms; 0: none */
@@ -82,9 +84,20 @@ typedef struct {
 
 enum orch_origin { ORCH_ORIGIN_SEED, ORCH_ORIGIN_REPAIR, ORCH_ORIGIN_OPT };
 
+/* Reference times kept for their median (a ring of the latest). */
+#define ORCH_REF_SAMPLES 16
+
 /*
  * The whole state of one task's machine; fixed size and free of padding,
  * stored as bytes (TaskRecord.fsm) and compared with memcmp.
+ *
+ * Seeding awaits 2k jobs at once: Generator job i is await_first + i, the
+ * evaluation of its seed (candidate seed_first + i) await_first + k + i,
+ * so numbers never depend on the order in which answers arrive.
+ *
+ * A candidate's speedup is the reference's time measured in the same
+ * evaluation over the candidate's, or, when an evaluation did not time
+ * the reference, the median of the reference's times over the task.
  */
 typedef struct {
 	uint32_t magic; /* ORCH_FSM_MAGIC: the layout's version */
@@ -97,22 +110,34 @@ typedef struct {
 	/* Awaited jobs: await_first .. await_first + await_n - 1. */
 	uint32_t await_first, await_n, await_done; /* done: bitmask */
 	uint32_t seed_first;                       /* seeds' candidates */
-	uint32_t seed_best, promising, promising_rank, no_device;
-	uint32_t base, best; /* candidate numbers; 0: none */
-	uint32_t cur;        /* the candidate under review, or failing */
-	uint32_t origin;     /* enum orch_origin of cur */
-	uint32_t chain;      /* first failing kernel of the repair chain */
+	uint32_t seed_got;     /* seeds a Generator answered with: bitmask */
+	uint32_t seed_tried;   /* seeds whose repair chain ran: bitmask */
+	uint32_t no_device;    /* seeds the sandbox had no GPU for */
+	uint32_t base, best;   /* candidate numbers; 0: none */
+	uint32_t cur;          /* the candidate under review, or failing */
+	uint32_t origin;       /* enum orch_origin of cur */
+	uint32_t chain;        /* first failing kernel of the repair chain */
+	uint32_t chain_origin; /* enum orch_origin of chain */
+	uint32_t chain_round;  /* the round that recorded chain's failure */
 	uint32_t repairs;
-	uint32_t stop; /* enum orch_stop */
-	uint32_t spare;
-	uint64_t tokens; /* LLM tokens spent */
-	double seed_best_ms, base_ms, best_ms, ref_ms;
+	uint32_t dups;          /* duplicate answers in a row */
+	uint32_t failed_rounds; /* rounds whose agent job failed for good */
+	uint32_t reused;        /* evaluations saved by duplicates */
+	uint32_t stop;          /* enum orch_stop */
+	uint32_t ref_n;         /* reference times seen (ref_ring) */
+	uint32_t gen_failed;    /* Generator jobs failed for good: bitmask */
+	uint8_t seed_rank[ORCH_MAX_SEEDS]; /* failed seeds: how promising */
+	uint64_t tokens;                   /* LLM tokens spent */
+	double base_ms, base_speedup;
+	double best_ms, best_speedup, best_ref_ms;
+	double ref_ring[ORCH_REF_SAMPLES];
 } orch_fsm;
 
-_Static_assert(
-    sizeof(orch_fsm) == 64 + 28 * 4 + 5 * 8, "orch_fsm must have no padding");
+_Static_assert(sizeof(orch_fsm) ==
+        56 + 34 * 4 + ORCH_MAX_SEEDS + 8 + (5 + ORCH_REF_SAMPLES) * 8,
+    "orch_fsm must have no padding");
 
-#define ORCH_FSM_MAGIC 0x4b434631u /* "KCF1" */
+#define ORCH_FSM_MAGIC 0x4b434632u /* "KCF2" */
 
 typedef struct {
 	enum orch_input_kind kind;
@@ -120,10 +145,15 @@ typedef struct {
 	uint32_t n;      /* SEEDS, CANDIDATE: candidates in the reply */
 	uint64_t tokens; /* agent replies: tokens spent */
 	uint32_t cand;   /* EVALUATED: which candidate */
+	/* CANDIDATE: the earlier candidate with the same source and plan
+	 * that has an evaluation (0: none); status, ms and ref_ms are then
+	 * its result, reused instead of a new evaluation. */
+	uint32_t reuse;
 	Kclaw__EvalStatus status; /* EVALUATED */
 	double ms;                /* EVALUATED: median time */
-	double ref_ms;            /* EVALUATED: the reference's median time */
-	uint64_t now_ms;          /* TICK */
+	double ref_ms;   /* EVALUATED: the reference's median in the same
+	                  * evaluation; 0 when it was not timed */
+	uint64_t now_ms; /* TICK */
 } orch_input;
 
 enum orch_action_kind {
@@ -139,7 +169,13 @@ enum orch_action_kind {
  * ORCH_ACT_RECORD: origin says which record: REPAIR is a step of the
  * repair chain `aux` (cand is the fix), OPT an optimization attempt on base
  * `aux` (cand is the new kernel); status and value (speedup over the base)
- * are the outcome.
+ * are the outcome. round is the round it is recorded under. An attempt
+ * that failed and was then repaired is recorded again under its own round
+ * with the repaired outcome: then repaired is the failed attempt and cand
+ * the repaired kernel.
+ *
+ * ORCH_EVENT EVAL_FINISHED (from the machine): cand reused the evaluation
+ * of candidate aux.
  */
 typedef struct {
 	enum orch_action_kind kind;
@@ -148,14 +184,16 @@ typedef struct {
 	uint32_t job;
 	uint32_t cand;
 	uint32_t aux;
-	uint32_t count;  /* generator: seeds asked for */
-	uint32_t key_n;  /* replay key: this role's job number in the task */
-	uint32_t origin; /* RECORD */
+	uint32_t count;    /* generator: seeds asked for */
+	uint32_t key_n;    /* replay key: this role's job number in the task */
+	uint32_t origin;   /* RECORD */
+	uint32_t round;    /* RECORD */
+	uint32_t repaired; /* RECORD */
 	Kclaw__EvalStatus status;
 	double value;
 } orch_action;
 
-#define ORCH_MAX_ACTIONS (ORCH_MAX_SEEDS + 8)
+#define ORCH_MAX_ACTIONS (2 * ORCH_MAX_SEEDS + 8)
 
 typedef struct {
 	unsigned n;
@@ -178,6 +216,9 @@ bool orch_fsm_step(const orch_fsm *f, const orch_input *in, orch_fsm *next,
 
 /* What a resumed task must redo that is not a job (RETRIEVE). */
 void orch_fsm_resume(const orch_fsm *f, orch_actions *acts);
+
+/* The median of the reference's times the task has seen; 0: none. */
+double orch_fsm_ref_median(const orch_fsm *f);
 
 bool orch_state_final(uint32_t state);
 const char *orch_state_name(uint32_t state);

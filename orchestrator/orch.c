@@ -41,6 +41,43 @@ orch_json_num(const cJSON *o, const char *key, double lo, double hi, double *v)
 	return true;
 }
 
+/* kclaw.json's "orchestrator" "role_timeout_ms": {"generator": ms, ...}. */
+static int
+orch_options_role_timeouts(
+    orch_options *opt, const cJSON *obj, const char *path)
+{
+	const cJSON *rt =
+	    cJSON_GetObjectItemCaseSensitive(obj, "role_timeout_ms");
+	const cJSON *j;
+
+	if (rt == NULL)
+		return 0;
+	if (!cJSON_IsObject(rt))
+		return kc_seterr(KC_EINVAL,
+		    "%s: orchestrator.role_timeout_ms must be an object of "
+		    "role: milliseconds",
+		    path);
+	cJSON_ArrayForEach(j, rt)
+	{
+		Kclaw__Role r = orch_role_parse(j->string ? j->string : "");
+		if (r == KCLAW__ROLE__ROLE_UNSPECIFIED ||
+		    r == KCLAW__ROLE__SANDBOX)
+			return kc_seterr(KC_EINVAL,
+			    "%s: orchestrator.role_timeout_ms.%s: not an agent "
+			    "role (generator, feature, planner, optimizer, "
+			    "diagnoser, repairer)",
+			    path, j->string ? j->string : "");
+		if (!cJSON_IsNumber(j) || j->valuedouble < 100 ||
+		    j->valuedouble > 864e5)
+			return kc_seterr(KC_EINVAL,
+			    "%s: orchestrator.role_timeout_ms.%s must be a "
+			    "number in [100, 8.64e+07]",
+			    path, j->string);
+		opt->role_timeout_ms[r] = (uint32_t)j->valuedouble;
+	}
+	return 0;
+}
+
 /* kclaw.json's "orchestrator" object; absent file or object: defaults. */
 static int
 orch_options_json(orch_options *opt, const char *path)
@@ -54,7 +91,8 @@ orch_options_json(orch_options *opt, const char *path)
 	    {"eval_timeout_ms", 100, 864e5}, {"poll_ms", 10, 600e3},
 	    {"render_bytes", 256, 1 << 20}, {"tokens", 0, 1e15},
 	    {"wall_seconds", 0, 1e9}, {"target_speedup", 0, 1e6},
-	    {"profile", 0, 1}};
+	    {"profile", 0, 1}, {"max_duplicates", 0, 1000},
+	    {"retry_backoff_ms", 0, 36e5}, {"retry_backoff_max_ms", 0, 36e5}};
 	double v[KC_ARRAY_LEN(keys)];
 	const cJSON *obj;
 	cJSON *root;
@@ -77,7 +115,7 @@ orch_options_json(orch_options *opt, const char *path)
 	v[3] = opt->defaults.rt;
 	v[4] = opt->defaults.at;
 	v[5] = opt->job_retries;
-	v[6] = opt->agent_timeout_ms;
+	v[6] = -1; /* agent_timeout_ms: every role's, when given */
 	v[7] = opt->eval_timeout_ms;
 	v[8] = opt->poll_ms;
 	v[9] = opt->render_bytes;
@@ -85,6 +123,9 @@ orch_options_json(orch_options *opt, const char *path)
 	v[11] = opt->wall_seconds;
 	v[12] = opt->defaults.target_speedup;
 	v[13] = opt->profile;
+	v[14] = opt->defaults.max_duplicates;
+	v[15] = opt->retry_backoff_ms;
+	v[16] = opt->retry_backoff_max_ms;
 	for (size_t i = 0; i < KC_ARRAY_LEN(keys); i++)
 		if (!orch_json_num(
 		        obj, keys[i].key, keys[i].lo, keys[i].hi, &v[i])) {
@@ -100,7 +141,10 @@ orch_options_json(orch_options *opt, const char *path)
 	opt->defaults.rt = v[3];
 	opt->defaults.at = v[4];
 	opt->job_retries = (uint32_t)v[5];
-	opt->agent_timeout_ms = (uint32_t)v[6];
+	if (v[6] >= 0)
+		for (int r = KCLAW__ROLE__GENERATOR; r < KCLAW__ROLE__SANDBOX;
+		     r++)
+			opt->role_timeout_ms[r] = (uint32_t)v[6];
 	opt->eval_timeout_ms = (uint32_t)v[7];
 	opt->poll_ms = (uint32_t)v[8];
 	opt->render_bytes = (uint32_t)v[9];
@@ -108,10 +152,25 @@ orch_options_json(orch_options *opt, const char *path)
 	opt->wall_seconds = (uint64_t)v[11];
 	opt->defaults.target_speedup = v[12];
 	opt->profile = (uint32_t)v[13];
+	opt->defaults.max_duplicates = (uint32_t)v[14];
+	opt->retry_backoff_ms = (uint32_t)v[15];
+	opt->retry_backoff_max_ms = (uint32_t)v[16];
+	rv = orch_options_role_timeouts(opt, obj, path);
 out:
 	cJSON_Delete(root);
 	return rv;
 }
+
+/* Deadlines of agent jobs by role: reasoning models take minutes for the
+ * roles that write kernels. */
+static const uint32_t orch_role_timeout_default_ms[8] = {
+    [KCLAW__ROLE__GENERATOR] = 20 * 60 * 1000,
+    [KCLAW__ROLE__FEATURE] = 5 * 60 * 1000,
+    [KCLAW__ROLE__PLANNER] = 10 * 60 * 1000,
+    [KCLAW__ROLE__OPTIMIZER] = 20 * 60 * 1000,
+    [KCLAW__ROLE__DIAGNOSER] = 10 * 60 * 1000,
+    [KCLAW__ROLE__REPAIRER] = 20 * 60 * 1000,
+};
 
 int
 orch_options_load(orch_options *opt, const kc_config *cfg)
@@ -120,8 +179,11 @@ orch_options_load(orch_options *opt, const kc_config *cfg)
 	opt->cfg = *cfg;
 	orch_params_default(&opt->defaults);
 	opt->job_retries = 3;
-	opt->agent_timeout_ms = 300 * 1000;
+	memcpy(opt->role_timeout_ms, orch_role_timeout_default_ms,
+	    sizeof(opt->role_timeout_ms));
 	opt->eval_timeout_ms = 120 * 1000;
+	opt->retry_backoff_ms = 1000;
+	opt->retry_backoff_max_ms = 30 * 1000;
 	opt->poll_ms = 5000;
 	opt->render_bytes = 6000;
 	opt->profile = 1;
@@ -404,7 +466,12 @@ orch_task_record(orch *o, const struct orch_task *t, Kclaw__TaskRecord *rec,
 	rec->best_id = strdup(t->fsm.best ? id : "");
 	rec->base_ms = t->fsm.base_ms;
 	rec->best_ms = t->fsm.best_ms;
-	rec->reference_ms = t->fsm.ref_ms;
+	rec->reference_median_ms = orch_fsm_ref_median(&t->fsm);
+	rec->reference_ms = t->fsm.best_ref_ms > 0 ? t->fsm.best_ref_ms
+	                                           : rec->reference_median_ms;
+	rec->speedup = t->fsm.best_speedup;
+	rec->failed_rounds = t->fsm.failed_rounds;
+	rec->reused_evaluations = t->fsm.reused;
 	rec->tokens = t->fsm.tokens;
 	rec->created_unix_ms = t->created_ms;
 	rec->finished_unix_ms = t->finished_ms;
@@ -474,15 +541,43 @@ orch_aux_put(
 	return orch_put_msg(o, STORE_CF_TASKS, key, m);
 }
 
-/* Stores the candidates of an agent reply under numbers first.. */
+/* SHA-256 (hex) of a candidate's source, a NUL byte and its plan. */
+static void
+orch_cand_hash(const Kclaw__Candidate *c, char out[65])
+{
+	const char *src = c->source ? c->source : "";
+	const char *plan = c->plan_json ? c->plan_json : "";
+	size_t ls = strlen(src), lp = strlen(plan);
+	char *buf = malloc(ls + lp + 1);
+
+	out[0] = '\0';
+	if (buf == NULL)
+		return;
+	memcpy(buf, src, ls);
+	buf[ls] = '\0';
+	memcpy(buf + ls + 1, plan, lp);
+	kc_sha256_hex(buf, ls + lp + 1, out);
+	free(buf);
+}
+
+/*
+ * Stores candidate `cand` of an agent reply as candidate number n. reuse
+ * (0: none) is the earlier candidate whose evaluation it takes over; then
+ * *staged gets a copy of the record (the transition's own records read it
+ * before the batch is committed).
+ */
 static int
-orch_store_candidates(orch *o, struct orch_task *t, const orch_fsm *prev,
-    const Kclaw__AgentReply *reply, uint32_t first, uint32_t n)
+orch_store_candidate(orch *o, struct orch_task *t, const orch_fsm *prev,
+    const Kclaw__AgentReply *reply, const Kclaw__Candidate *cand, uint32_t n,
+    uint32_t reuse, Kclaw__CandidateRecord **staged)
 {
 	Kclaw__OptPlan *plan = NULL;
 	Kclaw__Diagnosis *diag = NULL;
-	char parent[48] = "", b[16];
-	int rv = 0;
+	Kclaw__CandidateRecord r = KCLAW__CANDIDATE_RECORD__INIT;
+	Kclaw__CandidateRecord *from = NULL;
+	Kclaw__Candidate c = *cand;
+	char parent[48] = "", b[16], id[48], hash[65], reused[48] = "";
+	int rv;
 
 	if (prev->state == ORCH_ST_OPTIMIZE)
 		plan = (Kclaw__OptPlan *)orch_task_aux_msg(
@@ -495,23 +590,40 @@ orch_store_candidates(orch *o, struct orch_task *t, const orch_fsm *prev,
 		    prev->state == ORCH_ST_REPAIR ? prev->cur : prev->base, b);
 		snprintf(parent, sizeof(parent), "%s-%s", t->id, b);
 	}
-	for (uint32_t i = 0; i < n && rv == 0; i++) {
-		Kclaw__CandidateRecord r = KCLAW__CANDIDATE_RECORD__INIT;
-		Kclaw__Candidate c = *reply->candidates[i];
-		char id[48];
-
-		orch_cand_id(first + i, b);
-		snprintf(id, sizeof(id), "%s-%s", t->id, b);
-		c.id = id;
-		c.parent_id = parent;
-		c.origin = (char *)orch_role_name(reply->role);
-		c.method = plan && plan->method ? plan->method : "";
-		c.round = prev->round + 1;
-		r.candidate = &c;
-		r.plan = plan;
-		r.diagnosis = diag;
-		rv = orch_cand_put(o, t->id, first + i, &r);
+	if (reuse && (rv = orch_cand_get(o, t->id, reuse, &from)) != 0)
+		goto out;
+	orch_cand_id(n, b);
+	snprintf(id, sizeof(id), "%s-%s", t->id, b);
+	orch_cand_hash(cand, hash);
+	c.id = id;
+	c.parent_id = parent;
+	c.origin = (char *)orch_role_name(reply->role);
+	c.method = plan && plan->method ? plan->method : "";
+	c.round = prev->round + 1;
+	r.candidate = &c;
+	r.plan = plan;
+	r.diagnosis = diag;
+	r.content_hash = hash;
+	if (from) {
+		orch_cand_id(reuse, b);
+		snprintf(reused, sizeof(reused), "%s-%s", t->id, b);
+		r.eval = from->eval;
 	}
+	r.reused_from = reused;
+	rv = orch_cand_put(o, t->id, n, &r);
+	if (rv == 0 && reuse) {
+		uint8_t *buf;
+		size_t len;
+		if ((rv = kc_pb_pack(&r.base, &buf, &len)) == 0) {
+			*staged =
+			    kclaw__candidate_record__unpack(NULL, len, buf);
+			free(buf);
+			rv = *staged ? 0 : KC_ENOMEM;
+		}
+	}
+out:
+	if (from)
+		kclaw__candidate_record__free_unpacked(from, NULL);
 	if (plan)
 		kclaw__opt_plan__free_unpacked(plan, NULL);
 	if (diag)
@@ -519,25 +631,101 @@ orch_store_candidates(orch *o, struct orch_task *t, const orch_fsm *prev,
 	return rv;
 }
 
-/* Stores what an input brought, numbered as the new state says. */
+struct orch_dup_scan {
+	const char *hash;
+	uint32_t found;
+	Kclaw__EvalStatus status;
+	double ms, ref_ms;
+};
+
+static int
+orch_dup_visit(
+    void *arg, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	struct orch_dup_scan *d = arg;
+	Kclaw__CandidateRecord *r =
+	    kclaw__candidate_record__unpack(NULL, vlen, val);
+	const Kclaw__EvalResult *e;
+
+	(void)key;
+	(void)klen;
+	if (r == NULL)
+		return 0;
+	e = r->eval;
+	/* The first (lowest-numbered) evaluated one: keys sort by number. */
+	if (d->found == 0 && e && r->content_hash &&
+	    strcmp(r->content_hash, d->hash) == 0 && r->candidate &&
+	    r->candidate->id) {
+		const char *num = strrchr(r->candidate->id, 'c');
+		d->found = num ? (uint32_t)strtoul(num + 1, NULL, 10) : 0;
+		d->status = e->status;
+		d->ms = e->timing ? e->timing->median_ms : 0;
+		d->ref_ms = e->reference_ms > 0 ? e->reference_ms
+		    : e->baseline               ? e->baseline->median_ms
+		                                : 0;
+	}
+	kclaw__candidate_record__free_unpacked(r, NULL);
+	return 0;
+}
+
+/*
+ * An answer identical (same source and plan) to an earlier candidate of
+ * the task that has an evaluation: that candidate's number and result go
+ * into in (in->reuse), so the machine reuses it instead of evaluating the
+ * same kernel again.
+ */
+static void
+orch_find_duplicate(orch *o, const struct orch_task *t,
+    const Kclaw__Candidate *cand, orch_input *in)
+{
+	struct orch_dup_scan d = {0};
+	char hash[65], prefix[ORCH_ID_LEN + 2];
+
+	orch_cand_hash(cand, hash);
+	if (!hash[0])
+		return;
+	d.hash = hash;
+	snprintf(prefix, sizeof(prefix), "%s/", t->id);
+	if (store_scan(o->db, STORE_CF_CANDIDATES, prefix, strlen(prefix), NULL,
+	        0, orch_dup_visit, &d) != 0) {
+		kc_clearerr();
+		return;
+	}
+	if (d.found) {
+		in->reuse = d.found;
+		in->status = d.status;
+		in->ms = d.ms;
+		in->ref_ms = d.ref_ms;
+	}
+}
+
+/* Stores what an input brought, numbered as the new state says. A
+ * candidate that reuses an earlier evaluation is also left in *staged. */
 static int
 orch_store_input(orch *o, struct orch_task *t, const orch_fsm *prev,
-    const orch_fsm *next, const orch_input *in, const Kclaw__AgentReply *reply,
-    const Kclaw__EvalResult *eval, const struct orch_msg *retrieved)
+    const orch_input *in, const Kclaw__AgentReply *reply,
+    const Kclaw__EvalResult *eval, const struct orch_msg *retrieved,
+    Kclaw__CandidateRecord **staged)
 {
 	Kclaw__CandidateRecord *r = NULL;
 	int rv = 0;
 
 	switch (in->kind) {
 	case ORCH_IN_SEEDS:
-		if (next->state == ORCH_ST_REVIEW_SEEDS)
-			rv = orch_store_candidates(
-			    o, t, prev, reply, next->seed_first, next->await_n);
+		if (in->n > 0)
+			rv = orch_store_candidate(o, t, prev, reply,
+			    reply->candidates[0],
+			    prev->seed_first + (in->job - prev->await_first), 0,
+			    staged);
 		break;
 	case ORCH_IN_CANDIDATE:
-		if (next->state == ORCH_ST_REVIEW)
-			rv = orch_store_candidates(
-			    o, t, prev, reply, next->cur, 1);
+		/* Its number: the machine's next one before the answer (cur
+		 * may already name another kernel, a reused result having
+		 * moved the machine on). */
+		if (in->n > 0)
+			rv = orch_store_candidate(o, t, prev, reply,
+			    reply->candidates[0], prev->next_cand, in->reuse,
+			    staged);
 		break;
 	case ORCH_IN_EVALUATED:
 		if ((rv = orch_cand_get(o, t->id, in->cand, &r)) != 0)
@@ -604,16 +792,32 @@ orch_plan_text(const Kclaw__OptPlan *p)
  * learns from it. */
 static int
 orch_record(orch *o, struct orch_task *t, const orch_action *a,
-    const Kclaw__EvalResult *eval)
+    const Kclaw__EvalResult *eval, const Kclaw__CandidateRecord *staged)
 {
 	const orch_memory_ops *m = o->opt.memory;
 	orch_memory_record r = {0};
 	Kclaw__CandidateRecord *cur = NULL, *failing = NULL, *base = NULL;
+	Kclaw__CandidateRecord *attempt = NULL;
 	char kid[48], aux[48], b[16], *plan_text = NULL, outcome[512];
 	int rv;
 
-	if ((rv = orch_cand_get(o, t->id, a->cand, &cur)) != 0)
+	if (staged && staged->candidate &&
+	    (uint32_t)atoi(strrchr(staged->candidate->id, 'c') + 1) ==
+	        a->cand) {
+		uint8_t *buf;
+		size_t len;
+		if ((rv = kc_pb_pack(&staged->base, &buf, &len)) != 0)
+			return rv;
+		cur = kclaw__candidate_record__unpack(NULL, len, buf);
+		free(buf);
+		if (cur == NULL)
+			return KC_ENOMEM;
+	} else if ((rv = orch_cand_get(o, t->id, a->cand, &cur)) != 0) {
 		return rv;
+	}
+	/* A reused evaluation is in the candidate's record, not the input. */
+	if (eval == NULL)
+		eval = cur->eval;
 	orch_cand_id(a->cand, b);
 	snprintf(kid, sizeof(kid), "%s-%s", t->id, b);
 	orch_cand_id(a->aux, b);
@@ -622,9 +826,38 @@ orch_record(orch *o, struct orch_task *t, const orch_action *a,
 	    orch_eval_status_name(a->status),
 	    eval && eval->message && *eval->message ? ": " : "",
 	    eval && eval->message ? eval->message : "");
-	r.round = t->fsm.round;
+	r.round = a->round ? a->round : t->fsm.round;
 	r.outcome = outcome;
 	r.ms = eval && eval->timing ? eval->timing->median_ms : 0;
+	if (a->repaired) {
+		/* The failed attempt, recorded again under its own round with
+		 * what its repair achieved: its method and plan, the repaired
+		 * kernel's outcome. Learning saw the attempt once already. */
+		const Kclaw__EvalResult *fe;
+		char fid[48];
+		if ((rv = orch_cand_get(o, t->id, a->repaired, &attempt)) != 0)
+			goto out;
+		fe = attempt->eval;
+		orch_cand_id(a->repaired, b);
+		snprintf(fid, sizeof(fid), "%s-%s", t->id, b);
+		snprintf(outcome, sizeof(outcome),
+		    "%s, repaired as %s: %s (%.3fx the base)",
+		    fe ? orch_eval_status_name(fe->status) : "failed", kid,
+		    orch_eval_status_name(a->status), a->value);
+		r.kind = 2;
+		r.kernel_id = fid;
+		r.status = orch_eval_status_name(a->status);
+		r.base_id = aux;
+		r.method = attempt->plan ? attempt->plan->method
+		                         : attempt->candidate->method;
+		plan_text = orch_plan_text(attempt->plan);
+		r.plan = plan_text;
+		r.speedup = a->value;
+		r.result_id = kid;
+		rv = m->record(o->opt.memory_arg, o->db, o->batch, t->id, &r);
+		o->staged++;
+		goto out;
+	}
 	if (a->origin == ORCH_ORIGIN_REPAIR) {
 		const char *pid = cur->candidate->parent_id;
 		size_t plen = strlen(t->id) + 2;
@@ -669,6 +902,7 @@ orch_record(orch *o, struct orch_task *t, const orch_action *a,
 			break;
 		}
 	}
+out:
 	free(plan_text);
 	if (cur)
 		kclaw__candidate_record__free_unpacked(cur, NULL);
@@ -676,6 +910,8 @@ orch_record(orch *o, struct orch_task *t, const orch_action *a,
 		kclaw__candidate_record__free_unpacked(failing, NULL);
 	if (base)
 		kclaw__candidate_record__free_unpacked(base, NULL);
+	if (attempt)
+		kclaw__candidate_record__free_unpacked(attempt, NULL);
 	return rv;
 }
 
@@ -695,7 +931,8 @@ orch_queue_retrieve(orch *o, struct orch_task *t, uint32_t job)
 
 static int
 orch_run_action(orch *o, struct orch_task *t, const orch_fsm *prev,
-    const orch_action *a, const Kclaw__EvalResult *eval, const char *detail)
+    const orch_action *a, const Kclaw__EvalResult *eval, const char *detail,
+    const Kclaw__CandidateRecord *staged)
 {
 	Kclaw__Event *ev;
 	char text[256], b[16], cid[48];
@@ -704,7 +941,7 @@ orch_run_action(orch *o, struct orch_task *t, const orch_fsm *prev,
 	case ORCH_ACT_AGENT:
 	case ORCH_ACT_EVAL: return orch_job_new(o, t, a, true);
 	case ORCH_ACT_RETRIEVE: orch_queue_retrieve(o, t, a->job); return 0;
-	case ORCH_ACT_RECORD: return orch_record(o, t, a, eval);
+	case ORCH_ACT_RECORD: return orch_record(o, t, a, eval, staged);
 	case ORCH_ACT_DROP_JOBS: orch_jobs_drop(o, t); return 0;
 	case ORCH_ACT_EVENT: break;
 	}
@@ -719,8 +956,23 @@ orch_run_action(orch *o, struct orch_task *t, const orch_fsm *prev,
 		snprintf(text, sizeof(text), "base %.4f ms", a->value);
 		break;
 	case KCLAW__EVENT_KIND__ROUND_FINISHED:
-		snprintf(text, sizeof(text), "round %u: %s", t->fsm.round,
-		    orch_eval_status_name(eval ? eval->status : 0));
+		if (eval == NULL &&
+		    a->status == KCLAW__EVAL_STATUS__INTERNAL_ERROR)
+			snprintf(text, sizeof(text), "round %u: failed: %.200s",
+			    t->fsm.round,
+			    detail && *detail
+			        ? detail
+			        : "the agent answered without a candidate");
+		else
+			snprintf(text, sizeof(text), "round %u: %s%s",
+			    t->fsm.round, orch_eval_status_name(a->status),
+			    eval ? "" : " (reused)");
+		break;
+	case KCLAW__EVENT_KIND__EVAL_FINISHED:
+		orch_cand_id(a->aux, b);
+		snprintf(text, sizeof(text),
+		    "reused the evaluation of %s-%s (same source and plan)",
+		    t->id, b);
 		break;
 	case KCLAW__EVENT_KIND__TASK_FINISHED:
 	case KCLAW__EVENT_KIND__TASK_CANCELLED: {
@@ -796,8 +1048,16 @@ orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
 {
 	orch_actions acts;
 	orch_fsm prev = t->fsm, next;
+	orch_input dup;
+	Kclaw__CandidateRecord *staged = NULL;
 	int rv;
 
+	if (in->kind == ORCH_IN_CANDIDATE && reply && in->n > 0 &&
+	    orch_fsm_step(&prev, in, &next, &acts)) {
+		dup = *in;
+		orch_find_duplicate(o, t, reply->candidates[0], &dup);
+		in = &dup;
+	}
 	if (!orch_fsm_step(&prev, in, &next, &acts)) {
 		o->counters.dropped_replies += reply || eval ? 1 : 0;
 		return 0;
@@ -806,20 +1066,26 @@ orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
 	    (rv = orch_reply_event(o, t, in, reply, eval)) != 0)
 		return rv;
 	if ((rv = orch_store_input(
-	         o, t, &prev, &next, in, reply, eval, retrieved)) != 0)
-		return rv;
+	         o, t, &prev, in, reply, eval, retrieved, &staged)) != 0)
+		goto out;
 	t->fsm = next;
 	for (unsigned i = 0; i < acts.n; i++)
 		if ((rv = orch_run_action(
-		         o, t, &prev, &acts.a[i], eval, t->why)) != 0)
-			return rv;
+		         o, t, &prev, &acts.a[i], eval, t->why, staged)) != 0)
+			goto out;
 	if (orch_state_final(next.state) && !orch_state_final(prev.state)) {
 		t->finished_ms = kc_now_ms();
 		o->nactive--;
 	}
 	o->counters.transitions++;
-	return orch_task_put(
-	    o, t, in->kind == ORCH_IN_JOB_FAILED ? kc_lasterr() : NULL);
+	rv = orch_task_put(o, t,
+	    in->kind != ORCH_IN_JOB_FAILED ? NULL
+	        : t->why                   ? t->why
+	                                   : kc_lasterr());
+out:
+	if (staged)
+		kclaw__candidate_record__free_unpacked(staged, NULL);
+	return rv;
 }
 
 /* ----------------------------------------------------- submit, cancel */
@@ -841,6 +1107,8 @@ orch_params_from_spec(
 			p->at = f->at;
 		if (f->max_repairs)
 			p->max_repairs = f->max_repairs;
+		if (f->max_duplicates)
+			p->max_duplicates = f->max_duplicates;
 	}
 	if (spec->budget) {
 		const Kclaw__Budget *b = spec->budget;

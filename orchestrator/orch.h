@@ -80,7 +80,10 @@ typedef struct {
 	kc_config cfg;        /* addresses, store folder, token */
 	orch_params defaults; /* the state machine's defaults */
 	uint32_t job_retries; /* attempts per job beyond the first */
-	uint32_t agent_timeout_ms;
+	/* A failed job waits retry_backoff_ms before its first retry, twice
+	 * as long before each next one, at most retry_backoff_max_ms. */
+	uint32_t retry_backoff_ms, retry_backoff_max_ms;
+	uint32_t role_timeout_ms[8]; /* agent jobs' deadline by Kclaw__Role */
 	uint32_t eval_timeout_ms;
 	uint32_t poll_ms;      /* an idle worker's empty answer after this */
 	uint32_t render_bytes; /* bound of a rendered short-term memory */
@@ -94,9 +97,11 @@ typedef struct {
 
 /*
  * Defaults, then kclaw.json's "orchestrator" object: seeds, rounds,
- * max_repairs, rt, at, tokens, wall_seconds, target_speedup (the task
- * defaults), job_retries, agent_timeout_ms, eval_timeout_ms, poll_ms,
- * render_bytes. A task's params and budget override them.
+ * max_repairs, rt, at, max_duplicates, tokens, wall_seconds,
+ * target_speedup (the task defaults), job_retries, retry_backoff_ms,
+ * retry_backoff_max_ms, agent_timeout_ms (every agent role), role_timeout_ms
+ * ({"generator": ms, ...}), eval_timeout_ms, poll_ms, render_bytes,
+ * profile. A task's params and budget override them.
  */
 int orch_options_load(orch_options *opt, const kc_config *cfg);
 

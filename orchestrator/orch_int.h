@@ -36,6 +36,7 @@ struct orch_job {
 	enum orch_job_state state;
 	uint64_t enq_seq;       /* queue order */
 	uint64_t deadline_mono; /* running: when it is given up */
+	uint64_t ready_mono;    /* queued after a failure: not before */
 	char worker[96];
 	uint32_t worker_pid;
 	int device;

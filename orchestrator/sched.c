@@ -30,7 +30,20 @@ orch_job_timeout_ms(const orch *o, const struct orch_job *j)
 		return j->task->eval_timeout_ms ? j->task->eval_timeout_ms
 		                                : o->opt.eval_timeout_ms;
 	return j->task->agent_timeout_ms ? j->task->agent_timeout_ms
-	                                 : o->opt.agent_timeout_ms;
+	                                 : o->opt.role_timeout_ms[j->role];
+}
+
+/* How long a job waits before retry `attempt` (1, 2, ...). */
+static uint64_t
+orch_job_backoff_ms(const orch *o, uint32_t attempt)
+{
+	uint64_t ms = o->opt.retry_backoff_ms;
+
+	for (uint32_t i = 1; i < attempt && ms < o->opt.retry_backoff_max_ms;
+	     i++)
+		ms *= 2;
+	return ms < o->opt.retry_backoff_max_ms ? ms
+	                                        : o->opt.retry_backoff_max_ms;
 }
 
 void
@@ -166,6 +179,7 @@ orch_job_requeue(orch *o, struct orch_job *j)
 	j->worker[0] = '\0';
 	j->worker_pid = 0;
 	j->device = -1;
+	j->ready_mono = 0;
 	orch_job_enqueue(o, j);
 }
 
@@ -224,8 +238,9 @@ orch_job_event(
 	orch_event(o, ev);
 }
 
-/* A job failed (the worker said so, died, or missed its deadline): retry
- * it while attempts are left, else tell the task's machine. */
+/* A job failed (the worker said so, or missed its deadline): retry it
+ * after a backoff while attempts are left, else tell the task's machine,
+ * which records a failed round (or, while seeding, a missing seed). */
 static void
 orch_job_failed(orch *o, struct orch_job *j, const char *why)
 {
@@ -234,13 +249,16 @@ orch_job_failed(orch *o, struct orch_job *j, const char *why)
 	uint32_t retries = orch_job_retries(o, j->task);
 
 	if (j->attempt < retries) {
+		uint64_t wait = orch_job_backoff_ms(o, j->attempt + 1);
 		j->attempt++;
 		o->counters.retries++;
 		snprintf(text, sizeof(text),
-		    "%s job retried (attempt %u of %u): %s",
-		    orch_role_name(j->role), j->attempt + 1, retries + 1, why);
+		    "%s job retried in %.1f s (attempt %u of %u): %s",
+		    orch_role_name(j->role), (double)wait / 1000,
+		    j->attempt + 1, retries + 1, why);
 		orch_job_event(o, j, KCLAW__EVENT_KIND__JOB_RETRIED, text);
 		orch_job_requeue(o, j);
+		j->ready_mono = kc_mono_ms() + wait;
 		return;
 	}
 	{
@@ -698,14 +716,19 @@ orch_device_busy(orch *o, int device)
 }
 
 /* Fair share: the queued job whose task has the fewest jobs running, then
- * the task served longest ago (round robin), then the oldest job. */
+ * the task served longest ago (round robin), then the oldest job. A job
+ * waiting out its retry backoff is not ready. */
 static struct orch_job *
 orch_pick(orch *o, Kclaw__Role role)
 {
 	struct orch_job *best = NULL;
+	uint64_t now = kc_mono_ms();
 
 	for (struct orch_job *j = o->qhead[role]; j; j = j->qnext)
-		if (best == NULL || j->task->running < best->task->running ||
+		if (j->ready_mono > now)
+			continue;
+		else if (best == NULL ||
+		    j->task->running < best->task->running ||
 		    (j->task->running == best->task->running &&
 		        j->task->served < best->task->served))
 			best = j;
@@ -729,7 +752,9 @@ orch_dispatch(orch *o)
 				p = &w->next;
 				continue;
 			}
-			j = orch_pick(o, (Kclaw__Role)r);
+			if ((j = orch_pick(o, (Kclaw__Role)r)) == NULL)
+				break; /* every queued job waits out a backoff
+				        */
 			if (orch_build_job(o, j, &buf, &len) != 0) {
 				KC_ERROR("job of task %s cannot be built: %s",
 				    j->task->id, kc_lasterr());

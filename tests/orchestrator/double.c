@@ -12,10 +12,10 @@
  * The script is the task's context: "seeds=wrong,ok:2.0;repair=wrong,
  * ok:1.5;opt=1.0,compile,0.5;ref=4.0". A candidate's source is "KC:" and
  * its outcome, which the sandbox double reports (ok:<ms> is OK at that
- * median; wrong, compile, fault are the failures). The n-th repairer and
- * optimizer job of a task (the replay key's number) takes the n-th entry
- * of repair= and opt= (the last one repeats), so the outcome never depends
- * on which double answers.
+ * median; wrong, compile, fault are the failures). The n-th generator,
+ * repairer and optimizer job of a task (the replay key's number) takes the
+ * n-th entry of seeds=, repair= and opt= (the last one repeats), so the
+ * outcome never depends on which double answers.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -99,7 +99,7 @@ dbl_agent(const Kclaw__AgentJob *job, Kclaw__AgentReply *r)
 		r->n_candidates = job->count;
 		r->candidates = calloc(job->count, sizeof(*r->candidates));
 		for (unsigned i = 0; i < job->count; i++) {
-			dbl_entry(script, "seeds", i, e, sizeof(e));
+			dbl_entry(script, "seeds", n + i, e, sizeof(e));
 			r->candidates[i] = dbl_cand(e);
 		}
 		break;

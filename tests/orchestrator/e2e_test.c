@@ -57,7 +57,7 @@ test_tasks_api_events(void)
 	    NULL, a));
 	/* B: no correct seed; the second repair works, then one opt. */
 	KT_OK(h_submit(h_spec("task_b",
-	                   "seeds=wrong,compile,compile;repair=wrong,ok:3.0;"
+	                   "seeds=wrong,compile,compile;repair=fault,ok:3.0;"
 	                   "opt=2.0",
 	                   3),
 	    NULL, b));
@@ -70,7 +70,7 @@ test_tasks_api_events(void)
 	KT_EQ_STR(s->task->best_id, s->task->base_id);
 	KT_CONTAINS(s->task->error, "round budget");
 	KT_EQ_STR(s->task->spec->name, "task_a");
-	KT_EQ_INT(s->task->tokens, 15 * 9); /* 1 gen, 2 feat, 3 plan, 3 opt */
+	KT_EQ_INT(s->task->tokens, 15 * 11); /* 3 gen, 2 feat, 3 plan, 3 opt */
 	kclaw__status_response__free_unpacked(s, NULL);
 	KT_EQ_INT(h_check_rounds(a), 3);
 
@@ -310,7 +310,8 @@ test_sandbox_replaced(void)
 	for (int i = 0; i < 400; i++) {
 		bool reviewing;
 		s = h_status(id);
-		reviewing = strcmp(s->task->state, "REVIEW_SEEDS") == 0;
+		reviewing = strcmp(s->task->state, "REVIEW_SEEDS") == 0 ||
+		    strcmp(s->task->state, "SEEDING") == 0;
 		kclaw__status_response__free_unpacked(s, NULL);
 		if (!reviewing)
 			break;
@@ -388,6 +389,88 @@ test_no_gpu(void)
 	stop(2);
 }
 
+/* Failure policy: a Planner that always fails. Each of its jobs is
+ * retried after a doubling backoff, then the round is recorded as failed
+ * and the task goes on; the round budget ends it DONE with the seed as its
+ * best. A Generator failing for good is the one failure that fails a
+ * task. */
+static void
+test_failed_rounds_with_backoff(void)
+{
+	char id[32], gid[32];
+	Kclaw__StatusResponse *s;
+	Kclaw__EventsResponse *ev;
+	Kclaw__FsmParams p1 = KCLAW__FSM_PARAMS__INIT;
+	Kclaw__TaskSpec *spec;
+	uint64_t called[8];
+	unsigned ncalled = 0, retried = 0, failed = 0;
+
+	start("e2e-fail",
+	    "\"poll_ms\": 300, \"job_retries\": 2, \"retry_backoff_ms\": 200");
+	workers[0] = h_spawn(
+	    "kc-double", "--role", "generator", "--home", h_home, (char *)NULL);
+	workers[1] = h_spawn(
+	    "kc-double", "--role", "feature", "--home", h_home, (char *)NULL);
+	workers[2] = h_spawn("kc-double", "--role", "planner", "--home", h_home,
+	    "--fail-every", "1", (char *)NULL);
+	workers[3] = h_spawn(
+	    "kc-double", "--device", "0", "--home", h_home, (char *)NULL);
+	p1.seeds = 1;
+	spec = h_spec("failing", "seeds=ok:2.0;ref=4.0", 2);
+	spec->params = &p1;
+	KT_OK(h_submit(spec, NULL, id));
+	s = h_wait_final(id, 20000);
+	KT_EQ_STR(s->task->state, "DONE");
+	KT_EQ_INT(s->task->round, 2);
+	KT_EQ_INT(s->task->failed_rounds, 2);
+	KT_ASSERT(s->task->best_ms == 2.0);
+	KT_ASSERT(s->task->speedup == 2.0);
+	KT_CONTAINS(s->task->error, "round budget");
+	kclaw__status_response__free_unpacked(s, NULL);
+	KT_EQ_INT(h_check_rounds(id), 2);
+	ev = h_events(id, 0);
+	for (size_t k = 0; k < ev->n_events; k++) {
+		const Kclaw__Event *e = ev->events[k];
+		if (e->kind == KCLAW__EVENT_KIND__AGENT_CALLED &&
+		    e->role == KCLAW__ROLE__PLANNER && ncalled < 8)
+			called[ncalled++] = e->time_unix_ms;
+		if (e->kind == KCLAW__EVENT_KIND__JOB_RETRIED) {
+			KT_CONTAINS(e->detail,
+			    retried % 2 ? "retried in 0.4 s"
+			                : "retried in 0.2 s");
+			retried++;
+		}
+		if (e->kind == KCLAW__EVENT_KIND__ROUND_FINISHED) {
+			KT_CONTAINS(
+			    e->detail, "failed: planner job failed 3 times");
+			failed++;
+		}
+	}
+	kclaw__events_response__free_unpacked(ev, NULL);
+	KT_EQ_INT(retried, 4); /* two rounds, two retries each */
+	KT_EQ_INT(failed, 2);
+	KT_EQ_INT(ncalled, 6);
+	/* The first retry waited 200 ms, the second 400 ms. */
+	KT_ASSERT(called[1] - called[0] >= 190);
+	KT_ASSERT(called[2] - called[1] >= 390);
+	stop(4);
+
+	/* Every Generator job failing for good fails the task. */
+	start("e2e-genfail", "\"job_retries\": 1, \"retry_backoff_ms\": 10");
+	workers[0] = h_spawn("kc-double", "--role", "generator", "--home",
+	    h_home, "--fail-every", "1", (char *)NULL);
+	p1.seeds = 2;
+	spec = h_spec("nogen", "seeds=ok:2.0", 3);
+	spec->params = &p1;
+	KT_OK(h_submit(spec, NULL, gid));
+	s = h_wait_final(gid, 20000);
+	KT_EQ_STR(s->task->state, "FAILED");
+	KT_CONTAINS(s->task->error, "every Generator job");
+	KT_CONTAINS(s->task->error, "generator job failed 2 times");
+	kclaw__status_response__free_unpacked(s, NULL);
+	stop(1);
+}
+
 int
 main(void)
 {
@@ -397,5 +480,6 @@ main(void)
 	KT_RUN(test_sandbox_replaced);
 	KT_RUN(test_fair_share);
 	KT_RUN(test_no_gpu);
+	KT_RUN(test_failed_rounds_with_backoff);
 	return 0;
 }

@@ -1,17 +1,35 @@
 /*
  * fsm_test.c - walks every row of the task state machine's table, the
- * inputs it must ignore, and every way a task stops.
+ * inputs it must ignore, every way a task stops, and every rule of the
+ * optimisation loop with its exact outcome: base promotion (1 + rt times
+ * the base, or at more speedup), the speedup over the reference of the
+ * same evaluation, duplicates reused, k independent seeds and their
+ * repairs, repaired attempts in short-term memory, failed rounds.
  */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fsm.h"
 #include "kc_err.h"
 #include "kc_test.h"
+#include "orch.h"
 
 #define OK KCLAW__EVAL_STATUS__OK
 #define WRONG KCLAW__EVAL_STATUS__WRONG_RESULT
 #define COMPILE KCLAW__EVAL_STATUS__COMPILE_ERROR
+#define FAULT KCLAW__EVAL_STATUS__RUNTIME_FAULT
 #define NODEV KCLAW__EVAL_STATUS__NO_DEVICE
+#define GEN KCLAW__ROLE__GENERATOR
+
+#define KT_NEAR(a, b)                                                          \
+	do {                                                                   \
+		double a_ = (a), b_ = (b);                                     \
+		if (!(fabs(a_ - b_) <= 1e-9 * (1 + fabs(b_))))                 \
+			KT_FAIL("%s = %.12g, expected %.12g", #a, a_, b_);     \
+	} while (0)
 
 static orch_actions acts;
 
@@ -70,6 +88,16 @@ find_event(Kclaw__EventKind ev)
 	return NULL;
 }
 
+static unsigned
+count(enum orch_action_kind kind)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < acts.n; i++)
+		n += acts.a[i].kind == kind;
+	return n;
+}
+
 static orch_input
 in_job(enum orch_input_kind kind, uint32_t job)
 {
@@ -84,15 +112,22 @@ in_n(enum orch_input_kind kind, uint32_t job, uint32_t n)
 	return in;
 }
 
+/* An evaluation whose reference took ref ms in the same evaluation. */
 static orch_input
-in_eval(uint32_t job, Kclaw__EvalStatus st, double ms)
+in_eval_ref(uint32_t job, Kclaw__EvalStatus st, double ms, double ref)
 {
 	orch_input in = {.kind = ORCH_IN_EVALUATED,
 	    .job = job,
 	    .status = st,
 	    .ms = ms,
-	    .ref_ms = 4.0};
+	    .ref_ms = ref};
 	return in;
+}
+
+static orch_input
+in_eval(uint32_t job, Kclaw__EvalStatus st, double ms)
+{
+	return in_eval_ref(job, st, ms, 4.0);
 }
 
 /* The job number of the one agent or eval action just issued. */
@@ -106,57 +141,96 @@ issued(enum orch_action_kind kind, Kclaw__Role role)
 	return x->job;
 }
 
+/*
+ * SUBMITTED -> SEEDING: k Generator jobs at once. Returns the first's
+ * number; Generator i is job g + i and its seed's evaluation g + k + i.
+ */
+static uint32_t
+fsm_start(orch_fsm *f)
+{
+	uint32_t k = f->p.seeds, g;
+
+	step(f, (orch_input){.kind = ORCH_IN_START});
+	KT_EQ_INT(f->state, ORCH_ST_SEEDING);
+	KT_EQ_INT(count(ORCH_ACT_AGENT), k);
+	g = find(ORCH_ACT_AGENT, 0)->job;
+	for (uint32_t i = 0; i < k; i++) {
+		const orch_action *x = find(ORCH_ACT_AGENT, (int)i);
+		KT_EQ_INT(x->role, GEN);
+		KT_EQ_INT(x->job, g + i);
+		KT_EQ_INT(x->count, 1); /* one seed per job */
+		KT_EQ_INT(x->key_n, i); /* replay key generator/<i> */
+	}
+	return g;
+}
+
+/* Every Generator answers (last first), then every seed is evaluated. */
+static void
+fsm_seeds(orch_fsm *f, const Kclaw__EvalStatus *st, const double *ms)
+{
+	uint32_t k = f->p.seeds, g = fsm_start(f);
+
+	for (uint32_t i = k; i-- > 0;) {
+		step(f, in_n(ORCH_IN_SEEDS, g + i, 1));
+		KT_EQ_INT(f->state, i ? ORCH_ST_SEEDING : ORCH_ST_REVIEW_SEEDS);
+		KT_EQ_INT(find(ORCH_ACT_EVAL, 0)->job, g + k + i);
+		KT_EQ_INT(find(ORCH_ACT_EVAL, 0)->cand, f->seed_first + i);
+	}
+	for (uint32_t i = 0; i < k; i++)
+		step(f, in_eval(g + k + i, st[i], ms[i]));
+}
+
 /* SUBMITTED -> SEEDING -> REVIEW_SEEDS -> FEATURES with seed 2 correct. */
 static orch_fsm
 fsm_to_features(void)
 {
 	orch_fsm f = fsm_new(3, 15);
-	uint32_t gen, e1;
+	uint32_t g, e1;
 
-	step(&f, (orch_input){.kind = ORCH_IN_START});
-	KT_EQ_INT(f.state, ORCH_ST_SEEDING);
-	gen = issued(ORCH_ACT_AGENT, KCLAW__ROLE__GENERATOR);
-	KT_EQ_INT(find(ORCH_ACT_AGENT, 0)->count, 3);
+	g = fsm_start(&f);
 	KT_ASSERT(find_event(KCLAW__EVENT_KIND__STATE_CHANGED) != NULL);
-
-	step(&f, in_n(ORCH_IN_SEEDS, gen, 3));
-	KT_EQ_INT(f.state, ORCH_ST_REVIEW_SEEDS);
+	/* Seed 3's Generator first: its evaluation starts at once. */
+	step(&f, in_n(ORCH_IN_SEEDS, g + 2, 1));
+	KT_EQ_INT(f.state, ORCH_ST_SEEDING);
 	KT_EQ_INT(f.tokens, 100);
-	KT_ASSERT(find(ORCH_ACT_EVAL, 2) != NULL);
-	KT_ASSERT(find(ORCH_ACT_EVAL, 3) == NULL);
-	e1 = find(ORCH_ACT_EVAL, 0)->job;
-	KT_EQ_INT(find(ORCH_ACT_EVAL, 1)->cand, 2);
-
-	/* Out of order; a repeated result is ignored. */
+	KT_EQ_INT(find(ORCH_ACT_EVAL, 0)->cand, 3);
+	e1 = g + 3;
 	step(&f, in_eval(e1 + 2, OK, 3.0));
+	KT_EQ_INT(f.state, ORCH_ST_SEEDING);
+	ignored(&f, in_eval(e1 + 2, OK, 1.0)); /* a repeated result */
+	ignored(&f, in_n(ORCH_IN_SEEDS, g + 2, 1));
+	step(&f, in_n(ORCH_IN_SEEDS, g, 1));
+	step(&f, in_n(ORCH_IN_SEEDS, g + 1, 1));
 	KT_EQ_INT(f.state, ORCH_ST_REVIEW_SEEDS);
-	KT_EQ_INT(acts.n, 0);
-	ignored(&f, in_eval(e1 + 2, OK, 1.0));
+	KT_EQ_INT(f.tokens, 300);
 	step(&f, in_eval(e1, WRONG, 0));
+	KT_EQ_INT(acts.n, 0);
 	step(&f, in_eval(e1 + 1, OK, 2.0));
 	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
 	KT_EQ_INT(f.base, 2);
 	KT_EQ_INT(f.best, 2);
-	KT_ASSERT(f.base_ms == 2.0 && f.ref_ms == 4.0);
+	KT_ASSERT(f.base_ms == 2.0);
+	KT_NEAR(f.base_speedup, 2.0);
 	KT_EQ_INT(find_event(KCLAW__EVENT_KIND__BASE_PROMOTED)->cand, 2);
 	KT_EQ_INT(find(ORCH_ACT_AGENT, 0)->cand, 2);
 	issued(ORCH_ACT_AGENT, KCLAW__ROLE__FEATURE);
 	return f;
 }
 
-/* FEATURES -> RETRIEVE -> PLAN -> OPTIMIZE -> REVIEW. */
+/* FEATURES or PLAN -> ... -> OPTIMIZE -> REVIEW. */
 static uint32_t
 fsm_optimize_round(orch_fsm *f)
 {
 	uint32_t j;
 
-	KT_EQ_INT(f->state, ORCH_ST_FEATURES);
-	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__FEATURE);
-	step(f, in_n(ORCH_IN_FEATURES, j, 0));
-	KT_EQ_INT(f->state, ORCH_ST_RETRIEVE);
-	j = find(ORCH_ACT_RETRIEVE, 0)->job;
-	KT_EQ_INT(find(ORCH_ACT_RETRIEVE, 0)->cand, f->base);
-	step(f, in_job(ORCH_IN_RETRIEVED, j));
+	if (f->state == ORCH_ST_FEATURES) {
+		j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__FEATURE);
+		step(f, in_n(ORCH_IN_FEATURES, j, 0));
+		KT_EQ_INT(f->state, ORCH_ST_RETRIEVE);
+		j = find(ORCH_ACT_RETRIEVE, 0)->job;
+		KT_EQ_INT(find(ORCH_ACT_RETRIEVE, 0)->cand, f->base);
+		step(f, in_job(ORCH_IN_RETRIEVED, j));
+	}
 	KT_EQ_INT(f->state, ORCH_ST_PLAN);
 	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__PLANNER);
 	step(f, in_n(ORCH_IN_PLANNED, j, 0));
@@ -168,96 +242,393 @@ fsm_optimize_round(orch_fsm *f)
 	return issued(ORCH_ACT_EVAL, KCLAW__ROLE__SANDBOX);
 }
 
-static void
-test_optimize_promote_and_keep(void)
+/* A task whose base (seed 1) took base_ms with the reference at ref_ms in
+ * the same evaluation, now in PLAN. */
+static orch_fsm
+fsm_with_base(double base_ms, double ref_ms)
 {
-	orch_fsm f = fsm_to_features();
-	const orch_action *r;
+	orch_fsm f = fsm_new(1, 15);
+	uint32_t g = fsm_start(&f), j;
+
+	step(&f, in_n(ORCH_IN_SEEDS, g, 1));
+	step(&f, in_eval_ref(g + 1, OK, base_ms, ref_ms));
+	KT_EQ_INT(f.base, 1);
+	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__FEATURE);
+	step(&f, in_n(ORCH_IN_FEATURES, j, 0));
+	step(&f, in_job(ORCH_IN_RETRIEVED, f.await_first));
+	KT_EQ_INT(f.state, ORCH_ST_PLAN);
+	return f;
+}
+
+/* One optimisation round whose kernel takes ms (reference ref in the same
+ * evaluation); returns whether it was promoted. */
+static bool
+promoted(orch_fsm *f, double ms, double ref)
+{
+	uint32_t e = fsm_optimize_round(f), cand = f->cur;
+
+	step(f, in_eval_ref(e, OK, ms, ref));
+	if (f->base == cand) {
+		KT_EQ_INT(f->state, ORCH_ST_FEATURES);
+		KT_ASSERT(find_event(KCLAW__EVENT_KIND__BASE_PROMOTED) != NULL);
+		return true;
+	}
+	KT_EQ_INT(f->state, ORCH_ST_PLAN);
+	KT_ASSERT(find_event(KCLAW__EVENT_KIND__BASE_PROMOTED) == NULL);
+	return false;
+}
+
+/* ------------------------------------------------------------ promotion */
+
+static void
+test_promote_relative(void)
+{
+	orch_fsm f;
+
+	/* rt 0.3: a new base at 1.3x the base, not at 1.43x as
+	 * (base - ms) / base >= rt gave. The reference is timed at 1.0 ms,
+	 * so that the speedup rule (at) stays out of it. */
+	f = fsm_with_base(1.0, 1.0);
+	KT_ASSERT(!promoted(&f, 1.0 / 1.29, 1.0)); /* 1.29x */
+	f = fsm_with_base(1.0, 1.0);
+	KT_ASSERT(promoted(&f, 1.0 / 1.31, 1.0)); /* 1.31x */
+	f = fsm_with_base(1.3, 0.2);
+	KT_ASSERT(promoted(&f, 1.0, 0.2)); /* exactly 1.3x */
+	KT_EQ_INT(f.round, 1);
+	/* 1.35x is a new base under the paper's rule and was not under the
+	 * old one (26% < 30% faster). */
+	f = fsm_with_base(1.35, 0.1);
+	KT_ASSERT(promoted(&f, 1.0, 0.1));
+
+	/* Per task: rt 0.1 promotes 1.11x, rt 0.5 keeps 1.45x. */
+	f = fsm_with_base(1.0, 1.0);
+	f.p.rt = 0.1;
+	KT_ASSERT(promoted(&f, 1.0 / 1.11, 1.0));
+	f = fsm_with_base(1.0, 0.1);
+	f.p.rt = 0.5;
+	KT_ASSERT(!promoted(&f, 1.0 / 1.45, 0.1));
+}
+
+static void
+test_promote_absolute_in_speedup_units(void)
+{
+	orch_fsm f;
+
+	/* Base 2.0 ms against a 4.0 ms reference: 2.0x. 1.7 ms is 1.18x the
+	 * base but 2.353x the reference, 0.353 more: a new base. */
+	f = fsm_with_base(2.0, 4.0);
+	KT_ASSERT(promoted(&f, 1.7, 4.0));
+	KT_NEAR(f.base_speedup, 4.0 / 1.7);
+	/* 1.75 ms: 2.286x, 0.286 more: kept. */
+	f = fsm_with_base(2.0, 4.0);
+	KT_ASSERT(!promoted(&f, 1.75, 4.0));
+
+	/* at is in speedup units, not milliseconds: 50 -> 45 ms saves 5 ms
+	 * (the old rule promoted at 0.3 ms) but gains only 0.22 in speedup
+	 * (2.0x -> 2.22x) and is 1.11x the base: kept. */
+	f = fsm_with_base(50.0, 100.0);
+	KT_ASSERT(!promoted(&f, 45.0, 100.0));
+
+	/* Per task: at 1.0 needs a whole unit more (rt 10 keeps the
+	 * relative rule out of it). */
+	f = fsm_with_base(2.0, 4.0);
+	f.p.at = 1.0;
+	f.p.rt = 10;
+	KT_ASSERT(!promoted(&f, 1.4, 4.0)); /* 2.86x: 0.86 more */
+	f = fsm_with_base(2.0, 4.0);
+	f.p.at = 1.0;
+	f.p.rt = 10;
+	KT_ASSERT(promoted(&f, 1.3, 4.0)); /* 3.08x: 1.08 more */
+}
+
+static void
+test_promote_uses_same_evaluation_reference(void)
+{
+	orch_fsm f;
+
+	/* The base: 2.0 ms with the reference at 4.0 ms (2.0x). The new
+	 * kernel: 1.7 ms with the reference at 3.4 ms in its own
+	 * evaluation: 2.0x as well. Against the base's reference it would
+	 * be 2.35x and promoted; against its own it gains nothing. */
+	f = fsm_with_base(2.0, 4.0);
+	KT_ASSERT(!promoted(&f, 1.7, 3.4));
+	KT_NEAR(f.best_speedup, 2.0);
+	/* Equal speedups: the best is the lower number, the base. */
+	KT_EQ_INT(f.best, f.base);
+}
+
+/* ------------------------------------------------------------ speedup */
+
+static void
+test_speedup_same_evaluation(void)
+{
+	orch_fsm f = fsm_to_features(); /* base 2.0 ms, reference 4.0 */
 	uint32_t e;
 
-	/* 2.0 -> 1.0 ms: 50% faster, promoted. */
+	/* 1.0 ms with the reference at 3.0 ms in the same evaluation: 3.0x,
+	 * not 4.0x (an earlier evaluation's reference). */
 	e = fsm_optimize_round(&f);
-	step(&f, in_eval(e, OK, 1.0));
-	KT_EQ_INT(f.round, 1);
-	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
-	KT_EQ_INT(f.base, f.cur);
-	KT_ASSERT(find_event(KCLAW__EVENT_KIND__ROUND_FINISHED) != NULL);
-	KT_ASSERT(find_event(KCLAW__EVENT_KIND__BASE_PROMOTED) != NULL);
-	r = find(ORCH_ACT_RECORD, 0);
-	KT_EQ_INT(r->origin, ORCH_ORIGIN_OPT);
-	KT_EQ_INT(r->aux, 2); /* attempt on the old base */
-	KT_ASSERT(r->value == 2.0);
-
-	/* 1.0 -> 0.9 ms: faster (best) but under both thresholds: the base
-	 * stays and the Planner is asked again. */
-	e = fsm_optimize_round(&f);
-	step(&f, in_eval(e, OK, 0.9));
-	KT_EQ_INT(f.state, ORCH_ST_PLAN);
+	step(&f, in_eval_ref(e, OK, 1.0, 3.0));
 	KT_EQ_INT(f.best, f.cur);
-	KT_ASSERT(f.base != f.best);
-	KT_ASSERT(find_event(KCLAW__EVENT_KIND__BASE_PROMOTED) == NULL);
-	issued(ORCH_ACT_AGENT, KCLAW__ROLE__PLANNER);
-}
+	KT_NEAR(f.best_speedup, 3.0);
+	KT_NEAR(f.best_ref_ms, 3.0);
 
-static void
-test_absolute_threshold(void)
-{
-	orch_fsm f = fsm_to_features();
-	uint32_t e = fsm_optimize_round(&f);
-
-	/* 2.0 -> 1.65 ms: 17.5% (< rt) but 0.35 ms (>= at): promoted. */
-	step(&f, in_eval(e, OK, 1.65));
-	KT_EQ_INT(f.base, f.cur);
-	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
-}
-
-static void
-test_repair_chain(void)
-{
-	orch_fsm f = fsm_to_features();
-	uint32_t e, j, failing;
-
-	/* A broken optimized kernel starts a repair chain. */
+	/* A later evaluation times the reference at 5.0 ms and its kernel at
+	 * 1.9 ms (2.63x): the task's speedup stays 3.0x, not 5.0 / 1.0. */
 	e = fsm_optimize_round(&f);
-	failing = f.cur;
-	step(&f, in_eval(e, COMPILE, 0));
+	step(&f, in_eval_ref(e, OK, 1.9, 5.0));
+	KT_NEAR(f.best_speedup, 3.0);
+	KT_ASSERT(f.best_ms == 1.0);
+
+	/* A faster kernel by time whose own reference makes it a lower
+	 * speedup is not the best: 0.9 ms against 2.5 ms is 2.78x. */
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval_ref(e, OK, 0.9, 2.5));
+	KT_NEAR(f.best_speedup, 3.0);
+	KT_ASSERT(f.best_ms == 1.0);
+
+	/* The end reports it. */
+	f.p.max_rounds = f.round + 1;
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval_ref(e, OK, 1.5, 4.0));
+	KT_EQ_INT(f.state, ORCH_ST_DONE);
+	KT_NEAR(find_event(KCLAW__EVENT_KIND__TASK_FINISHED)->value, 3.0);
+}
+
+static void
+test_speedup_median_reference(void)
+{
+	orch_fsm f = fsm_to_features(); /* references 4.0, 4.0, 4.0 (seeds) */
+	uint32_t e;
+
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval_ref(e, OK, 1.9, 2.0));
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval_ref(e, OK, 1.95, 7.0));
+	/* Reference times 4, 4, 4, 2, 7: median 4. */
+	KT_NEAR(orch_fsm_ref_median(&f), 4.0);
+	/* An evaluation that did not time the reference: the median. */
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval_ref(e, OK, 0.5, 0));
+	KT_NEAR(f.best_speedup, 8.0);
+	KT_NEAR(f.best_ref_ms, 4.0);
+	KT_EQ_INT(f.base, f.cur); /* 8x against the base's 2x */
+	f = fsm_new(1, 15);
+	KT_NEAR(orch_fsm_ref_median(&f), 0);
+}
+
+/* ---------------------------------------------------------- duplicates */
+
+/* The Optimizer answers a kernel identical to candidate `same`, whose
+ * evaluation is reused. */
+static void
+dup_answer(orch_fsm *f, uint32_t same, Kclaw__EvalStatus st, double ms)
+{
+	uint32_t j;
+	orch_input in;
+
+	if (f->state == ORCH_ST_PLAN) {
+		j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__PLANNER);
+		step(f, in_n(ORCH_IN_PLANNED, j, 0));
+	}
+	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__OPTIMIZER);
+	in = in_n(ORCH_IN_CANDIDATE, j, 1);
+	in.reuse = same;
+	in.status = st;
+	in.ms = ms;
+	in.ref_ms = 4.0;
+	step(f, in);
+	KT_ASSERT(find(ORCH_ACT_EVAL, 0) == NULL);
+	KT_EQ_INT(find_event(KCLAW__EVENT_KIND__EVAL_FINISHED)->aux, same);
+}
+
+static void
+test_duplicates_reused(void)
+{
+	orch_fsm f = fsm_to_features(); /* base c2, 2.0 ms */
+	uint32_t e, round, next;
+
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval(e, OK, 1.8)); /* c4: kept */
+	round = f.round;
+	KT_EQ_INT(round, 1);
+
+	/* The same kernel as c4 again: not evaluated, no round spent, no
+	 * short-term record; back to the Planner. */
+	next = f.next_cand;
+	dup_answer(&f, 4, OK, 1.8);
+	KT_EQ_INT(f.cur, next);
+	KT_EQ_INT(f.round, round);
+	KT_EQ_INT(f.reused, 1);
+	KT_ASSERT(find(ORCH_ACT_RECORD, 0) == NULL);
+	KT_ASSERT(find_event(KCLAW__EVENT_KIND__ROUND_FINISHED) == NULL);
+	KT_EQ_INT(f.state, ORCH_ST_PLAN);
+	KT_EQ_INT(f.best, 4); /* ties go to the earlier one */
+
+	/* The base itself: likewise. */
+	dup_answer(&f, 2, OK, 2.0);
+	dup_answer(&f, 2, OK, 2.0);
+	KT_EQ_INT(f.round, round);
+	KT_EQ_INT(f.dups, 3);
+	/* The fourth duplicate in a row (max_duplicates 3) spends a round. */
+	dup_answer(&f, 2, OK, 2.0);
+	KT_EQ_INT(f.round, round + 1);
+	KT_ASSERT(find(ORCH_ACT_RECORD, 0) != NULL);
+	KT_ASSERT(find_event(KCLAW__EVENT_KIND__ROUND_FINISHED) != NULL);
+	KT_EQ_INT(f.reused, 4);
+	/* A new kernel resets the count. */
+	e = fsm_optimize_round(&f);
+	KT_EQ_INT(f.dups, 0);
+	step(&f, in_eval(e, OK, 1.9));
+	dup_answer(&f, 4, OK, 1.8);
+	KT_EQ_INT(f.round, round + 2);
+
+	/* A duplicate of a kernel that failed starts its repair chain
+	 * without spending a round. */
+	dup_answer(&f, 1, WRONG, 0);
 	KT_EQ_INT(f.state, ORCH_ST_DIAGNOSE);
-	KT_EQ_INT(f.chain, failing);
-	KT_EQ_INT(find(ORCH_ACT_AGENT, 0)->cand, failing);
-	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__DIAGNOSER);
-	for (uint32_t attempt = 0; attempt < 3; attempt++) {
+	KT_EQ_INT(f.chain, f.cur);
+	KT_EQ_INT(f.round, round + 2);
+	KT_EQ_INT(f.chain_round, 0); /* no attempt record to rewrite */
+}
+
+/* --------------------------------------------------------------- seeds */
+
+static void
+test_seeds_k_jobs_best_becomes_base(void)
+{
+	orch_fsm f = fsm_new(3, 15);
+	Kclaw__EvalStatus st[3] = {OK, OK, OK};
+	double ms[3] = {3.0, 1.5, 2.0};
+
+	/* Three Generator jobs (fsm_start checks one seed each, replay keys
+	 * 0..2); the fastest correct seed is the base. */
+	fsm_seeds(&f, st, ms);
+	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
+	KT_EQ_INT(f.base, 2);
+	KT_ASSERT(f.base_ms == 1.5);
+	KT_EQ_INT(f.role_jobs[GEN], 3);
+	KT_EQ_INT(f.tokens, 300);
+
+	/* Default k is 3. */
+	{
+		orch_params p;
+		orch_params_default(&p);
+		KT_EQ_INT(p.seeds, 3);
+		KT_EQ_INT(p.max_duplicates, 3);
+		KT_NEAR(p.rt, 0.3);
+		KT_NEAR(p.at, 0.3);
+	}
+}
+
+static void
+test_seeds_best_by_same_evaluation_speedup(void)
+{
+	orch_fsm f = fsm_new(2, 15);
+	uint32_t g = fsm_start(&f);
+
+	/* Seed 1: 2.0 ms against 5.0 (2.5x); seed 2: 1.9 ms against 3.8
+	 * (2.0x). The base is seed 1, the higher speedup. */
+	step(&f, in_n(ORCH_IN_SEEDS, g, 1));
+	step(&f, in_n(ORCH_IN_SEEDS, g + 1, 1));
+	step(&f, in_eval_ref(g + 3, OK, 1.9, 3.8));
+	step(&f, in_eval_ref(g + 2, OK, 2.0, 5.0));
+	KT_EQ_INT(f.base, 1);
+	KT_NEAR(f.base_speedup, 2.5);
+}
+
+static void
+test_seeds_generator_failures(void)
+{
+	orch_fsm f = fsm_new(3, 15);
+	uint32_t g = fsm_start(&f);
+
+	/* Generator 1 fails for good, 2 answers without a candidate, 3
+	 * answers: its seed alone decides. */
+	step(&f, in_job(ORCH_IN_JOB_FAILED, g));
+	KT_EQ_INT(f.state, ORCH_ST_SEEDING);
+	step(&f, in_n(ORCH_IN_SEEDS, g + 1, 0));
+	KT_ASSERT(find(ORCH_ACT_EVAL, 0) == NULL);
+	step(&f, in_n(ORCH_IN_SEEDS, g + 2, 1));
+	KT_EQ_INT(f.state, ORCH_ST_REVIEW_SEEDS);
+	KT_EQ_INT(find(ORCH_ACT_EVAL, 0)->cand, 3);
+	ignored(&f, in_eval(g + 3, OK, 1.0)); /* never issued */
+	step(&f, in_eval(g + 5, OK, 1.0));
+	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
+	KT_EQ_INT(f.base, 3);
+
+	/* Every Generator failing for good fails the task. */
+	f = fsm_new(2, 15);
+	g = fsm_start(&f);
+	step(&f, in_job(ORCH_IN_JOB_FAILED, g + 1));
+	step(&f, in_job(ORCH_IN_JOB_FAILED, g));
+	KT_EQ_INT(f.state, ORCH_ST_FAILED);
+	KT_EQ_INT(f.stop, ORCH_STOP_JOB_FAILED);
+	KT_CONTAINS(orch_stop_text(f.stop), "Generator");
+}
+
+static void
+test_seeds_repair_next_seed(void)
+{
+	orch_fsm f = fsm_new(3, 15);
+	Kclaw__EvalStatus st[3] = {COMPILE, WRONG, FAULT};
+	double ms[3] = {0, 0, 0};
+	uint32_t j;
+
+	f.p.max_repairs = 2;
+	fsm_seeds(&f, st, ms);
+	/* None correct: the most promising first (WRONG_RESULT ran). */
+	KT_EQ_INT(f.state, ORCH_ST_DIAGNOSE);
+	KT_EQ_INT(f.chain, 2);
+	for (int chain = 0; chain < 3; chain++) {
+		uint32_t want = chain == 0 ? 2 : chain == 1 ? 3 : 1;
+		KT_EQ_INT(f.chain, want);
+		KT_EQ_INT(find(ORCH_ACT_AGENT, 0)->cand, want);
+		for (int r = 0; r < 2; r++) {
+			j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__DIAGNOSER);
+			step(&f, in_n(ORCH_IN_DIAGNOSED, j, 0));
+			j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__REPAIRER);
+			step(&f, in_n(ORCH_IN_CANDIDATE, j, 1));
+			step(&f,
+			    in_eval(issued(ORCH_ACT_EVAL, KCLAW__ROLE__SANDBOX),
+			        WRONG, 0));
+		}
+		/* Its repair budget spent: the next most promising seed
+		 * (the fault), then the compile error. */
+	}
+	KT_EQ_INT(f.round, 6);
+	KT_EQ_INT(f.state, ORCH_ST_FAILED);
+	KT_EQ_INT(f.stop, ORCH_STOP_NO_CORRECT);
+
+	/* While rounds remain: with 3 rounds the second seed's chain is cut
+	 * short by the round budget. */
+	f = fsm_new(3, 3);
+	f.p.max_repairs = 2;
+	fsm_seeds(&f, st, ms);
+	for (int r = 0; r < 3; r++) {
+		j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__DIAGNOSER);
 		step(&f, in_n(ORCH_IN_DIAGNOSED, j, 0));
-		KT_EQ_INT(f.state, ORCH_ST_REPAIR);
 		j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__REPAIRER);
 		step(&f, in_n(ORCH_IN_CANDIDATE, j, 1));
-		KT_EQ_INT(f.state, ORCH_ST_REVIEW);
-		KT_EQ_INT(f.origin, ORCH_ORIGIN_REPAIR);
-		e = issued(ORCH_ACT_EVAL, KCLAW__ROLE__SANDBOX);
-		step(&f, in_eval(e, WRONG, 0));
-		KT_EQ_INT(find(ORCH_ACT_RECORD, 0)->origin, ORCH_ORIGIN_REPAIR);
-		KT_EQ_INT(find(ORCH_ACT_RECORD, 0)->aux, failing);
-		if (attempt < 2) {
-			KT_EQ_INT(f.state, ORCH_ST_DIAGNOSE);
-			j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__DIAGNOSER);
-		}
+		step(&f,
+		    in_eval(
+		        issued(ORCH_ACT_EVAL, KCLAW__ROLE__SANDBOX), WRONG, 0));
+		if (r == 1)
+			KT_EQ_INT(f.chain, 3); /* the next seed's chain */
 	}
-	/* Three failed repairs: the chain is given up, the base stays. */
-	KT_EQ_INT(f.state, ORCH_ST_PLAN);
-	KT_EQ_INT(f.round, 4);
-	KT_EQ_INT(f.base, 2);
+	KT_EQ_INT(f.state, ORCH_ST_FAILED);
+	KT_EQ_INT(f.stop, ORCH_STOP_ROUNDS);
 }
 
 static void
 test_repair_works_second_time_without_base(void)
 {
 	orch_fsm f = fsm_new(2, 15);
-	uint32_t j, e;
+	Kclaw__EvalStatus st[2] = {COMPILE, WRONG};
+	double ms[2] = {0, 0};
+	uint32_t j;
 
-	step(&f, (orch_input){.kind = ORCH_IN_START});
-	step(&f, in_n(ORCH_IN_SEEDS, find(ORCH_ACT_AGENT, 0)->job, 2));
-	e = find(ORCH_ACT_EVAL, 0)->job;
-	step(&f, in_eval(e, COMPILE, 0));
-	step(&f, in_eval(e + 1, WRONG, 0));
+	fsm_seeds(&f, st, ms);
 	/* No correct seed: repair the most promising (it ran). */
 	KT_EQ_INT(f.state, ORCH_ST_DIAGNOSE);
 	KT_EQ_INT(f.cur, 2);
@@ -273,22 +644,209 @@ test_repair_works_second_time_without_base(void)
 	KT_EQ_INT(find(ORCH_ACT_AGENT, 0)->key_n, 1); /* replay key n */
 	step(&f, in_n(ORCH_IN_CANDIDATE, j, 1));
 	step(&f, in_eval(issued(ORCH_ACT_EVAL, KCLAW__ROLE__SANDBOX), OK, 3.0));
-	/* The first correct kernel becomes the base. */
+	/* The first correct kernel becomes the base; a repaired seed is no
+	 * optimisation attempt: one record, the repair step. */
 	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
 	KT_EQ_INT(f.base, f.cur);
 	KT_EQ_INT(f.round, 2);
+	KT_EQ_INT(count(ORCH_ACT_RECORD), 1);
+	KT_EQ_INT(find(ORCH_ACT_RECORD, 0)->origin, ORCH_ORIGIN_REPAIR);
 }
+
+/* ------------------------------------------------- rounds and repairs */
+
+static void
+test_optimize_promote_and_keep(void)
+{
+	orch_fsm f = fsm_to_features();
+	const orch_action *r;
+	uint32_t e;
+
+	/* 2.0 -> 1.0 ms: 2x the base, promoted. */
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval(e, OK, 1.0));
+	KT_EQ_INT(f.round, 1);
+	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
+	KT_EQ_INT(f.base, f.cur);
+	KT_ASSERT(find_event(KCLAW__EVENT_KIND__ROUND_FINISHED) != NULL);
+	KT_ASSERT(find_event(KCLAW__EVENT_KIND__BASE_PROMOTED) != NULL);
+	r = find(ORCH_ACT_RECORD, 0);
+	KT_EQ_INT(r->origin, ORCH_ORIGIN_OPT);
+	KT_EQ_INT(r->aux, 2); /* attempt on the old base */
+	KT_EQ_INT(r->round, 1);
+	KT_ASSERT(r->value == 2.0);
+
+	/* 1.0 -> 0.95 ms: faster (best) but 1.05x the base and 0.21 more
+	 * speedup: the base stays and the Planner is asked again. */
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval(e, OK, 0.95));
+	KT_EQ_INT(f.state, ORCH_ST_PLAN);
+	KT_EQ_INT(f.best, f.cur);
+	KT_ASSERT(f.base != f.best);
+	KT_ASSERT(find_event(KCLAW__EVENT_KIND__BASE_PROMOTED) == NULL);
+	issued(ORCH_ACT_AGENT, KCLAW__ROLE__PLANNER);
+}
+
+static void
+test_repair_chain(void)
+{
+	orch_fsm f = fsm_to_features();
+	uint32_t e, j, failing;
+
+	/* A broken optimized kernel starts a repair chain. */
+	e = fsm_optimize_round(&f);
+	failing = f.cur;
+	step(&f, in_eval(e, COMPILE, 0));
+	KT_EQ_INT(f.state, ORCH_ST_DIAGNOSE);
+	KT_EQ_INT(f.chain, failing);
+	KT_EQ_INT(f.chain_round, 1);
+	KT_EQ_INT(find(ORCH_ACT_AGENT, 0)->cand, failing);
+	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__DIAGNOSER);
+	for (uint32_t attempt = 0; attempt < 3; attempt++) {
+		step(&f, in_n(ORCH_IN_DIAGNOSED, j, 0));
+		KT_EQ_INT(f.state, ORCH_ST_REPAIR);
+		j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__REPAIRER);
+		step(&f, in_n(ORCH_IN_CANDIDATE, j, 1));
+		KT_EQ_INT(f.state, ORCH_ST_REVIEW);
+		KT_EQ_INT(f.origin, ORCH_ORIGIN_REPAIR);
+		e = issued(ORCH_ACT_EVAL, KCLAW__ROLE__SANDBOX);
+		step(&f, in_eval(e, WRONG, 0));
+		KT_EQ_INT(count(ORCH_ACT_RECORD), 1);
+		KT_EQ_INT(find(ORCH_ACT_RECORD, 0)->origin, ORCH_ORIGIN_REPAIR);
+		KT_EQ_INT(find(ORCH_ACT_RECORD, 0)->aux, failing);
+		if (attempt < 2) {
+			KT_EQ_INT(f.state, ORCH_ST_DIAGNOSE);
+			j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__DIAGNOSER);
+		}
+	}
+	/* Three failed repairs: the chain is given up, the base stays. */
+	KT_EQ_INT(f.state, ORCH_ST_PLAN);
+	KT_EQ_INT(f.round, 4);
+	KT_EQ_INT(f.base, 2);
+}
+
+static void
+test_repaired_attempt_recorded(void)
+{
+	orch_fsm f = fsm_to_features(); /* base c2, 2.0 ms */
+	const orch_action *rep, *opt;
+	uint32_t e, j, attempt;
+
+	/* Round 1: an optimisation attempt that verifies wrong. */
+	e = fsm_optimize_round(&f);
+	attempt = f.cur;
+	step(&f, in_eval(e, WRONG, 0));
+	KT_EQ_INT(find(ORCH_ACT_RECORD, 0)->origin, ORCH_ORIGIN_OPT);
+	KT_EQ_INT(find(ORCH_ACT_RECORD, 0)->round, 1);
+	KT_EQ_INT(find(ORCH_ACT_RECORD, 0)->status, WRONG);
+	/* Round 2: its repair works at 1.0 ms. */
+	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__DIAGNOSER);
+	step(&f, in_n(ORCH_IN_DIAGNOSED, j, 0));
+	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__REPAIRER);
+	step(&f, in_n(ORCH_IN_CANDIDATE, j, 1));
+	step(&f, in_eval(issued(ORCH_ACT_EVAL, KCLAW__ROLE__SANDBOX), OK, 1.0));
+	KT_EQ_INT(count(ORCH_ACT_RECORD), 2);
+	rep = find(ORCH_ACT_RECORD, 0);
+	KT_EQ_INT(rep->origin, ORCH_ORIGIN_REPAIR);
+	KT_EQ_INT(rep->round, 2);
+	KT_EQ_INT(rep->aux, attempt);
+	/* The attempt, recorded again under round 1 with the repaired
+	 * outcome: OK, 2x the base it was made on. */
+	opt = find(ORCH_ACT_RECORD, 1);
+	KT_EQ_INT(opt->origin, ORCH_ORIGIN_OPT);
+	KT_EQ_INT(opt->round, 1);
+	KT_EQ_INT(opt->repaired, attempt);
+	KT_EQ_INT(opt->cand, f.cur);
+	KT_EQ_INT(opt->aux, 2);
+	KT_EQ_INT(opt->status, OK);
+	KT_NEAR(opt->value, 2.0);
+	KT_EQ_INT(f.base, f.cur); /* and promoted */
+}
+
+/* ------------------------------------------------------ failed rounds */
+
+static void
+test_failed_rounds_go_on(void)
+{
+	orch_fsm f = fsm_to_features();
+	uint32_t j, e;
+
+	/* The Feature Extractor fails for good: the round is failed, the
+	 * task goes on with a plan for the base. */
+	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__FEATURE);
+	ignored(&f, in_job(ORCH_IN_JOB_FAILED, j + 7));
+	step(&f, in_job(ORCH_IN_JOB_FAILED, j));
+	KT_EQ_INT(f.state, ORCH_ST_PLAN);
+	KT_EQ_INT(f.round, 1);
+	KT_EQ_INT(f.failed_rounds, 1);
+	KT_EQ_INT(find_event(KCLAW__EVENT_KIND__ROUND_FINISHED)->status,
+	    KCLAW__EVAL_STATUS__INTERNAL_ERROR);
+	KT_ASSERT(find(ORCH_ACT_RECORD, 0) == NULL);
+	KT_ASSERT(find(ORCH_ACT_DROP_JOBS, 0) == NULL);
+
+	/* The Planner: likewise. */
+	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__PLANNER);
+	step(&f, in_job(ORCH_IN_JOB_FAILED, j));
+	KT_EQ_INT(f.state, ORCH_ST_PLAN);
+	KT_EQ_INT(f.round, 2);
+
+	/* The Optimizer answering without a kernel: a failed round. */
+	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__PLANNER);
+	step(&f, in_n(ORCH_IN_PLANNED, j, 0));
+	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__OPTIMIZER);
+	step(&f, in_n(ORCH_IN_CANDIDATE, j, 0));
+	KT_EQ_INT(f.state, ORCH_ST_PLAN);
+	KT_EQ_INT(f.round, 3);
+	KT_EQ_INT(f.failed_rounds, 3);
+
+	/* An evaluation failing for good. */
+	e = fsm_optimize_round(&f);
+	step(&f, in_job(ORCH_IN_JOB_FAILED, e));
+	KT_EQ_INT(f.state, ORCH_ST_PLAN);
+	KT_EQ_INT(f.round, 4);
+
+	/* In a repair chain, a failed Diagnoser or Repairer job costs one
+	 * repair attempt. */
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval(e, COMPILE, 0));
+	KT_EQ_INT(f.state, ORCH_ST_DIAGNOSE);
+	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__DIAGNOSER);
+	step(&f, in_job(ORCH_IN_JOB_FAILED, j));
+	KT_EQ_INT(f.state, ORCH_ST_DIAGNOSE);
+	KT_EQ_INT(f.repairs, 1);
+	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__DIAGNOSER);
+	step(&f, in_n(ORCH_IN_DIAGNOSED, j, 0));
+	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__REPAIRER);
+	step(&f, in_job(ORCH_IN_JOB_FAILED, j));
+	KT_EQ_INT(f.repairs, 2);
+	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__DIAGNOSER);
+	step(&f, in_job(ORCH_IN_JOB_FAILED, j));
+	/* Its budget (3) spent: back to the base. */
+	KT_EQ_INT(f.state, ORCH_ST_PLAN);
+	KT_EQ_INT(f.round, 8);
+	KT_EQ_INT(f.failed_rounds, 7);
+
+	/* The round budget ends a task of failed rounds as DONE: it has a
+	 * correct kernel. */
+	f.p.max_rounds = 9;
+	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__PLANNER);
+	step(&f, in_job(ORCH_IN_JOB_FAILED, j));
+	KT_EQ_INT(f.state, ORCH_ST_DONE);
+	KT_EQ_INT(f.stop, ORCH_STOP_ROUNDS);
+}
+
+/* --------------------------------------------------------- stopping */
 
 static void
 test_no_correct_kernel(void)
 {
 	orch_fsm f = fsm_new(1, 15);
+	Kclaw__EvalStatus st[1] = {WRONG};
+	double ms[1] = {0};
 	uint32_t j;
 
 	f.p.max_repairs = 1;
-	step(&f, (orch_input){.kind = ORCH_IN_START});
-	step(&f, in_n(ORCH_IN_SEEDS, find(ORCH_ACT_AGENT, 0)->job, 1));
-	step(&f, in_eval(find(ORCH_ACT_EVAL, 0)->job, WRONG, 0));
+	fsm_seeds(&f, st, ms);
 	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__DIAGNOSER);
 	step(&f, in_n(ORCH_IN_DIAGNOSED, j, 0));
 	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__REPAIRER);
@@ -306,13 +864,10 @@ static void
 test_no_device(void)
 {
 	orch_fsm f = fsm_new(2, 15);
-	uint32_t e;
+	Kclaw__EvalStatus st[2] = {NODEV, NODEV};
+	double ms[2] = {0, 0};
 
-	step(&f, (orch_input){.kind = ORCH_IN_START});
-	step(&f, in_n(ORCH_IN_SEEDS, find(ORCH_ACT_AGENT, 0)->job, 2));
-	e = find(ORCH_ACT_EVAL, 0)->job;
-	step(&f, in_eval(e, NODEV, 0));
-	step(&f, in_eval(e + 1, NODEV, 0));
+	fsm_seeds(&f, st, ms);
 	KT_EQ_INT(f.state, ORCH_ST_FAILED);
 	KT_EQ_INT(f.stop, ORCH_STOP_NO_DEVICE);
 	KT_CONTAINS(orch_stop_text(f.stop), "GPU");
@@ -322,9 +877,10 @@ static void
 test_no_seeds(void)
 {
 	orch_fsm f = fsm_new(3, 15);
+	uint32_t g = fsm_start(&f);
 
-	step(&f, (orch_input){.kind = ORCH_IN_START});
-	step(&f, in_n(ORCH_IN_SEEDS, find(ORCH_ACT_AGENT, 0)->job, 0));
+	for (uint32_t i = 0; i < 3; i++)
+		step(&f, in_n(ORCH_IN_SEEDS, g + i, 0));
 	KT_EQ_INT(f.state, ORCH_ST_FAILED);
 	KT_EQ_INT(f.stop, ORCH_STOP_NO_CANDIDATE);
 }
@@ -333,7 +889,7 @@ static void
 test_budgets(void)
 {
 	orch_fsm f = fsm_to_features();
-	uint32_t e;
+	uint32_t e, g;
 
 	/* Rounds. */
 	f.p.max_rounds = 1;
@@ -341,11 +897,11 @@ test_budgets(void)
 	step(&f, in_eval(e, OK, 1.9));
 	KT_EQ_INT(f.state, ORCH_ST_DONE);
 	KT_EQ_INT(f.stop, ORCH_STOP_ROUNDS);
-	KT_ASSERT(find_event(KCLAW__EVENT_KIND__TASK_FINISHED)->value > 2.0);
+	KT_NEAR(find_event(KCLAW__EVENT_KIND__TASK_FINISHED)->value, 4.0 / 1.9);
 
-	/* Tokens: the seeds' reply alone spent the budget. */
+	/* Tokens: the seeds' replies alone spent the budget. */
 	f = fsm_to_features();
-	f.p.token_budget = 100;
+	f.p.token_budget = 300;
 	e = fsm_optimize_round(&f);
 	step(&f, in_eval(e, OK, 1.9));
 	KT_EQ_INT(f.state, ORCH_ST_DONE);
@@ -368,7 +924,8 @@ test_budgets(void)
 	KT_EQ_INT(f.stop, ORCH_STOP_DEADLINE);
 	f = fsm_new(3, 15);
 	f.p.deadline_ms = 1000;
-	step(&f, (orch_input){.kind = ORCH_IN_START});
+	g = fsm_start(&f);
+	(void)g;
 	step(&f, (orch_input){.kind = ORCH_IN_TICK, .now_ms = 5000});
 	KT_EQ_INT(f.state, ORCH_ST_FAILED);
 }
@@ -377,11 +934,10 @@ static void
 test_cancel_everywhere(void)
 {
 	orch_fsm f = fsm_new(3, 15);
-	uint32_t j;
+	uint32_t g;
 
 	ignored(&f, (orch_input){.kind = ORCH_IN_CANCEL});
-	step(&f, (orch_input){.kind = ORCH_IN_START});
-	j = find(ORCH_ACT_AGENT, 0)->job;
+	g = fsm_start(&f);
 	step(&f, (orch_input){.kind = ORCH_IN_CANCEL});
 	KT_EQ_INT(f.state, ORCH_ST_CANCELLED);
 	KT_EQ_INT(f.stop, ORCH_STOP_CANCELLED);
@@ -389,7 +945,7 @@ test_cancel_everywhere(void)
 	KT_ASSERT(find_event(KCLAW__EVENT_KIND__TASK_CANCELLED) != NULL);
 	/* Final: nothing applies any more, not even the awaited reply. */
 	ignored(&f, (orch_input){.kind = ORCH_IN_CANCEL});
-	ignored(&f, in_n(ORCH_IN_SEEDS, j, 3));
+	ignored(&f, in_n(ORCH_IN_SEEDS, g, 1));
 	ignored(&f, (orch_input){.kind = ORCH_IN_TICK, .now_ms = ~0ull});
 
 	f = fsm_to_features();
@@ -398,32 +954,19 @@ test_cancel_everywhere(void)
 }
 
 static void
-test_job_failed(void)
+test_seed_eval_failed(void)
 {
 	orch_fsm f = fsm_new(2, 15);
-	uint32_t e, j;
+	uint32_t g = fsm_start(&f);
 
 	/* A seed's evaluation failing for good: the other seed decides. */
-	step(&f, (orch_input){.kind = ORCH_IN_START});
-	step(&f, in_n(ORCH_IN_SEEDS, find(ORCH_ACT_AGENT, 0)->job, 2));
-	e = find(ORCH_ACT_EVAL, 0)->job;
-	step(&f, in_job(ORCH_IN_JOB_FAILED, e));
+	step(&f, in_n(ORCH_IN_SEEDS, g, 1));
+	step(&f, in_n(ORCH_IN_SEEDS, g + 1, 1));
+	step(&f, in_job(ORCH_IN_JOB_FAILED, g + 2));
 	KT_EQ_INT(f.state, ORCH_ST_REVIEW_SEEDS);
-	step(&f, in_eval(e + 1, OK, 1.0));
+	step(&f, in_eval(g + 3, OK, 1.0));
 	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
-
-	/* An agent failing for good with a correct kernel: DONE. */
-	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__FEATURE);
-	ignored(&f, in_job(ORCH_IN_JOB_FAILED, j + 7));
-	step(&f, in_job(ORCH_IN_JOB_FAILED, j));
-	KT_EQ_INT(f.state, ORCH_ST_DONE);
-	KT_EQ_INT(f.stop, ORCH_STOP_JOB_FAILED);
-
-	/* Without one: FAILED. */
-	f = fsm_new(2, 15);
-	step(&f, (orch_input){.kind = ORCH_IN_START});
-	step(&f, in_job(ORCH_IN_JOB_FAILED, find(ORCH_ACT_AGENT, 0)->job));
-	KT_EQ_INT(f.state, ORCH_ST_FAILED);
+	KT_EQ_INT(f.base, 2);
 }
 
 static void
@@ -454,9 +997,56 @@ test_resume_and_replay_keys(void)
 	KT_EQ_INT(acts.n, 1);
 	KT_EQ_INT(acts.a[0].kind, ORCH_ACT_RETRIEVE);
 	KT_EQ_INT(acts.a[0].job, f.await_first);
-	KT_EQ_INT(f.role_jobs[KCLAW__ROLE__GENERATOR], 1);
+	KT_EQ_INT(f.role_jobs[KCLAW__ROLE__GENERATOR], 3);
 	KT_EQ_INT(f.role_jobs[KCLAW__ROLE__SANDBOX], 3);
 	KT_EQ_INT(f.role_jobs[KCLAW__ROLE__FEATURE], 1);
+}
+
+/* kclaw.json: deadlines per role, with defaults that fit reasoning
+ * models, and the retry backoff. */
+static void
+test_options_role_deadlines(void)
+{
+	char dir[] = "/tmp/kc-fsm-test.XXXXXX", path[64];
+	kc_config cfg;
+	orch_options opt;
+	FILE *fp;
+
+	KT_ASSERT(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/kclaw.json", dir);
+	memset(&cfg, 0, sizeof(cfg));
+	snprintf(cfg.config_path, sizeof(cfg.config_path), "%s", path);
+	KT_OK(orch_options_load(&opt, &cfg)); /* no file: defaults */
+	KT_EQ_INT(opt.role_timeout_ms[KCLAW__ROLE__GENERATOR], 1200000);
+	KT_EQ_INT(opt.role_timeout_ms[KCLAW__ROLE__OPTIMIZER], 1200000);
+	KT_EQ_INT(opt.role_timeout_ms[KCLAW__ROLE__REPAIRER], 1200000);
+	KT_ASSERT(opt.role_timeout_ms[KCLAW__ROLE__FEATURE] < 1200000);
+	KT_ASSERT(opt.role_timeout_ms[KCLAW__ROLE__PLANNER] < 1200000);
+	KT_EQ_INT(opt.retry_backoff_ms, 1000);
+
+	fp = fopen(path, "w");
+	fputs("{\"orchestrator\": {\"agent_timeout_ms\": 60000, "
+	      "\"role_timeout_ms\": {\"generator\": 90000}, "
+	      "\"retry_backoff_ms\": 50, \"max_duplicates\": 1, "
+	      "\"rt\": 0.2, \"at\": 0.5}}",
+	    fp);
+	fclose(fp);
+	KT_OK(orch_options_load(&opt, &cfg));
+	KT_EQ_INT(opt.role_timeout_ms[KCLAW__ROLE__GENERATOR], 90000);
+	KT_EQ_INT(opt.role_timeout_ms[KCLAW__ROLE__PLANNER], 60000);
+	KT_EQ_INT(opt.retry_backoff_ms, 50);
+	KT_EQ_INT(opt.defaults.max_duplicates, 1);
+	KT_NEAR(opt.defaults.rt, 0.2);
+	KT_NEAR(opt.defaults.at, 0.5);
+
+	fp = fopen(path, "w");
+	fputs(
+	    "{\"orchestrator\": {\"role_timeout_ms\": {\"sandbox\": 5}}}", fp);
+	fclose(fp);
+	KT_EQ_INT(orch_options_load(&opt, &cfg), KC_EINVAL);
+	KT_CONTAINS(kc_lasterr(), "role_timeout_ms.sandbox");
+	unlink(path);
+	rmdir(dir);
 }
 
 static void
@@ -472,18 +1062,30 @@ test_names(void)
 int
 main(void)
 {
-	KT_RUN(test_optimize_promote_and_keep);
-	KT_RUN(test_absolute_threshold);
-	KT_RUN(test_repair_chain);
+	KT_RUN(test_promote_relative);
+	KT_RUN(test_promote_absolute_in_speedup_units);
+	KT_RUN(test_promote_uses_same_evaluation_reference);
+	KT_RUN(test_speedup_same_evaluation);
+	KT_RUN(test_speedup_median_reference);
+	KT_RUN(test_duplicates_reused);
+	KT_RUN(test_seeds_k_jobs_best_becomes_base);
+	KT_RUN(test_seeds_best_by_same_evaluation_speedup);
+	KT_RUN(test_seeds_generator_failures);
+	KT_RUN(test_seeds_repair_next_seed);
 	KT_RUN(test_repair_works_second_time_without_base);
+	KT_RUN(test_optimize_promote_and_keep);
+	KT_RUN(test_repair_chain);
+	KT_RUN(test_repaired_attempt_recorded);
+	KT_RUN(test_failed_rounds_go_on);
 	KT_RUN(test_no_correct_kernel);
 	KT_RUN(test_no_device);
 	KT_RUN(test_no_seeds);
 	KT_RUN(test_budgets);
 	KT_RUN(test_cancel_everywhere);
-	KT_RUN(test_job_failed);
+	KT_RUN(test_seed_eval_failed);
 	KT_RUN(test_ignored_inputs);
 	KT_RUN(test_resume_and_replay_keys);
+	KT_RUN(test_options_role_deadlines);
 	KT_RUN(test_names);
 	return 0;
 }
