@@ -209,11 +209,13 @@ mem_opt_history(void *arg, store *s, const char *task_id, const char *base_id,
 
 static int
 mem_retrieve(void *arg, store *s, const Kclaw__CandidateRecord *base,
-    Kclaw__Recommendation ***recs, size_t *n, char **signature)
+    const orch_retrieve_ctx *ctx, Kclaw__Recommendation ***recs, size_t *n,
+    char **signature)
 {
 	(void)arg;
 	(void)s;
 	(void)base;
+	(void)ctx;
 	*recs = NULL;
 	*n = 0;
 	*signature = strdup("");

@@ -37,7 +37,8 @@ mkc_knowledge(store *s)
 
 static int
 mkc_retrieve(void *arg, store *s, const Kclaw__CandidateRecord *base,
-    Kclaw__Recommendation ***recs, size_t *n, char **signature)
+    const orch_retrieve_ctx *ctx, Kclaw__Recommendation ***recs, size_t *n,
+    char **signature)
 {
 	const kb *k = mkc_knowledge(s);
 	memlt_evidence *ev = NULL;
@@ -60,6 +61,13 @@ mkc_retrieve(void *arg, store *s, const Kclaw__CandidateRecord *base,
 	if (rv == 0 && base->n_features)
 		rv = memlt_evidence_add_features(
 		    ev, base->features, base->n_features);
+	/* The task's tolerance and the GPU's SM count: rules that depend on
+	 * them (no lower precision for a tight rtol) can fire. */
+	if (rv == 0 && ctx && ctx->task)
+		rv = memlt_evidence_add_task(ev, ctx->task);
+	if (rv == 0 && ctx && ctx->sm_count)
+		rv = memlt_evidence_set(
+		    ev, KB_SRC_RUNTIME, "sm_count", (double)ctx->sm_count);
 	if (rv == 0)
 		rv = memlt_retrieve(s, k, ev, NULL, &res);
 	if (rv == 0) {

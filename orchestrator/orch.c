@@ -92,7 +92,8 @@ orch_options_json(orch_options *opt, const char *path)
 	    {"render_bytes", 256, 1 << 20}, {"tokens", 0, 1e15},
 	    {"wall_seconds", 0, 1e9}, {"target_speedup", 0, 1e6},
 	    {"profile", 0, 1}, {"max_duplicates", 0, 1000},
-	    {"retry_backoff_ms", 0, 36e5}, {"retry_backoff_max_ms", 0, 36e5}};
+	    {"retry_backoff_ms", 0, 36e5}, {"retry_backoff_max_ms", 0, 36e5},
+	    {"sm_count", 0, 1e5}};
 	double v[KC_ARRAY_LEN(keys)];
 	const cJSON *obj;
 	cJSON *root;
@@ -126,6 +127,7 @@ orch_options_json(orch_options *opt, const char *path)
 	v[14] = opt->defaults.max_duplicates;
 	v[15] = opt->retry_backoff_ms;
 	v[16] = opt->retry_backoff_max_ms;
+	v[17] = opt->sm_count;
 	for (size_t i = 0; i < KC_ARRAY_LEN(keys); i++)
 		if (!orch_json_num(
 		        obj, keys[i].key, keys[i].lo, keys[i].hi, &v[i])) {
@@ -155,6 +157,7 @@ orch_options_json(orch_options *opt, const char *path)
 	opt->defaults.max_duplicates = (uint32_t)v[14];
 	opt->retry_backoff_ms = (uint32_t)v[15];
 	opt->retry_backoff_max_ms = (uint32_t)v[16];
+	opt->sm_count = (uint32_t)v[17];
 	rv = orch_options_role_timeouts(opt, obj, path);
 out:
 	cJSON_Delete(root);
@@ -1495,6 +1498,21 @@ orch_flush_replies(orch *o)
 	o->replies_tail = &o->replies;
 }
 
+/* The GPU's SM count for retrieval: what the base's evaluation reports (a
+ * metric sm_count), else kclaw.json's; 0: unknown. */
+static uint32_t
+orch_sm_count(const orch *o, const Kclaw__CandidateRecord *base)
+{
+	const Kclaw__EvalResult *e = base->eval;
+
+	for (size_t i = 0; e && i < e->n_metrics; i++)
+		if (e->metrics[i]->name &&
+		    strcmp(e->metrics[i]->name, "sm_count") == 0 &&
+		    e->metrics[i]->value > 0)
+			return (uint32_t)e->metrics[i]->value;
+	return o->opt.sm_count;
+}
+
 /*
  * Commits the cycle's batch (synced when it holds transitions), then runs
  * what waited for it: events go out, API answers, new jobs are queued,
@@ -1534,12 +1552,19 @@ orch_commit(orch *o, bool sync)
 		const orch_memory_ops *mem = o->opt.memory;
 		Kclaw__CandidateRecord *base = NULL;
 		Kclaw__Recommendation **recs = NULL;
+		Kclaw__TaskSpec *spec = NULL;
+		orch_retrieve_ctx ctx = {0};
 		size_t n = 0;
 		next = m->next;
+		if (orch_spec_get(o, m->task->id, &spec) != 0)
+			kc_clearerr();
+		ctx.task = spec;
 		if (orch_cand_get(o, m->task->id, m->task->fsm.base, &base) ==
-		        0 &&
-		    mem->retrieve(o->opt.memory_arg, o->db, base, &recs, &n,
-		        &m->signature) != 0) {
+		    0)
+			ctx.sm_count = orch_sm_count(o, base);
+		if (base &&
+		    mem->retrieve(o->opt.memory_arg, o->db, base, &ctx, &recs,
+		        &n, &m->signature) != 0) {
 			KC_WARN("task %s: retrieval failed (%s); planning "
 			        "without recommendations",
 			    m->task->id, kc_lasterr());
@@ -1548,6 +1573,8 @@ orch_commit(orch *o, bool sync)
 		}
 		if (base)
 			kclaw__candidate_record__free_unpacked(base, NULL);
+		if (spec)
+			kclaw__task_spec__free_unpacked(spec, NULL);
 		m->retrieved = malloc(sizeof(*m->retrieved));
 		if (m->retrieved == NULL) {
 			free(m);

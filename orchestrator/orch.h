@@ -45,6 +45,13 @@ typedef struct {
 	double ms;
 } orch_memory_record;
 
+/* What retrieval knows beyond the base kernel: the task (its tolerance
+ * decides whether lower precision may be offered) and the GPU. */
+typedef struct {
+	const Kclaw__TaskSpec *task; /* may be NULL */
+	uint32_t sm_count;           /* 0: unknown */
+} orch_retrieve_ctx;
+
 typedef struct {
 	const char *name;
 	/* Ranked methods for a base kernel (its record holds its evaluation
@@ -52,7 +59,8 @@ typedef struct {
 	 * freed with kclaw__recommendation__free_unpacked; *signature is
 	 * malloc'd (may be ""). */
 	int (*retrieve)(void *arg, store *s, const Kclaw__CandidateRecord *base,
-	    Kclaw__Recommendation ***recs, size_t *n, char **signature);
+	    const orch_retrieve_ctx *ctx, Kclaw__Recommendation ***recs,
+	    size_t *n, char **signature);
 	/* Puts one short-term record into b, committed with its transition. */
 	int (*record)(void *arg, store *s, store_batch *b, const char *task_id,
 	    const orch_memory_record *r);
@@ -91,6 +99,10 @@ typedef struct {
 	/* Evaluations ask for CUPTI metrics (1, the default): long-term
 	 * retrieval reads them; 0 saves the profiling passes. */
 	uint32_t profile;
+	/* The GPU's streaming multiprocessors for retrieval's rules, when
+	 * evaluations do not report them (a metric named sm_count); 0:
+	 * unknown. */
+	uint32_t sm_count;
 	const orch_memory_ops *memory;
 	void *memory_arg;
 } orch_options;
@@ -101,7 +113,7 @@ typedef struct {
  * target_speedup (the task defaults), job_retries, retry_backoff_ms,
  * retry_backoff_max_ms, agent_timeout_ms (every agent role), role_timeout_ms
  * ({"generator": ms, ...}), eval_timeout_ms, poll_ms, render_bytes,
- * profile. A task's params and budget override them.
+ * profile, sm_count. A task's params and budget override them.
  */
 int orch_options_load(orch_options *opt, const kc_config *cfg);
 
