@@ -30,8 +30,7 @@ static const struct fsm_row {
 	fsm_fn fn; /* -> the states it may lead to */
 } fsm_table[] = {
 	{ORCH_ST_SUBMITTED,    ORCH_IN_START,      fsm_seed},         /* SEEDING: k Generator jobs */
-	{ORCH_ST_SEEDING,      ORCH_IN_SEEDS,      fsm_seed_reply},   /* (same) REVIEW_SEEDS, or as below */
-	{ORCH_ST_SEEDING,      ORCH_IN_EVALUATED,  fsm_seed_done},    /* (same), or as below */
+	{ORCH_ST_SEEDING,      ORCH_IN_SEEDS,      fsm_seed_reply},   /* (same) REVIEW_SEEDS FAILED */
 	{ORCH_ST_REVIEW_SEEDS, ORCH_IN_EVALUATED,  fsm_seed_done},    /* (same) FEATURES DIAGNOSE FAILED */
 	{ORCH_ST_DIAGNOSE,     ORCH_IN_DIAGNOSED,  fsm_repair},       /* REPAIR */
 	{ORCH_ST_REPAIR,       ORCH_IN_CANDIDATE,  fsm_review},       /* REVIEW, or reused: as REVIEW's */
@@ -40,7 +39,7 @@ static const struct fsm_row {
 	{ORCH_ST_RETRIEVE,     ORCH_IN_RETRIEVED,  fsm_plan},         /* PLAN */
 	{ORCH_ST_PLAN,         ORCH_IN_PLANNED,    fsm_optimize},     /* OPTIMIZE */
 	{ORCH_ST_OPTIMIZE,     ORCH_IN_CANDIDATE,  fsm_review},       /* REVIEW, or reused: as REVIEW's */
-	{ORCH_ANY_ACTIVE,      ORCH_IN_JOB_FAILED, fsm_job_failed},   /* seeds go on; a failed round */
+	{ORCH_ANY_ACTIVE,      ORCH_IN_JOB_FAILED, fsm_job_failed},   /* seeding goes on; a failed round */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_CANCEL,     fsm_cancel},       /* CANCELLED */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_TICK,       fsm_tick},         /* (same) DONE FAILED */
 };
@@ -317,8 +316,8 @@ fsm_repair_failed(orch_fsm *f, orch_actions *a)
 
 /* ------------------------------------------------------- transitions */
 
-/* k independent Generator jobs, each for one seed; the evaluation of
- * seed i is job await_first + k + i, issued when its Generator answers. */
+/* k independent Generator jobs, each for one seed: Generator i is job
+ * await_first + i and its seed candidate seed_first + i. */
 static void
 fsm_seed(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
@@ -329,37 +328,87 @@ fsm_seed(orch_fsm *f, const orch_input *in, orch_actions *a)
 	f->seed_first = f->next_cand;
 	f->next_cand += k;
 	f->await_first = f->next_job;
-	f->await_n = 2 * k;
+	f->await_n = k;
 	f->await_done = 0;
-	f->next_job += 2 * k;
+	f->next_job += k;
 	for (uint32_t i = 0; i < k; i++)
 		fsm_agent_job(
 		    f, a, KCLAW__ROLE__GENERATOR, 0, f->await_first + i);
 }
 
-/* Every Generator answered and every seed was evaluated: the best
- * correct seed becomes the base; else the most promising is repaired. */
+/* Every Generator answered: evaluate the seeds they gave, all at once
+ * (the evaluation of seed i is job await_first + i). Waiting for every
+ * Generator keeps the task's course independent of the order of answers.
+ * No seed at all fails the task: only seeding can. */
 static void
-fsm_seeds_settle(orch_fsm *f, orch_actions *a)
+fsm_seeds_review(orch_fsm *f, orch_actions *a)
 {
-	uint32_t k = f->p.seeds, gens = fsm_bit(k) - 1, seed;
+	uint32_t k = f->p.seeds, gens = (uint32_t)((1ull << k) - 1);
+
+	if (f->seed_got == 0) {
+		fsm_finish(f, a,
+		    f->gen_failed == gens ? ORCH_STOP_JOB_FAILED
+		                          : ORCH_STOP_NO_CANDIDATE);
+		return;
+	}
+	f->state = ORCH_ST_REVIEW_SEEDS;
+	f->await_first = f->next_job;
+	f->await_n = k;
+	f->await_done = gens & ~f->seed_got; /* nothing to evaluate */
+	f->next_job += k;
+	for (uint32_t i = 0; i < k; i++)
+		if (f->seed_got & fsm_bit(i))
+			fsm_eval(f, a, f->await_first + i, f->seed_first + i);
+}
+
+/* Generator i answered (n candidates: the first is seed i) or failed for
+ * good (n 0, failed). */
+static void
+fsm_seed_answer(
+    orch_fsm *f, orch_actions *a, uint32_t i, uint32_t n, bool failed)
+{
+	uint32_t gens = (uint32_t)((1ull << f->p.seeds) - 1);
+
+	f->await_done |= fsm_bit(i);
+	if (n > 0)
+		f->seed_got |= fsm_bit(i);
+	if (failed)
+		f->gen_failed |= fsm_bit(i);
+	if (f->await_done == gens)
+		fsm_seeds_review(f, a);
+}
+
+static void
+fsm_seed_reply(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	fsm_seed_answer(f, a, in->job - f->await_first, in->n, false);
+}
+
+/* Seed i's evaluation: once all are in, the best correct seed becomes the
+ * base; else the most promising is repaired. */
+static void
+fsm_seed_result(orch_fsm *f, orch_actions *a, uint32_t i, Kclaw__EvalStatus st,
+    double ms, double ref_ms)
+{
+	uint32_t gens = (uint32_t)((1ull << f->p.seeds) - 1), seed;
 	uint32_t got = (uint32_t)__builtin_popcount(f->seed_got);
 
-	if ((f->await_done & gens) != gens)
-		return; /* Generators to wait for */
-	if (f->await_done != (k == 16 ? ~0u : fsm_bit(2 * k) - 1)) {
-		f->state = ORCH_ST_REVIEW_SEEDS;
-		return; /* evaluations to wait for */
-	}
+	f->await_done |= fsm_bit(i);
+	fsm_ref_sample(f, ref_ms);
+	if (st == KCLAW__EVAL_STATUS__OK)
+		fsm_best(f, f->seed_first + i, ms,
+		    fsm_result_speedup(f, ms, ref_ms));
+	else
+		f->seed_rank[i] = (uint8_t)fsm_repair_rank(st);
+	if (st == KCLAW__EVAL_STATUS__NO_DEVICE)
+		f->no_device++;
+	if (f->await_done != gens)
+		return; /* more seeds to review */
 	if (f->best) {
 		fsm_promote(f, a, f->best, f->best_ms, f->best_speedup);
 		fsm_next(f, a, ORCH_ST_FEATURES);
 	} else if ((seed = fsm_next_seed(f)) != 0) {
 		fsm_seed_chain(f, a, seed);
-	} else if (got == 0) {
-		fsm_finish(f, a,
-		    f->gen_failed == gens ? ORCH_STOP_JOB_FAILED
-		                          : ORCH_STOP_NO_CANDIDATE);
 	} else {
 		fsm_finish(f, a,
 		    f->no_device == got ? ORCH_STOP_NO_DEVICE
@@ -367,49 +416,11 @@ fsm_seeds_settle(orch_fsm *f, orch_actions *a)
 	}
 }
 
-/* Generator i answered: its first candidate is seed i. */
-static void
-fsm_seed_reply(orch_fsm *f, const orch_input *in, orch_actions *a)
-{
-	uint32_t i = in->job - f->await_first, k = f->p.seeds;
-
-	if (i >= k)
-		return;
-	f->await_done |= fsm_bit(i);
-	if (in->n > 0) {
-		f->seed_got |= fsm_bit(i);
-		fsm_eval(f, a, f->await_first + k + i, f->seed_first + i);
-	} else {
-		f->await_done |= fsm_bit(k + i); /* nothing to evaluate */
-	}
-	fsm_seeds_settle(f, a);
-}
-
-static void
-fsm_seed_result(orch_fsm *f, orch_actions *a, uint32_t i, Kclaw__EvalStatus st,
-    double ms, double ref_ms)
-{
-	uint32_t cand = f->seed_first + i;
-
-	f->await_done |= fsm_bit(f->p.seeds + i);
-	fsm_ref_sample(f, ref_ms);
-	if (st == KCLAW__EVAL_STATUS__OK)
-		fsm_best(f, cand, ms, fsm_result_speedup(f, ms, ref_ms));
-	else
-		f->seed_rank[i] = (uint8_t)fsm_repair_rank(st);
-	if (st == KCLAW__EVAL_STATUS__NO_DEVICE)
-		f->no_device++;
-	fsm_seeds_settle(f, a);
-}
-
 static void
 fsm_seed_done(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
-	uint32_t i = in->job - f->await_first;
-
-	if (i < f->p.seeds)
-		return; /* a Generator's job number */
-	fsm_seed_result(f, a, i - f->p.seeds, in->status, in->ms, in->ref_ms);
+	fsm_seed_result(
+	    f, a, in->job - f->await_first, in->status, in->ms, in->ref_ms);
 }
 
 static void
@@ -575,17 +586,15 @@ fsm_optimize(orch_fsm *f, const orch_input *in, orch_actions *a)
 static void
 fsm_job_failed(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
-	uint32_t i = in->job - f->await_first, k = f->p.seeds;
+	uint32_t i = in->job - f->await_first;
 
-	if (f->state == ORCH_ST_SEEDING || f->state == ORCH_ST_REVIEW_SEEDS) {
-		if (i < k) {
-			f->gen_failed |= fsm_bit(i);
-			f->await_done |= fsm_bit(i) | fsm_bit(k + i);
-			fsm_seeds_settle(f, a);
-		} else {
-			fsm_seed_result(f, a, i - k,
-			    KCLAW__EVAL_STATUS__INTERNAL_ERROR, 0, 0);
-		}
+	if (f->state == ORCH_ST_SEEDING) {
+		fsm_seed_answer(f, a, i, 0, true);
+		return;
+	}
+	if (f->state == ORCH_ST_REVIEW_SEEDS) {
+		fsm_seed_result(
+		    f, a, i, KCLAW__EVAL_STATUS__INTERNAL_ERROR, 0, 0);
 		return;
 	}
 	fsm_round_failed(f, a);

@@ -21,8 +21,8 @@
 
 enum orch_state {
 	ORCH_ST_SUBMITTED,
-	ORCH_ST_SEEDING,      /* awaiting the Generators (and evaluations) */
-	ORCH_ST_REVIEW_SEEDS, /* every Generator answered: evaluations left */
+	ORCH_ST_SEEDING,      /* awaiting the k Generators */
+	ORCH_ST_REVIEW_SEEDS, /* awaiting the seeds' evaluations */
 	ORCH_ST_DIAGNOSE,     /* awaiting the Diagnoser */
 	ORCH_ST_REPAIR,       /* awaiting the Repairer */
 	ORCH_ST_REVIEW,       /* awaiting the evaluation of a new candidate */
@@ -91,9 +91,10 @@ enum orch_origin { ORCH_ORIGIN_SEED, ORCH_ORIGIN_REPAIR, ORCH_ORIGIN_OPT };
  * The whole state of one task's machine; fixed size and free of padding,
  * stored as bytes (TaskRecord.fsm) and compared with memcmp.
  *
- * Seeding awaits 2k jobs at once: Generator job i is await_first + i, the
- * evaluation of its seed (candidate seed_first + i) await_first + k + i,
- * so numbers never depend on the order in which answers arrive.
+ * Seeding awaits k Generator jobs (job await_first + i gives seed
+ * candidate seed_first + i), then the seeds' evaluations (job await_first
+ * + i evaluates seed i), so numbers never depend on the order in which
+ * answers arrive.
  *
  * A candidate's speedup is the reference's time measured in the same
  * evaluation over the candidate's, or, when an evaluation did not time

@@ -141,10 +141,8 @@ issued(enum orch_action_kind kind, Kclaw__Role role)
 	return x->job;
 }
 
-/*
- * SUBMITTED -> SEEDING: k Generator jobs at once. Returns the first's
- * number; Generator i is job g + i and its seed's evaluation g + k + i.
- */
+/* SUBMITTED -> SEEDING: k Generator jobs at once. Returns the first's
+ * number; Generator i is job g + i. */
 static uint32_t
 fsm_start(orch_fsm *f)
 {
@@ -164,20 +162,35 @@ fsm_start(orch_fsm *f)
 	return g;
 }
 
-/* Every Generator answers (last first), then every seed is evaluated. */
-static void
-fsm_seeds(orch_fsm *f, const Kclaw__EvalStatus *st, const double *ms)
+/* Every Generator answers (last first), then every seed is evaluated;
+ * returns the first evaluation's job (seed i's is that + i). */
+static uint32_t
+fsm_generated(orch_fsm *f)
 {
-	uint32_t k = f->p.seeds, g = fsm_start(f);
+	uint32_t k = f->p.seeds, g = fsm_start(f), e;
 
 	for (uint32_t i = k; i-- > 0;) {
 		step(f, in_n(ORCH_IN_SEEDS, g + i, 1));
 		KT_EQ_INT(f->state, i ? ORCH_ST_SEEDING : ORCH_ST_REVIEW_SEEDS);
-		KT_EQ_INT(find(ORCH_ACT_EVAL, 0)->job, g + k + i);
-		KT_EQ_INT(find(ORCH_ACT_EVAL, 0)->cand, f->seed_first + i);
+		/* No evaluation before every Generator has answered: the
+		 * task's course does not depend on the order of answers. */
+		KT_EQ_INT(count(ORCH_ACT_EVAL), i ? 0 : k);
 	}
-	for (uint32_t i = 0; i < k; i++)
-		step(f, in_eval(g + k + i, st[i], ms[i]));
+	e = find(ORCH_ACT_EVAL, 0)->job;
+	for (uint32_t i = 0; i < k; i++) {
+		KT_EQ_INT(find(ORCH_ACT_EVAL, (int)i)->job, e + i);
+		KT_EQ_INT(find(ORCH_ACT_EVAL, (int)i)->cand, f->seed_first + i);
+	}
+	return e;
+}
+
+static void
+fsm_seeds(orch_fsm *f, const Kclaw__EvalStatus *st, const double *ms)
+{
+	uint32_t e = fsm_generated(f);
+
+	for (uint32_t i = 0; i < f->p.seeds; i++)
+		step(f, in_eval(e + i, st[i], ms[i]));
 }
 
 /* SUBMITTED -> SEEDING -> REVIEW_SEEDS -> FEATURES with seed 2 correct. */
@@ -189,22 +202,25 @@ fsm_to_features(void)
 
 	g = fsm_start(&f);
 	KT_ASSERT(find_event(KCLAW__EVENT_KIND__STATE_CHANGED) != NULL);
-	/* Seed 3's Generator first: its evaluation starts at once. */
+	/* Seed 3's Generator first. */
 	step(&f, in_n(ORCH_IN_SEEDS, g + 2, 1));
 	KT_EQ_INT(f.state, ORCH_ST_SEEDING);
 	KT_EQ_INT(f.tokens, 100);
-	KT_EQ_INT(find(ORCH_ACT_EVAL, 0)->cand, 3);
-	e1 = g + 3;
-	step(&f, in_eval(e1 + 2, OK, 3.0));
-	KT_EQ_INT(f.state, ORCH_ST_SEEDING);
-	ignored(&f, in_eval(e1 + 2, OK, 1.0)); /* a repeated result */
-	ignored(&f, in_n(ORCH_IN_SEEDS, g + 2, 1));
+	KT_EQ_INT(acts.n, 0);
+	ignored(&f, in_n(ORCH_IN_SEEDS, g + 2, 1)); /* a repeated reply */
 	step(&f, in_n(ORCH_IN_SEEDS, g, 1));
 	step(&f, in_n(ORCH_IN_SEEDS, g + 1, 1));
 	KT_EQ_INT(f.state, ORCH_ST_REVIEW_SEEDS);
 	KT_EQ_INT(f.tokens, 300);
-	step(&f, in_eval(e1, WRONG, 0));
+	KT_EQ_INT(count(ORCH_ACT_EVAL), 3);
+	e1 = find(ORCH_ACT_EVAL, 0)->job;
+	KT_EQ_INT(find(ORCH_ACT_EVAL, 1)->cand, 2);
+	/* Out of order; a repeated result is ignored. */
+	step(&f, in_eval(e1 + 2, OK, 3.0));
+	KT_EQ_INT(f.state, ORCH_ST_REVIEW_SEEDS);
 	KT_EQ_INT(acts.n, 0);
+	ignored(&f, in_eval(e1 + 2, OK, 1.0));
+	step(&f, in_eval(e1, WRONG, 0));
 	step(&f, in_eval(e1 + 1, OK, 2.0));
 	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
 	KT_EQ_INT(f.base, 2);
@@ -248,10 +264,9 @@ static orch_fsm
 fsm_with_base(double base_ms, double ref_ms)
 {
 	orch_fsm f = fsm_new(1, 15);
-	uint32_t g = fsm_start(&f), j;
+	uint32_t e = fsm_generated(&f), j;
 
-	step(&f, in_n(ORCH_IN_SEEDS, g, 1));
-	step(&f, in_eval_ref(g + 1, OK, base_ms, ref_ms));
+	step(&f, in_eval_ref(e, OK, base_ms, ref_ms));
 	KT_EQ_INT(f.base, 1);
 	j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__FEATURE);
 	step(&f, in_n(ORCH_IN_FEATURES, j, 0));
@@ -525,14 +540,12 @@ static void
 test_seeds_best_by_same_evaluation_speedup(void)
 {
 	orch_fsm f = fsm_new(2, 15);
-	uint32_t g = fsm_start(&f);
+	uint32_t e = fsm_generated(&f);
 
 	/* Seed 1: 2.0 ms against 5.0 (2.5x); seed 2: 1.9 ms against 3.8
 	 * (2.0x). The base is seed 1, the higher speedup. */
-	step(&f, in_n(ORCH_IN_SEEDS, g, 1));
-	step(&f, in_n(ORCH_IN_SEEDS, g + 1, 1));
-	step(&f, in_eval_ref(g + 3, OK, 1.9, 3.8));
-	step(&f, in_eval_ref(g + 2, OK, 2.0, 5.0));
+	step(&f, in_eval_ref(e + 1, OK, 1.9, 3.8));
+	step(&f, in_eval_ref(e, OK, 2.0, 5.0));
 	KT_EQ_INT(f.base, 1);
 	KT_NEAR(f.base_speedup, 2.5);
 }
@@ -541,21 +554,31 @@ static void
 test_seeds_generator_failures(void)
 {
 	orch_fsm f = fsm_new(3, 15);
-	uint32_t g = fsm_start(&f);
+	uint32_t g = fsm_start(&f), e;
 
 	/* Generator 1 fails for good, 2 answers without a candidate, 3
-	 * answers: its seed alone decides. */
+	 * answers: its seed alone is evaluated and decides. */
 	step(&f, in_job(ORCH_IN_JOB_FAILED, g));
 	KT_EQ_INT(f.state, ORCH_ST_SEEDING);
 	step(&f, in_n(ORCH_IN_SEEDS, g + 1, 0));
-	KT_ASSERT(find(ORCH_ACT_EVAL, 0) == NULL);
+	KT_EQ_INT(f.state, ORCH_ST_SEEDING);
 	step(&f, in_n(ORCH_IN_SEEDS, g + 2, 1));
 	KT_EQ_INT(f.state, ORCH_ST_REVIEW_SEEDS);
+	KT_EQ_INT(count(ORCH_ACT_EVAL), 1);
 	KT_EQ_INT(find(ORCH_ACT_EVAL, 0)->cand, 3);
-	ignored(&f, in_eval(g + 3, OK, 1.0)); /* never issued */
-	step(&f, in_eval(g + 5, OK, 1.0));
+	e = find(ORCH_ACT_EVAL, 0)->job;
+	ignored(&f, in_eval(e - 2, OK, 1.0)); /* seed 1's: never issued */
+	step(&f, in_eval(e, OK, 1.0));
 	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
 	KT_EQ_INT(f.base, 3);
+
+	/* Answers without a candidate only: FAILED, no candidate. */
+	f = fsm_new(2, 15);
+	g = fsm_start(&f);
+	step(&f, in_n(ORCH_IN_SEEDS, g, 0));
+	step(&f, in_n(ORCH_IN_SEEDS, g + 1, 0));
+	KT_EQ_INT(f.state, ORCH_ST_FAILED);
+	KT_EQ_INT(f.stop, ORCH_STOP_NO_CANDIDATE);
 
 	/* Every Generator failing for good fails the task. */
 	f = fsm_new(2, 15);
@@ -957,14 +980,12 @@ static void
 test_seed_eval_failed(void)
 {
 	orch_fsm f = fsm_new(2, 15);
-	uint32_t g = fsm_start(&f);
+	uint32_t e = fsm_generated(&f);
 
 	/* A seed's evaluation failing for good: the other seed decides. */
-	step(&f, in_n(ORCH_IN_SEEDS, g, 1));
-	step(&f, in_n(ORCH_IN_SEEDS, g + 1, 1));
-	step(&f, in_job(ORCH_IN_JOB_FAILED, g + 2));
+	step(&f, in_job(ORCH_IN_JOB_FAILED, e));
 	KT_EQ_INT(f.state, ORCH_ST_REVIEW_SEEDS);
-	step(&f, in_eval(g + 3, OK, 1.0));
+	step(&f, in_eval(e + 1, OK, 1.0));
 	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
 	KT_EQ_INT(f.base, 2);
 }
