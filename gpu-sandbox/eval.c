@@ -2698,11 +2698,10 @@ static void ev_phase(ev *e, const char *name, uint64_t *since);
  * baselines timed.
  */
 static void
-ev_reference_only(ev *e)
+ev_reference_only(ev *e, uint64_t *tp)
 {
 	Kclaw__EvalResult *res = e->res;
 	double var = -1;
-	uint64_t tp = kc_mono_ns();
 
 	if (ev_alloc_tensors(e) != 0 || e->ops->prepare(e) != 0)
 		return;
@@ -2710,7 +2709,7 @@ ev_reference_only(ev *e)
 	    (e->ops->trial_inputs(e, 0) != 0 ||
 	        e->ops->trial_inputs(e, 1) != 0))
 		return;
-	ev_phase(e, "sandbox.inputs_ms", &tp);
+	ev_phase(e, "sandbox.inputs_ms", tp);
 	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++)
 		if (e->var_known[t] && (var < 0 || e->var_rel[t] < var))
 			var = e->var_rel[t];
@@ -2719,7 +2718,7 @@ ev_reference_only(ev *e)
 	sbx_result_status(res, KCLAW__EVAL_STATUS__OK, "reference only");
 	if (e->ops->baseline(e) != 0)
 		return;
-	ev_phase(e, "sandbox.baseline_ms", &tp);
+	ev_phase(e, "sandbox.baseline_ms", tp);
 	sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
 	    "reference only (%s): baseline %.4f ms%s%.4f%s; outputs change by "
 	    "%.3g (relative) between two input sets of one distribution%s",
@@ -2900,7 +2899,7 @@ reference:
 	if (e.ops->caveat != NULL)
 		ev_warn(&e, "%s", e.ops->caveat);
 	if (refonly) {
-		ev_reference_only(&e);
+		ev_reference_only(&e, &tp);
 		goto out;
 	}
 	if (prog_globals(&e, &e.cand) != 0)

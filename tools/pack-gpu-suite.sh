@@ -39,6 +39,9 @@ done | sort -u | while read -r lib; do
 done
 
 cp -r examples "$out/examples" 2>/dev/null || true
+# The live PyTorch reference's script, where the child looks for it.
+mkdir -p "$out/share/kclaw/torch"
+cp gpu-sandbox/torchref.py "$out/share/kclaw/torch/"
 mkdir -p "$out/adversarial"
 cp -r tests/gpu/adversarial/cases tests/gpu/adversarial/tasks "$out/adversarial/"
 cat >"$out/run-gpu-suite.sh" <<'RUN'
