@@ -452,8 +452,9 @@ orch_work_call(orch *o, bus_call *call)
 		    "version as the orchestrator?");
 		return;
 	}
+	/* On the wire, in constant time: "token\0zzz" is not "token". */
 	if (o->opt.cfg.token[0] &&
-	    strcmp(req->token ? req->token : "", o->opt.cfg.token) != 0) {
+	    kc_token_check(data, len, 8, o->opt.cfg.token) != 0) {
 		orch_work_refuse(call,
 		    "bad or missing token: set KCLAW_TOKEN (or \"token\" in "
 		    "kclaw.json) to the orchestrator's");

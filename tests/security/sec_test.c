@@ -643,6 +643,33 @@ test_token_bytes(void)
 	KT_EQ_INT(ar->code, KCLAW__API_CODE__API_OK);
 	kclaw__api_response__free_unpacked(ar, NULL);
 	free(rep);
+	/* The work socket reads the token off the wire too (WorkRequest
+	 * field 8): a worker with "token\0zzz" gets no job. */
+	{
+		Kclaw__WorkRequest wq = KCLAW__WORK_REQUEST__INIT;
+		Kclaw__WorkReply *wr;
+		wq.role = KCLAW__ROLE__GENERATOR;
+		wq.worker_id = "intruder";
+		KT_OK(kc_pb_pack(&wq.base, &buf, &len));
+		KT_ASSERT(
+		    (buf = realloc(buf, len + 2 + sizeof(nul) - 1)) != NULL);
+		buf[len] = (8 << 3) | 2;
+		buf[len + 1] = (uint8_t)(sizeof(nul) - 1);
+		memcpy(buf + len + 2, nul, sizeof(nul) - 1);
+		KT_EQ_INT(
+		    kc_token_check(buf, len + 2 + sizeof(nul) - 1, 8, good),
+		    KC_EPERM);
+		KT_OK(raw_call(h_cfg.work_url, buf, len + 2 + sizeof(nul) - 1,
+		    3000, &rep, &rlen));
+		free(buf);
+		KT_ASSERT(
+		    (wr = kclaw__work_reply__unpack(NULL, rlen, rep)) != NULL);
+		KT_ASSERT(wr->error != NULL);
+		KT_CONTAINS(wr->error, "token");
+		KT_ASSERT(wr->agent == NULL && wr->eval == NULL);
+		kclaw__work_reply__free_unpacked(wr, NULL);
+		free(rep);
+	}
 }
 
 /* A peer that floods wrong-token requests and never reads the replies:
