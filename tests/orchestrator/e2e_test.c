@@ -163,7 +163,7 @@ test_tasks_api_events(void)
 	              &kclaw__submit_response__descriptor, &any) != 0);
 	KT_CONTAINS(kc_lasterr(), "/nonexistent/bundle");
 	KT_EQ_INT(h_submit(h_spec("bad name!", "", 3), NULL, NULL), KC_EINVAL);
-	KT_CONTAINS(kc_lasterr(), "task name");
+	KT_CONTAINS(kc_lasterr(), "name 'bad name!' may hold only");
 	KT_ASSERT(h_status("0000000000000000") == NULL);
 	KT_CONTAINS(kc_lasterr(), "no task");
 	creq.task_id = a;
