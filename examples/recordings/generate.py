@@ -14,11 +14,12 @@ have written, nothing else. main.json says how many rounds each task runs:
 
 What every task goes through (docs/mainjob.md has the table):
 
-  generator/0   three seeds: the reference's own kernels (correct, 1.0x)
-                and two that fail (a typo that does not compile; for
-                conv2d_5x5 a correct but slower kernel instead of one of
-                them), so the best correct seed, the reference port, becomes
-                the base;
+  generator/0,  the three seeds, one per Generator job (the orchestrator
+  generator/1,  sends k = 3 independent jobs, each asking for one seed):
+  generator/2   0 is the reference's own kernels (correct, 1.0x), 1 and 2
+                fail (a typo that does not compile; for conv2d_5x5, 1 is a
+                correct but slower kernel instead), so the best correct
+                seed, the reference port, becomes the base;
   feature/n,    for every base, its features; the Planner then chooses a
   planner/n     method that long-term memory allows for those features
                 (the static rules: no profile is taken during a task);
@@ -387,12 +388,11 @@ def replies(task):
     """{relative path: text} of every scripted reply of task."""
     t = TASKS[task]
     out = {}
-    text = "Three diverse seeds.\n\n"
+    # k independent Generator jobs, one seed each: job i answers seed i.
     for i, (what, why) in enumerate(t["seeds"]):
         src, plan = material(task, what)
-        text += "### Candidate %d: %s\n" % (i + 1, why) + block(src, plan)
-        text += "\n"
-    out["generator/0.txt"] = text
+        out["generator/%d.txt" % i] = "One seed.\n\n### Candidate 1: %s\n" \
+            % why + block(src, plan)
     feats = [{"name": k, "value": v, "note": FEATURE_NOTES[k]}
              for k, v in t["features"].items()]
     feature = "```json\n" + json.dumps({"features": feats}, indent=1) + \
@@ -430,6 +430,20 @@ def rounds(task):
     return seq
 
 
+def check_distinct(task):
+    """Every kernel the script reviews differs (source or plan) from every
+    candidate before it: an identical answer would reuse that evaluation
+    (orchestrator: duplicates) and the rounds would no longer fit the
+    script."""
+    seen = {}
+    for what in ([w for w, _ in TASKS[task]["seeds"]] +
+                 [r["kernel"] for r in rounds(task)]):
+        key = material(task, what)
+        assert key not in seen, "%s: %s repeats %s" % (task, what,
+                                                       seen[key])
+        seen[key] = what
+
+
 def sources():
     """Every kernel a task's evaluations see: (task, what, source,
     expected status), for tests that script the sandbox."""
@@ -461,6 +475,7 @@ def manifest():
 def files():
     out = {}
     for task in TASKS:
+        check_distinct(task)
         for rel, text in replies(task).items():
             out[task + "/" + rel] = text
     out["main.json"] = json.dumps(manifest(), indent=1) + "\n"
