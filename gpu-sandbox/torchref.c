@@ -102,8 +102,16 @@ tr_gone(sbx_torchref *r)
 	pid_t pid = r->pid;
 	char how[96] = "it closed its socket";
 
-	if (pid > 0 && waitpid(pid, &st, WNOHANG) == pid) {
-		r->pid = 0;
+	/* End of file comes a moment before the exit status: wait for it
+	 * briefly, so the message can say how the process ended. */
+	for (int i = 0; pid > 0 && i < 200; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid) {
+			r->pid = 0;
+			break;
+		}
+		kc_sleep_ms(5);
+	}
+	if (pid > 0 && r->pid == 0) {
 		if (WIFEXITED(st))
 			snprintf(how, sizeof(how), "it exited with status %d",
 			    WEXITSTATUS(st));
