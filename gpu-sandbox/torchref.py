@@ -24,7 +24,6 @@ anything the problem's code prints to stdout goes to stderr too.
 import argparse
 import ctypes
 import gc
-import hashlib
 import importlib.util
 import json
 import math
@@ -38,11 +37,8 @@ import time
 import traceback
 
 LINE_MAX = 16 << 20            # bytes per protocol line
-CHUNK = 1 << 24                # elements per chunk of a variant's transform (its random
-                               # numbers are drawn per chunk of this size)
-CMP_CHUNK = 1 << 22            # elements per chunk of a comparison, norm or fingerprint
-                               # (bounds temporaries: a comparison needs about 80 bytes
-                               # per element, so about 330 MB at most)
+CHUNK = 1 << 24                # elements per chunk of a reduction (bounds temporaries:
+                               # a comparison needs about 80 bytes per element)
 SHARED_ALIGN = 2 << 20         # a shared buffer's allocation is rounded up to this
 SHARED_MIN = 10 << 20          # and is at least this (PyTorch's kMinLargeAlloc)
 VARIANT_SALT = 0x9E3779B97F4A7C15  # the variants' generator: seed ^ salt
@@ -303,7 +299,7 @@ class Task:
         self.reply = None
         self.compiled = {}       # mode -> (module or None, error or None)
         self.flush = None
-        self.mutates = False     # the forward writes its inputs: it runs on a private copy
+        self.warned_mutation = False
 
     def by_kind(self, kind):
         return [b for b in self.bufs if b.kind == kind]
@@ -316,7 +312,7 @@ class Serial:
         self.variant = variant
         self.keep = keep
         self.expected = []
-        self.fps = None          # with keep: the inputs' fingerprints as the candidate got them
+        self.inputs = None       # private inputs (kept with keep)
 
 
 class State:
@@ -329,10 +325,8 @@ class State:
         self.ipc = None          # "driver" or "torch"
         self.task = None
         self.cur = None
-        self.prev_kept = None    # expected outputs of the previous serial, when it was kept
+        self.prev_kept = None    # expected outputs of the previous kept serial
         self.held = None         # outputs copied aside by check's hold
-        self.fp_w = None         # the fingerprint's secret weights (CMP_CHUNK odd int64)
-        self.fp_key = None       # and its secret per-chunk key
         self.fatal = False
 
 
@@ -358,11 +352,11 @@ def _shape(t):
     return [int(d) for d in t.shape] or [1]
 
 
-def _chunks(*ts, size=CMP_CHUNK):
+def _chunks(*ts):
     flats = [t.reshape(-1) for t in ts]
     n = flats[0].numel()
-    for lo in range(0, n, size):
-        yield lo, [f[lo:lo + size] for f in flats]
+    for lo in range(0, n, CHUNK):
+        yield lo, [f[lo:lo + CHUNK] for f in flats]
 
 
 def _norm64(t):
@@ -386,55 +380,6 @@ def _bits_equal(a, b, dtype):
         if not torch.equal(x, y):
             return False
     return True
-
-
-def _signed64(v):
-    v &= MASK64
-    return v - (1 << 64) if v >= 1 << 63 else v
-
-
-def _fp_setup(st):
-    """The fingerprint's secrets, drawn once per device from os.urandom:
-    CMP_CHUNK odd 64-bit weights on the GPU and a key for the chunks."""
-    if st.fp_w is None:
-        gen = torch.Generator(device=st.dev)
-        gen.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
-        w = torch.randint(-(1 << 62), 1 << 62, (CMP_CHUNK,), dtype=torch.int64, generator=gen,
-                          device=st.dev)
-        st.fp_w = w.mul_(2).add_(1)
-        st.fp_key = os.urandom(16)
-    return st.fp_w
-
-
-def _chunk_key(st, i):
-    """Chunk i's 64-bit key (even, so weight ^ key stays odd)."""
-    h = hashlib.blake2b(i.to_bytes(8, "little"), key=st.fp_key, digest_size=8).digest()
-    return _signed64(int.from_bytes(h, "little") & ~1)
-
-
-def _fingerprint_dev(st, b):
-    """Buffer b's content fingerprint as a 0-d int64 tensor on the GPU:
-    sum_i v_i * w_i mod 2^64, v_i element i's bits as an integer (sign-
-    or zero-extended to 64 bits), w_i a secret odd weight (the weight
-    table xor a per-chunk key). Odd weights make every change of a single
-    element change the sum; a change of several elements keeps it with
-    probability about 2^-64 (at worst 2^-33, changes confined to the top
-    bits of 32-bit elements) for anyone who does not know the weights.
-    Temporaries: a few CMP_CHUNK int64 vectors."""
-    w = _fp_setup(st)
-    bits = _bits(b.view, b.dtype).reshape(-1)
-    acc = torch.zeros((), dtype=torch.int64, device=st.dev)
-    for i, (lo, (c,)) in enumerate(_chunks(bits)):
-        v = c if c.dtype == torch.int64 else c.to(torch.int64)
-        acc += torch.mul(v, w[:c.numel()].bitwise_xor(_chunk_key(st, i))).sum()
-    return acc
-
-
-def _fingerprints(st, bufs):
-    """The fingerprints of bufs, as Python ints (one synchronization)."""
-    if not bufs:
-        return []
-    return [int(x) for x in torch.stack([_fingerprint_dev(st, b) for b in bufs]).tolist()]
 
 
 def _need(req, field, types, what=None):
@@ -473,7 +418,6 @@ def ensure_ready(st, ordinal=None):
                        "CUDA_VISIBLE_DEVICES" % (ordinal, n, os.environ.get("CUDA_VISIBLE_DEVICES")))
     if st.task is not None:
         unload(st)
-    st.fp_w = None
     t.cuda.set_device(ordinal)
     st.ordinal = ordinal
     st.dev = t.device("cuda", ordinal)
@@ -529,7 +473,6 @@ def unload(st):
     t = st.task
     _free_serials(st)
     st.task = None
-    st.fp_w = None
     if t is None:
         return
     log("unload %s" % t.key[:16])
@@ -739,7 +682,7 @@ def _transform(st, x, variant, gen):
         flat.mul_(4)
     elif variant == 2:
         s1 = s2 = None
-        for _, (c,) in _chunks(flat, size=CHUNK):
+        for _, (c,) in _chunks(flat):
             c64 = c.double()
             a, b = c64.sum(), c64.square().sum()
             s1 = a if s1 is None else s1 + a
@@ -749,11 +692,11 @@ def _transform(st, x, variant, gen):
         std = math.sqrt(var) if var > 0 and math.isfinite(var) else 0.0
         flat.add_(0.5 * std)
     elif variant == 3:
-        for _, (c,) in _chunks(flat, size=CHUNK):
+        for _, (c,) in _chunks(flat):
             u = torch.rand(c.numel(), generator=gen, device=st.dev, dtype=torch.float32)
             c.mul_(u < 0.25)
     elif variant == 4:
-        for _, (c,) in _chunks(flat, size=CHUNK):
+        for _, (c,) in _chunks(flat):
             g = torch.randn(c.numel(), generator=gen, device=st.dev, dtype=torch.float32)
             c.mul_(g.mul_(0.75).exp_())
     elif variant == 5:
@@ -761,10 +704,10 @@ def _transform(st, x, variant, gen):
         if lo >= 0:
             hi = flat.max().item()
             if hi > 0 and math.isfinite(hi):
-                for _, (c,) in _chunks(flat, size=CHUNK):
+                for _, (c,) in _chunks(flat):
                     c.copy_(c.float().square_().div_(hi))
         else:
-            for _, (c,) in _chunks(flat, size=CHUNK):
+            for _, (c,) in _chunks(flat):
                 u = torch.rand(c.numel(), generator=gen, device=st.dev, dtype=torch.float32)
                 sign = (u < 0.1).to(torch.float32).mul_(-2).add_(1)
                 c.abs_().mul_(sign)
@@ -891,16 +834,12 @@ def _load(st, t, source, t0):
             % ", ".join(undeclared[:10]))
 
     # One draw to check the inputs, the outputs and count the FLOPs.
-    # The drawn tensors go into the shared buffers and are dropped: the
-    # forward runs on the shared ones (whatever it writes there, the next
-    # inputs replace), so the drawn inputs never exist twice.
     args = _draw(st, t.init_seed, 0)
     tens, rest = _split_inputs(t, args, "load")
+    for b, v in zip(t.by_kind("input"), tens):
+        _check_tensor(b, v, "tensor")
     for b, v in zip(t.by_kind("scalar"), rest):
         t.scalars[b.name] = _scalar_value(b, v)
-    del tens, rest
-    args = _to_shared(t, args)
-    vers = _versions(t)
     # The FLOP counter runs the forward itself; where the counter (or the
     # forward) fails, the forward runs again without it and its own
     # failure is the problem's.
@@ -929,9 +868,7 @@ def _load(st, t, source, t0):
                        "convert the problem again" % (len(outs), len(obufs)))
     for b, o in zip(obufs, outs):
         _check_tensor(b, o, "tensor")
-    del outs, args
-    if _versions(t) != vers:
-        _mutates(t)
+    del outs, args, tens
     _restore_params(t)
     torch.cuda.synchronize()
     t.reply = {
@@ -952,37 +889,6 @@ def _need_task(st, op):
     return st.task
 
 
-def _to_shared(t, vals):
-    """Copies get_inputs()' tensors into the shared input buffers; returns
-    the forward's arguments with every tensor replaced by a view of its
-    shared buffer (in the drawn shape: a 0-d tensor stays 0-d), scalars in
-    place. The caller drops `vals`, so the drawn tensors are freed."""
-    ins = iter(t.by_kind("input"))
-    args = []
-    for v in vals:
-        if isinstance(v, torch.Tensor):
-            b = next(ins)
-            _check_tensor(b, v, "tensor")
-            b.view.copy_(v.reshape(b.shape))
-            args.append(b.view.view(v.shape))
-        else:
-            args.append(v)
-    return args
-
-
-def _versions(t):
-    """The shared inputs' version counters (an in-place op on a view of a
-    buffer, as the forward's argument is, bumps its buffer's)."""
-    return [b.raw._version for b in t.by_kind("input")]
-
-
-def _mutates(t):
-    if not t.mutates:
-        log("the model writes its inputs in forward: from now on it runs on a private copy of "
-            "them (the candidate gets them as drawn)")
-    t.mutates = True
-
-
 def op_inputs(st, req):
     t = _need_task(st, "inputs")
     serial = _need(req, "serial", int)
@@ -991,71 +897,54 @@ def op_inputs(st, req):
     keep = bool(req.get("keep", False))
     if not 0 <= variant < NVARIANTS:
         raise RefError("INTERNAL", "inputs: unknown variant %d (0 to %d)" % (variant, NVARIANTS - 1))
-    # The previous serial goes first: its expected outputs and fingerprints
-    # (its expected outputs stay as prev_kept only when both it and this
-    # one are kept: var_norm needs them until this one's exist).
+    # The previous serial's private inputs and expected outputs go first
+    # (the previous kept outputs stay for var_norm).
     st.cur = None
-    if not keep:
-        st.prev_kept = None
-    try:
-        return _inputs(st, t, serial, seed, variant, keep)
-    except BaseException as e:
-        oom = is_oom(e) or (isinstance(e, RefError) and e.__cause__ is not None and is_oom(e.__cause__))
-        if not oom or st.fatal:
-            raise
-    # Out of memory: the cache may hold blocks of the wrong sizes. Once.
-    log("inputs serial %d: out of GPU memory; emptying the cache and trying again" % serial)
-    st.cur = None
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    return _inputs(st, t, serial, seed, variant, keep)
-
-
-def _inputs(st, t, serial, seed, variant, keep):
-    ibufs, obufs = t.by_kind("input"), t.by_kind("output")
-    vals = _draw(st, seed, variant)
-    tens, rest = _split_inputs(t, vals, "inputs")
+    args = _draw(st, seed, variant)
+    tens, rest = _split_inputs(t, args, "inputs")
     for b, v in zip(t.by_kind("scalar"), rest):
         if _scalar_value(b, v) != t.scalars.get(b.name):
             raise RefError("BAD_TASK", "scalar '%s' is %r for seed %d but was %r at load: a scalar must "
                            "not depend on the seed" % (b.name, v, seed, t.scalars.get(b.name)))
-    del tens, rest
-    shared = _to_shared(t, vals)
-    if t.mutates:
-        args = vals      # the forward writes its inputs: it gets the drawn ones
-    else:
-        args = shared    # the drawn tensors are freed here
-    del vals, shared
-    fps = _fingerprints(st, ibufs) if keep else None
-    vers = _versions(t)
+    ibufs = t.by_kind("input")
+    for b, v in zip(ibufs, tens):
+        _check_tensor(b, v, "tensor")
+        b.view.copy_(v.reshape(b.shape))
     _restore_params(t)
     outs = _forward(st, args, "inputs, seed %d" % seed)
+    obufs = t.by_kind("output")
     if len(outs) != len(obufs):
         raise RefError("BAD_TASK", "forward returned %d tensors for seed %d but the task declares %d "
                        "outputs" % (len(outs), seed, len(obufs)))
     for b, o in zip(obufs, outs):
         _check_tensor(b, o, "tensor")
     exp = [o.reshape(b.shape) for b, o in zip(obufs, _own_outputs(st, outs, args))]
-    del outs, o, args
-    if not t.mutates and (_versions(t) != vers or (keep and _fingerprints(st, ibufs) != fps)):
-        # The forward wrote the shared inputs (the candidate's): everything
-        # again, the forward on a private copy (once per task).
-        _mutates(t)
-        del exp
-        return _inputs(st, t, serial, seed, variant, keep)
+    del outs
     cur = Serial(serial, seed, variant, keep)
     cur.expected = exp
-    cur.fps = fps
-    prev = st.prev_kept if keep else None
+    if keep:
+        # The kept copy must be what the candidate got: a model that writes
+        # its own inputs changed the private ones, the shared ones are
+        # still as drawn.
+        kept = []
+        for b, v in zip(ibufs, tens):
+            v = v.reshape(b.shape)
+            if not _bits_equal(v, b.view, b.dtype):
+                if not t.warned_mutation:
+                    log("the model writes its input %s; keeping a copy of the drawn values" % b.name)
+                    t.warned_mutation = True
+                v = b.view.clone()
+            kept.append(v)
+        cur.inputs = kept
+    del args, tens, rest
     res = []
-    for i, (b, e) in enumerate(zip(obufs, exp)):
-        var = _diffnorm64(e, prev[i]) if prev is not None else None
+    for b, e in zip(obufs, exp):
+        var = None
+        if keep and st.prev_kept is not None:
+            var = _diffnorm64(e, st.prev_kept[len(res)])
         res.append({"name": b.name, "exp_norm": _norm64(e), "var_norm": var})
-    # The previous kept expected outputs are freed here; this serial's
-    # stay for the next kept one.
-    del prev
-    st.prev_kept = exp if keep else None
+    if keep:
+        st.prev_kept = exp
     for b in obufs:
         b.raw[:b.nbytes].fill_(255)
     torch.cuda.synchronize()
@@ -1183,10 +1072,9 @@ def op_check(st, req):
             r["held_diff_max"], r["held_diff_count"] = _held_diff(b.view, st.held[i], b.dtype)
         res.append(r)
     written = []
-    if st.cur.keep and st.cur.fps is not None:
-        ibufs = t.by_kind("input")
-        for b, was, now in zip(ibufs, st.cur.fps, _fingerprints(st, ibufs)):
-            if was != now:
+    if st.cur.keep and st.cur.inputs is not None:
+        for b, v in zip(t.by_kind("input"), st.cur.inputs):
+            if not _bits_equal(b.view, v, b.dtype):
                 written.append(b.name)
         for b in t.by_kind("parameter"):
             if not _bits_equal(b.view, t.state[b.source_name].reshape(b.shape), b.dtype):

@@ -13,17 +13,14 @@ request handlers called in this process (no sockets, no child): load, three
 expected outputs copied into the shared outputs must give bad = 0 at zero
 tolerance; serial 1 also checks that poisoned outputs are all bad, serial 2
 that a byte changed in an input is reported as written, serial 3 holds the
-outputs and compares them again, then drops the held copy: the sandbox
-child never holds, so the peak measured is the child's), a baseline in eager mode (and with
+outputs and compares them again), a baseline in eager mode (and with
 --compile torch.compile's), then unload.
 
 One JSON line per problem in --out (name, level, status, stage, error,
-peak GPU memory allocated and reserved, bytes of inputs/outputs/parameters,
-`peak_over_data` = peak allocated / (inputs + outputs + parameters), eager
-and compile ms, the smallest var_norm/exp_norm and "degenerate" when it is
-< 1e-3, wall seconds, GPU memory left after unload) and a summary at the
-end (per level ok/failed/timeout and the median and max of peak_over_data
-over its ok problems, the failures with their first error line), also in
+peak GPU memory, bytes of inputs/outputs/parameters, eager and compile ms,
+the smallest var_norm/exp_norm and "degenerate" when it is < 1e-3, wall
+seconds, GPU memory left after unload) and a summary at the end (per level
+ok/failed/timeout, the failures with their first error line), also in
 OUT.summary.json. Progress goes to stdout, the reference's log to stderr.
 
 A problem gets --timeout seconds (signal.alarm; a call into CUDA or a
@@ -40,7 +37,6 @@ import os
 import re
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
 import threading
@@ -56,13 +52,6 @@ import kb2bundle as kb  # noqa: E402
 import torchref as tr  # noqa: E402
 
 DEGENERATE = 1e-3
-BIG_DATA = 100 * 10**6  # the summary's peak/data list: problems with at least this much data
-
-
-def data_bytes(rec):
-    """What the problem itself holds on the GPU: its inputs, outputs and
-    parameters (declared bytes, not the shared buffers' rounded sizes)."""
-    return sum(rec.get(k) or 0 for k in ("input_bytes", "output_bytes", "parameter_bytes"))
 
 
 class ProblemTimeout(BaseException):
@@ -190,7 +179,6 @@ def run_problem(st, path, a, rec):
                                    % (b.name, o["nan"], o["count"]))
             for b, e in zip(outs, st.cur.expected):
                 b.view.copy_(e)
-            e = None  # this script keeps no reference to an expected output
             if v == 1 and ins:
                 b0 = ins[0]
                 b0.raw[0:1].bitwise_xor_(1)
@@ -213,9 +201,6 @@ def run_problem(st, path, a, rec):
                     if o["held_diff_count"] != 0:
                         raise Fail(rec["stage"], "compare_held finds %s differing elements in %s "
                                    "of the same outputs" % (o["held_diff_count"], o["name"]))
-                # The sandbox child never holds (it keeps its own copy): the
-                # held outputs go, so the peak measured below is the child's.
-                st.held = None
             checks.append(serial)
         rec["self_checks"] = len(checks)
         rec["var_over_exp_min"] = min(ratios) if ratios else None
@@ -292,17 +277,9 @@ def summarize(out_path):
                 except ValueError:
                     pass
     levels = {}
-    ratios = {}
     for r in recs:
         lv = levels.setdefault(str(r.get("level")), {"ok": 0, "failed": 0, "timeout": 0})
         lv[r.get("status", "failed") if r.get("status") in lv else "failed"] += 1
-        if r.get("status") == "ok" and r.get("peak_over_data") is not None:
-            ratios.setdefault(str(r.get("level")), []).append((r["peak_over_data"], r["name"]))
-    for lv, xs in ratios.items():
-        xs.sort()
-        levels[lv]["peak_over_data"] = {
-            "median": round(statistics.median(x for x, _ in xs), 3),
-            "max": round(xs[-1][0], 3), "max_name": xs[-1][1], "problems": len(xs)}
     fails = [{"name": r["name"], "status": r.get("status"), "stage": r.get("stage"),
               "error": first_line(r.get("error") or "")}
              for r in recs if r.get("status") != "ok"]
@@ -311,15 +288,8 @@ def summarize(out_path):
         "degenerate": [r["name"] for r in recs if r.get("degenerate")],
         "compile_failed": [{"name": r["name"], "error": r["compile_error"]}
                            for r in recs if r.get("compile_error")],
-        "largest_peak": sorted(({"name": r["name"], "peak_gb": round(r.get("peak_bytes", 0) / 1e9, 2),
-                                 "peak_over_data": r.get("peak_over_data")}
+        "largest_peak": sorted(({"name": r["name"], "peak_gb": round(r.get("peak_bytes", 0) / 1e9, 2)}
                                 for r in recs), key=lambda x: -x["peak_gb"])[:10],
-        "largest_peak_over_data": sorted(({"name": r["name"], "peak_over_data": r["peak_over_data"],
-                                           "data_gb": round(data_bytes(r) / 1e9, 3)}
-                                          for r in recs if r.get("status") == "ok"
-                                          and r.get("peak_over_data") is not None and
-                                          data_bytes(r) >= BIG_DATA),
-                                         key=lambda x: -x["peak_over_data"])[:10],
         "leaks": [{"name": r["name"], "left_bytes": r["gpu_left_bytes"]}
                   for r in recs if (r.get("gpu_left_bytes") or 0) > (64 << 20)],
         "wall_s": round(sum(r.get("wall_s", 0) for r in recs), 1),
@@ -328,11 +298,7 @@ def summarize(out_path):
     say("summary: %d problems, %.0f s" % (summary["problems"], summary["wall_s"]))
     for lv in sorted(levels):
         c = levels[lv]
-        pod = c.get("peak_over_data")
-        say("  level %s: %d ok, %d failed, %d timeout%s" % (
-            lv, c["ok"], c["failed"], c["timeout"],
-            "; peak/(inputs+outputs+parameters) median %.2f, max %.2f (%s)"
-            % (pod["median"], pod["max"], pod["max_name"]) if pod else ""))
+        say("  level %s: %d ok, %d failed, %d timeout" % (lv, c["ok"], c["failed"], c["timeout"]))
     if fails:
         say("failures:")
         for f in fails:
@@ -344,14 +310,8 @@ def summarize(out_path):
     if summary["leaks"]:
         say("GPU memory left after unload: %s" % ", ".join(
             "%s %.1f MB" % (x["name"], x["left_bytes"] / 1e6) for x in summary["leaks"]))
-    say("largest peaks: %s" % ", ".join(
-        "%s %.1f GB%s" % (x["name"], x["peak_gb"], " (%.2fx data)" % x["peak_over_data"]
-                          if x.get("peak_over_data") is not None else "")
-        for x in summary["largest_peak"][:5]))
-    if summary["largest_peak_over_data"]:
-        say("largest peak/data with >= %d MB of data: %s" % (BIG_DATA // 10**6, ", ".join(
-            "%s %.2fx of %.2f GB" % (x["name"], x["peak_over_data"], x["data_gb"])
-            for x in summary["largest_peak_over_data"][:5])))
+    say("largest peaks: %s" % ", ".join("%s %.1f GB" % (x["name"], x["peak_gb"])
+                                        for x in summary["largest_peak"][:5]))
     with open(out_path + ".summary.json", "w") as f:
         json.dump(summary, f, indent=1)
         f.write("\n")
@@ -462,12 +422,8 @@ def main(argv=None):
             signal.alarm(0)
         try:
             rec["peak_bytes"] = int(torch.cuda.max_memory_allocated())
-            rec["peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
         except Exception:
             pass
-        data = data_bytes(rec)
-        if rec.get("peak_bytes") is not None and data > 0:
-            rec["peak_over_data"] = round(rec["peak_bytes"] / data, 3)
         try:
             cleanup(st)
             rec["gpu_left_bytes"] = int(torch.cuda.memory_allocated())
@@ -479,10 +435,9 @@ def main(argv=None):
         write(rec)
         gb = lambda k: (rec.get(k) or 0) / 1e9
         if rec["status"] == "ok":
-            say("    ok %.1f s, peak %.2f GB (%.2fx data), in %.2f GB, out %.2f GB, params %.2f GB, "
-                "eager %.4g ms%s%s%s"
-                % (rec["wall_s"], gb("peak_bytes"), rec.get("peak_over_data") or 0, gb("input_bytes"),
-                   gb("output_bytes"), gb("parameter_bytes"), rec.get("eager_ms") or 0,
+            say("    ok %.1f s, peak %.2f GB, in %.2f GB, out %.2f GB, params %.2f GB, eager %.4g ms%s%s%s"
+                % (rec["wall_s"], gb("peak_bytes"), gb("input_bytes"), gb("output_bytes"),
+                   gb("parameter_bytes"), rec.get("eager_ms") or 0,
                    ", compile %.4g ms" % rec["compile_ms"] if rec.get("compile_ms") else
                    (", compile failed" if rec.get("compile_error") else ""),
                    ", var/exp %.3g" % rec["var_over_exp_min"]
