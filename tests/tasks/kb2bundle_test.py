@@ -118,6 +118,16 @@ class Names(unittest.TestCase):
         self.assertEqual(kb.task_name("a b+c.py"), "a_b_c")
         self.assertEqual(kb.task_name(".hidden.py"), "hidden")
 
+    def test_task_names_carry_the_level(self):
+        # A problem in a folder named level<n> (KernelBench's layout) is
+        # named L<n>_..., the prefix `kclaw report --by level` groups by.
+        self.assertEqual(kb.task_name("/kb/level1/19_ReLU.py"), "L1_19_ReLU")
+        self.assertEqual(kb.task_name("kb/level3/1_MLP.py"), "L3_1_MLP")
+        self.assertEqual(kb.task_name("/kb/level12/x y.py"), "L12_x_y")
+        self.assertEqual(kb.task_name("/kb/levels/19_ReLU.py"), "19_ReLU")
+        self.assertEqual(kb.task_name("/kb/level1/sub/19_ReLU.py"), "19_ReLU")
+        self.assertEqual(len(kb.task_name("/kb/level2/" + "a" * 200 + ".py")), 128)
+
     def test_forward_argument_names(self):
         class M:
             def forward(self, a, residual, scale=1.0):

@@ -103,10 +103,16 @@ def c_identifier(name, taken):
 
 
 def task_name(path):
-    """A task name (letters, digits, '_', '-', '.') from a problem file."""
+    """A task name (letters, digits, '_', '-', '.') from a problem file,
+    prefixed L<n>_ when the file lies in a folder named level<n>, as
+    KernelBench's do (level1/19_ReLU.py: L1_19_ReLU), so that `kclaw report
+    --by level` can group the tasks by level."""
     stem = os.path.splitext(os.path.basename(path))[0]
-    s = re.sub(r"[^A-Za-z0-9_.-]", "_", stem).lstrip(".")[:128]
-    return s or "problem"
+    s = re.sub(r"[^A-Za-z0-9_.-]", "_", stem).lstrip(".")
+    level = re.fullmatch(r"level(\d+)", os.path.basename(os.path.dirname(os.path.abspath(path))))
+    if level:
+        s = "L%d_%s" % (int(level.group(1)), s or "problem")
+    return s[:128] or "problem"
 
 
 def forward_arg_names(fn, count):
