@@ -231,6 +231,19 @@ agent_render_tensors(const Kclaw__TaskSpec *t, kc_str *s, kc_str *names)
 
 	for (i = 0; i < t->n_tensors && rv == 0; i++) {
 		const Kclaw__TensorSpec *ts = t->tensors[i];
+		if (ts->kind == KCLAW__TENSOR_KIND__SCALAR) {
+			/* Passed by value: a plan names it in a step's args. */
+			rv = kc_str_printf(s,
+			    "- %s: scalar %s = %.17g (name it in a step's "
+			    "args; "
+			    "the kernel gets the value)\n",
+			    ts->name, kc_dtype_name(ts->dtype),
+			    ts->scalar_value);
+			if (rv == 0)
+				rv = kc_str_printf(
+				    names, "%s%s", i ? ", " : "", ts->name);
+			continue;
+		}
 		rv = kc_str_printf(s, "- %s: %s %s [", ts->name,
 		    kc_tensor_kind_name(ts->kind), kc_dtype_name(ts->dtype));
 		for (d = 0; d < ts->n_shape && rv == 0; d++)
@@ -279,6 +292,27 @@ agent_render_eval(const Kclaw__EvalResult *e, kc_str *s)
 	if (rv == 0 && e->speedup > 0)
 		rv = kc_str_printf(
 		    s, "speedup over the reference: %.3fx\n", e->speedup);
+	if (rv == 0 && e->compile_speedup > 0)
+		rv = kc_str_printf(s,
+		    "speedup over torch.compile: %.3fx (torch.compile %.4f "
+		    "ms)\n",
+		    e->compile_speedup, e->torch_compile_ms);
+	if (rv == 0 && e->sol_fraction > 0)
+		rv = kc_str_printf(s,
+		    "speed of light: %.4f ms, so this kernel is at %.0f%% of "
+		    "what the memory bandwidth and peak arithmetic allow\n",
+		    e->speed_of_light_ms, 100 * e->sol_fraction);
+	if (rv == 0 && e->status == KCLAW__EVAL_STATUS__OK &&
+	    (e->rel_norm > 0 || e->max_abs_err > 0))
+		rv = kc_str_printf(s,
+		    "error against the reference: max abs %.3g, max rel %.3g, "
+		    "relative norm %.3g\n",
+		    e->max_abs_err, e->max_rel_err, e->rel_norm);
+	for (i = 0; rv == 0 && i < e->n_warnings; i++)
+		rv = kc_str_printf(s, "warning: %s\n", e->warnings[i]);
+	if (rv == 0 && e->device_name && e->device_name[0])
+		rv = kc_str_printf(s, "device: %s (%s)\n", e->device_name,
+		    e->arch ? e->arch : "");
 	for (i = 0; rv == 0 && i < e->n_kernels; i++) {
 		const Kclaw__KernelResources *k = e->kernels[i];
 		rv = kc_str_printf(s,
@@ -405,6 +439,16 @@ agent_render_reference(const Kclaw__TaskSpec *t, kc_str *s)
 		    "A CUDA reference (same contract as a candidate).\n"
 		    "```cuda\n%s\n```\n```json\n%s\n```\n",
 		    r->cuda->source, r->cuda->plan_json);
+	if (r->kind == KCLAW__REFERENCE__KIND__TORCH && r->torch_source != NULL)
+		return kc_str_printf(s,
+		    "A PyTorch problem, run live on the same GPU: "
+		    "Model(*get_init_inputs()).eval() under torch.no_grad(), "
+		    "fresh get_inputs() for every run; the baselines are eager "
+		    "PyTorch and torch.compile, timed in the same evaluation. "
+		    "The tensors above are its forward's inputs (in order), "
+		    "its state_dict's parameters and its outputs.\n"
+		    "```python\n%s\n```\n",
+		    r->torch_source);
 	return kc_str_printf(s,
 	    "Expected outputs are stored for %zu input sets; the reference "
 	    "runs in %.4f ms%s. What it computes is the task's description "

@@ -188,6 +188,10 @@ test_generator(void)
 	KT_CONTAINS(logged_msg(log, 0, 0), "You are the Generator of kclaw");
 	KT_CONTAINS(logged_msg(log, 0, 0), "extern \"C\" __global__");
 	KT_CONTAINS(logged_msg(log, 0, 0), "docs/plan.md");
+	/* The contract shows the matmul step and what the sandbox checks. */
+	KT_CONTAINS(logged_msg(log, 0, 0), "{\"matmul\": {");
+	KT_CONTAINS(
+	    logged_msg(log, 0, 0), "fresh inputs of a new distribution");
 	KT_CONTAINS(logged_msg(log, 0, 0), "- out: output f32 [1024]");
 	KT_CONTAINS(logged_msg(log, 0, 1), "# Task: vec_add");
 	KT_CONTAINS(logged_msg(log, 0, 1), "Write 2 candidate");
@@ -951,6 +955,71 @@ test_context_window(void)
 	kc_str_free(&hist);
 }
 
+/* What the agents are shown of a torch task and of an evaluation: the
+ * problem's Python source, its scalar by value, the reviewer's warnings,
+ * error figures and the speed of light. */
+static void
+test_job_vars_torch(void)
+{
+	Kclaw__AgentJob job = KCLAW__AGENT_JOB__INIT;
+	Kclaw__TaskSpec t = KCLAW__TASK_SPEC__INIT;
+	Kclaw__Reference ref = KCLAW__REFERENCE__INIT;
+	Kclaw__TensorSpec a = KCLAW__TENSOR_SPEC__INIT,
+	                  sc = KCLAW__TENSOR_SPEC__INIT,
+	                  out = KCLAW__TENSOR_SPEC__INIT;
+	Kclaw__TensorSpec *ts[3] = {&a, &sc, &out};
+	Kclaw__EvalResult ev = KCLAW__EVAL_RESULT__INIT;
+	char *warn[1] = {"lower precision than the task's: it uses __half"};
+	int64_t shape[2] = {64, 32};
+	agent_vars vars = {0};
+
+	a.name = "A";
+	a.kind = KCLAW__TENSOR_KIND__INPUT;
+	a.dtype = KCLAW__DTYPE__F32;
+	a.shape = shape;
+	a.n_shape = 2;
+	sc.name = "s";
+	sc.kind = KCLAW__TENSOR_KIND__SCALAR;
+	sc.dtype = KCLAW__DTYPE__F32;
+	sc.scalar_value = 3.5;
+	out = a;
+	out.name = "out";
+	out.kind = KCLAW__TENSOR_KIND__OUTPUT;
+	ref.kind = KCLAW__REFERENCE__KIND__TORCH;
+	ref.torch_source = "class Model:\n    def forward(self, A, s):"
+	                   "\n        return A * s\n";
+	t.name = "scale";
+	t.tensors = ts;
+	t.n_tensors = 3;
+	t.reference = &ref;
+	ev.status = KCLAW__EVAL_STATUS__OK;
+	ev.speed_of_light_ms = 0.01;
+	ev.sol_fraction = 0.42;
+	ev.rel_norm = 2.5e-3;
+	ev.max_abs_err = 1e-2;
+	ev.warnings = warn;
+	ev.n_warnings = 1;
+	ev.compile_speedup = 1.5;
+	ev.torch_compile_ms = 0.2;
+	job.job_id = "j1";
+	job.task = &t;
+	job.base_eval = &ev;
+	KT_OK(agent_job_vars(&job, &vars));
+	KT_CONTAINS(agent_vars_get(&vars, "reference"), "```python");
+	KT_CONTAINS(agent_vars_get(&vars, "reference"), "return A * s");
+	KT_CONTAINS(agent_vars_get(&vars, "reference"), "torch.compile");
+	KT_CONTAINS(agent_vars_get(&vars, "tensors"), "- s: scalar f32 = 3.5");
+	KT_CONTAINS(
+	    agent_vars_get(&vars, "tensors"), "- A: input f32 [64, 32]");
+	KT_CONTAINS(
+	    agent_vars_get(&vars, "base_eval"), "warning: lower precision");
+	KT_CONTAINS(agent_vars_get(&vars, "base_eval"), "at 42% of");
+	KT_CONTAINS(agent_vars_get(&vars, "base_eval"), "relative norm 0.0025");
+	KT_CONTAINS(agent_vars_get(&vars, "base_eval"),
+	    "speedup over torch.compile: 1.500x");
+	agent_vars_free(&vars);
+}
+
 int
 main(void)
 {
@@ -974,6 +1043,7 @@ main(void)
 	KT_RUN(test_reasoning_never_taken);
 	KT_RUN(test_usage);
 	KT_RUN(test_context_window);
+	KT_RUN(test_job_vars_torch);
 	kt_llm_stop(&srv);
 	return 0;
 }
