@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "agent.h"
+#include "tunables.h"
 #include "bundle.h"
 #include "kc_err.h"
 #include "kc_util.h"
@@ -728,6 +729,29 @@ agent_check_candidate(const Kclaw__TaskSpec *task, const char *source,
 	}
 	if ((rv = agent_json_object("the plan", plan_json, &plan, err)) != 0)
 		goto out;
+	/* A plan with tunables is checked as its default configuration (the
+	 * sandbox expands and checks every one). */
+	if (cJSON_GetObjectItemCaseSensitive(plan, "tunables") != NULL) {
+		kc_tune_config *cfg;
+		size_t n;
+		if (kc_tune_expand(source, plan_json, &cfg, &n) != 0) {
+			kc_str_append(err, kc_lasterr());
+			rv = KC_EINVAL;
+			goto out;
+		}
+		cJSON_Delete(plan);
+		plan = cJSON_Parse(n ? cfg[0].plan_json : "{}");
+		rv = n && kc_plan_check(task, cfg[0].plan_json, "plan", 1) != 0
+		    ? KC_EINVAL
+		    : 0;
+		kc_tune_free(cfg, n);
+		if (rv != 0) {
+			kc_str_append(err, kc_lasterr());
+			goto out;
+		}
+		rv = agent_check_steps(plan, kernels, nk, err);
+		goto out;
+	}
 	if (kc_plan_check(task, plan_json, "plan", 1) != 0) {
 		kc_str_append(err, kc_lasterr());
 		rv = KC_EINVAL;

@@ -11,9 +11,120 @@
 #include "kc_err.h"
 #include "kc_log.h"
 #include "sandbox.h"
+#include "tunables.h"
 
 /* Exit code of a child that reported a fault (its context is lost). */
 #define CHILD_EXIT_FAULT 3
+
+/*
+ * A candidate with tunables (tunables.h): every configuration evaluated in
+ * turn, the fastest correct one's result returned with the whole sweep in
+ * res->tuning. A configuration that loses the context (a fault) ends the
+ * sweep with its result. Compile-only: every configuration must compile
+ * and plan-check. Returns 0 when it handled the request (res filled), 1
+ * when the candidate declares no tunables.
+ */
+static int
+child_tune(const sbx_backend *be, void *state, const Kclaw__EvalRequest *req,
+    Kclaw__EvalResult **res, int *fatal)
+{
+	kc_tune_config *cfg;
+	size_t n, best = (size_t)-1;
+	Kclaw__EvalResult **each;
+	Kclaw__EvalRequest r = *req;
+	Kclaw__Candidate c;
+	int compile_only = req->options && req->options->compile_only;
+	size_t done = 0;
+
+	if (req->candidate == NULL ||
+	    kc_tune_expand(req->candidate->source, req->candidate->plan_json,
+	        &cfg, &n) != 0) {
+		if (req->candidate != NULL && kc_lasterr()[0] != '\0' &&
+		    strstr(kc_lasterr(), "tunables") != NULL) {
+			sbx_result_status(*res, KCLAW__EVAL_STATUS__PLAN_ERROR,
+			    "%s", kc_lasterr());
+			return 0;
+		}
+		return 1;
+	}
+	if (n == 0)
+		return 1;
+	if ((each = calloc(n, sizeof(*each))) == NULL) {
+		kc_tune_free(cfg, n);
+		sbx_result_status(
+		    *res, KCLAW__EVAL_STATUS__INTERNAL_ERROR, "out of memory");
+		return 0;
+	}
+	for (size_t i = 0; i < n && !*fatal; i++, done++) {
+		c = *req->candidate;
+		c.source = cfg[i].source;
+		c.plan_json = cfg[i].plan_json;
+		r.candidate = &c;
+		if ((each[i] = sbx_result_new(req->job_id)) == NULL)
+			break;
+		be->evaluate(state, &r, each[i], fatal);
+		if (each[i]->status != KCLAW__EVAL_STATUS__OK)
+			continue;
+		if (compile_only) {
+			if (best == (size_t)-1)
+				best = i;
+			continue;
+		}
+		if (each[i]->timing != NULL &&
+		    (best == (size_t)-1 ||
+		        each[i]->timing->median_ms <
+		            each[best]->timing->median_ms))
+			best = i;
+	}
+	/* Compile-only: the first failing configuration is the answer. */
+	for (size_t i = 0; compile_only && i < done; i++)
+		if (each[i] != NULL &&
+		    each[i]->status != KCLAW__EVAL_STATUS__OK) {
+			best = i;
+			break;
+		}
+	if (best == (size_t)-1)
+		best = done ? done - 1 : 0;
+	if (each[best] != NULL) {
+		Kclaw__EvalResult *out = each[best];
+		each[best] = NULL;
+		kclaw__eval_result__free_unpacked(*res, NULL);
+		*res = out;
+	}
+	(*res)->tuning = calloc(done ? done : 1, sizeof(*(*res)->tuning));
+	for (size_t i = 0; (*res)->tuning != NULL && i < done; i++) {
+		Kclaw__TuningPoint *tp = malloc(sizeof(*tp));
+		const Kclaw__EvalResult *e = i == best ? *res : each[i];
+		if (tp == NULL || e == NULL) {
+			free(tp);
+			continue;
+		}
+		kclaw__tuning_point__init(tp);
+		tp->config = strdup(cfg[i].config);
+		tp->status = e->status;
+		tp->median_ms = e->timing ? e->timing->median_ms : 0;
+		tp->message = strdup(e->message ? e->message : "");
+		(*res)->tuning[(*res)->n_tuning++] = tp;
+	}
+	sbx_result_set(&(*res)->tuned_config, "%s", cfg[best].config);
+	sbx_result_set(&(*res)->tuned_source, "%s", cfg[best].source);
+	sbx_result_set(&(*res)->tuned_plan, "%s", cfg[best].plan_json);
+	if ((*res)->status == KCLAW__EVAL_STATUS__OK && !compile_only)
+		sbx_result_status(*res, KCLAW__EVAL_STATUS__OK,
+		    "%s; tuned over %zu configurations, the fastest %s (the "
+		    "default %s: %.4f ms)",
+		    (*res)->message ? (*res)->message : "", done,
+		    cfg[best].config, cfg[0].config,
+		    (*res)->tuning && (*res)->n_tuning
+		        ? (*res)->tuning[0]->median_ms
+		        : 0.0);
+	for (size_t i = 0; i < n; i++)
+		if (each[i] != NULL)
+			kclaw__eval_result__free_unpacked(each[i], NULL);
+	free(each);
+	kc_tune_free(cfg, n);
+	return 0;
+}
 
 int
 sbx_child_main(const sbx_backend *be, int argc, char **argv)
@@ -75,7 +186,8 @@ sbx_child_main(const sbx_backend *be, int argc, char **argv)
 			code = 1;
 			break;
 		}
-		be->evaluate(state, req, res, &fatal);
+		if (child_tune(be, state, req, &res, &fatal) != 0)
+			be->evaluate(state, req, res, &fatal);
 		kclaw__eval_request__free_unpacked(req, NULL);
 		rv = sbx_frame_write(SBX_CHILD_OUT_FD, &res->base);
 		kclaw__eval_result__free_unpacked(res, NULL);

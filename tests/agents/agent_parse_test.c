@@ -368,6 +368,20 @@ test_integer_dims(void)
 	    "{\"steps\": [{\"kernel\": \"k1\", \"grid\": 1.5, \"block\": 1, "
 	    "\"args\": [\"C\"]}]}",
 	    "'grid' must be a positive integer");
+	/* Tunables: the default configuration is checked like any plan. */
+	KT_OK(agent_check_candidate(&task, K1_SRC,
+	    "{\"tunables\": {\"B\": [128, 256]}, \"steps\": [{\"kernel\": "
+	    "\"k1\", \"grid\": \"4096 / $B\", \"block\": \"$B\", "
+	    "\"args\": [\"C\"]}]}",
+	    &err));
+	expect_bad(K1_SRC,
+	    "{\"tunables\": {\"B\": [2048]}, \"steps\": [{\"kernel\": "
+	    "\"k1\", \"grid\": 1, \"block\": \"$B\", \"args\": [\"C\"]}]}",
+	    "more than the 1024");
+	expect_bad(K1_SRC,
+	    "{\"tunables\": {\"B\": [1]}, \"steps\": [{\"kernel\": "
+	    "\"k1\", \"grid\": \"$C\", \"block\": 1, \"args\": [\"C\"]}]}",
+	    "unknown tunable");
 	kc_str_free(&err);
 }
 

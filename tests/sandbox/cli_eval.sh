@@ -29,6 +29,24 @@ out=$("$kclaw" eval --compile-only --arch sm_90 "$ex" "$tmp/bad") &&
 echo "$out" | grep -q "^status: COMPILE_ERROR" || fail "$out"
 echo "$out" | grep -q "nope" || fail "no compiler log: $out"
 
+# A candidate with tunables: every configuration compiles and plan-checks,
+# and the result lists them (examples/bias_gelu/tuned: 4 block sizes x 3).
+json=$("$kclaw" eval --json --compile-only --arch sm_90 "$ex" "$ex/tuned") ||
+	fail "the tuned candidate does not compile: $json"
+n=$(echo "$json" | grep -o '"config": *"BLOCK=[0-9]* PER=[0-9]*"' | wc -l)
+[ "$n" -eq 12 ] || fail "want 12 configurations, got $n: $json"
+echo "$json" | grep -q '"tuned_config": *"BLOCK=256 PER=1"' ||
+	fail "compile-only picks the default: $json"
+# A tunable expression that does not evaluate is the plan's error.
+mkdir -p "$tmp/badtune"
+cp "$ex/tuned/kernel.cu" "$tmp/badtune/"
+sed 's/(\$BLOCK \* \$PER)/($BLOCK * $PERX)/' "$ex/tuned/plan.json" \
+	>"$tmp/badtune/plan.json"
+out=$("$kclaw" eval --compile-only --arch sm_90 "$ex" "$tmp/badtune") &&
+	fail "a bad tunable exited 0"
+echo "$out" | grep -q "^status: PLAN_ERROR" || fail "$out"
+echo "$out" | grep -q "unknown tunable" || fail "$out"
+
 out=$("$kclaw" eval "$ex" "$ex/candidates/1" 2>/dev/null) &&
 	fail "no GPU yet exit 0"
 echo "$out" | grep -q "^status: NO_DEVICE" || fail "$out"
