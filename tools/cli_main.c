@@ -7,7 +7,9 @@
  * (tools/report.h) and stops the deployment. The agents answer from the
  * recordings under examples/recordings unless an LLM is configured
  * (KCLAW_LLM_MODEL, or "llm" in kclaw.json), or KCLAW_LLM_REPLAY names
- * other recordings.
+ * other recordings. --live insists on the configured model; --record DIR
+ * writes its exchanges and the task list (DIR/main.json), so that
+ * `kclaw main --recordings DIR` replays the run.
  *
  * Without a GPU it says so in one sentence and exits 1; with --no-gpu-ok
  * it still starts the deployment, prints its health, stops it and exits 0,
@@ -53,6 +55,10 @@ typedef struct {
 	char recordings[PATH_MAX];
 	char home[PATH_MAX];
 	char llm[PATH_MAX + 64]; /* who answers: "recordings DIR", "model M" */
+	char record[PATH_MAX];   /* --record: the recording folder */
+	char model[128];         /* the model, when one answers */
+	const char *manifest;    /* --manifest: the tasks and rounds */
+	bool live;               /* --live: the configured model, or nothing */
 	main_task tasks[MAIN_MAX_TASKS];
 	size_t ntasks;
 	uint32_t rounds; /* --rounds */
@@ -78,6 +84,7 @@ main_usage(FILE *f)
 	fprintf(f,
 	    "usage: kclaw main [TASK ...] [--home DIR] [--examples DIR] "
 	    "[--recordings DIR]\n"
+	    "                  [--live] [--record DIR] [--manifest FILE]\n"
 	    "                  [--rounds N] [--agents N] [--timeout-s N] "
 	    "[--json] [--keep]\n"
 	    "                  [--no-gpu-ok] [--skip-gpu-check]\n\n"
@@ -93,6 +100,14 @@ main_usage(FILE *f)
 	    "names other\nrecordings.\n\n"
 	    "  --examples DIR   the bundles (default: the examples/ beside "
 	    "the binaries)\n"
+	    "  --live           the configured model answers, never "
+	    "recordings (an error\n                   when no model is "
+	    "configured)\n"
+	    "  --record DIR     write the model's exchanges and the tasks "
+	    "(main.json) to\n                   the new folder DIR; `kclaw "
+	    "main --recordings DIR` replays them\n"
+	    "  --manifest FILE  the tasks and round budgets of a main.json "
+	    "(a recording's)\n"
 	    "  --rounds N       every task's round budget\n"
 	    "  --agents N       agent processes per role\n"
 	    "  --timeout-s N    give up waiting after N seconds (default: "
@@ -290,13 +305,33 @@ main_plan(main_job *m, const kc_config *cfg, const char *recordings)
 	char manifest[PATH_MAX + 32], path[PATH_MAX + 32];
 	int rv;
 
+	if (m->live && getenv("KCLAW_LLM_REPLAY") != NULL) {
+		/* --live: the agents must not replay what the environment
+		 * names. */
+		unsetenv("KCLAW_LLM_REPLAY");
+	}
 	if ((rv = llm_config_load(&lc, cfg)) != 0)
 		return rv;
+	if (m->live && (!*lc.model || *lc.replay_dir))
+		return kc_seterr(KC_EINVAL, "--live needs a model: %s",
+		    *lc.model ? "kclaw.json's \"llm\" sets \"replay\"; remove "
+		                "it"
+		              : "set KCLAW_LLM_MODEL (with KCLAW_LLM_BASE_URL "
+		                "and KCLAW_LLM_API_KEY) or \"llm\" in "
+		                "kclaw.json (docs/agents.md)");
 	if (recordings == NULL && !*lc.replay_dir && *lc.model) {
 		snprintf(m->llm, sizeof(m->llm), "model %s at %s", lc.model,
 		    lc.base_url);
+		snprintf(m->model, sizeof(m->model), "%s", lc.model);
+		if (m->manifest != NULL)
+			return main_read_manifest(m, m->manifest, true);
 		return main_scan_examples(m);
 	}
+	if (*m->record)
+		return kc_seterr(KC_EINVAL,
+		    "--record records a model's replies, and the agents answer "
+		    "from recordings here (--recordings or KCLAW_LLM_REPLAY); "
+		    "configure a model (docs/agents.md) or give --live");
 	if (recordings == NULL && *lc.replay_dir)
 		recordings = lc.replay_dir;
 	if (recordings == NULL) {
@@ -313,6 +348,8 @@ main_plan(main_job *m, const kc_config *cfg, const char *recordings)
 	setenv("KCLAW_LLM_REPLAY", m->recordings, 1);
 	snprintf(m->llm, sizeof(m->llm), "recordings %s", m->recordings);
 	snprintf(manifest, sizeof(manifest), "%s/main.json", m->recordings);
+	if (m->manifest != NULL)
+		return main_read_manifest(m, m->manifest, true);
 	if (access(manifest, R_OK) == 0)
 		return main_read_manifest(m, manifest, true);
 	return main_scan_examples(m);
@@ -415,6 +452,11 @@ main_start(main_job *m, const kc_config *cfg, orch_client *c)
 			    "kclaw main: using the service already running "
 			    "in %s\n",
 			    m->home);
+			if (*m->record || m->live)
+				fprintf(m->progress,
+				    "kclaw main: its agents answer as they "
+				    "were started; --live and --record reach "
+				    "only a service this command starts\n");
 			kclaw__health_response__free_unpacked(h, NULL);
 			return 0;
 		}
@@ -693,6 +735,83 @@ main_last_seq(orch_client *c)
 	return seq;
 }
 
+/* ------------------------------------------------------------ record */
+
+/* --record DIR: a new (or empty) folder the agents write every exchange
+ * to (KCLAW_LLM_RECORD, inherited through `kclaw up`). */
+static int
+main_record_prepare(main_job *m)
+{
+	char path[PATH_MAX];
+	DIR *d;
+	struct dirent *e;
+	int rv;
+
+	if (!*m->record)
+		return 0;
+	if ((rv = kc_mkdirs(m->record, 0700)) != 0)
+		return kc_seterr(
+		    rv, "cannot create the recording folder %s", m->record);
+	if (realpath(m->record, path) == NULL || (d = opendir(path)) == NULL)
+		return kc_seterr(
+		    KC_EIO, "cannot open the recording folder %s", m->record);
+	while ((e = readdir(d)) != NULL)
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+			break;
+	closedir(d);
+	if (e != NULL)
+		return kc_seterr(KC_EEXIST,
+		    "the recording folder %s is not empty; give a new one, so "
+		    "that it holds this run only",
+		    path);
+	snprintf(m->record, sizeof(m->record), "%s", path);
+	setenv("KCLAW_LLM_RECORD", m->record, 1);
+	return 0;
+}
+
+/* DIR/main.json: the tasks and the round budgets they ran with, which
+ * `kclaw main --recordings DIR` reads (format of examples/recordings). */
+static int
+main_record_manifest(const main_job *m)
+{
+	char path[PATH_MAX + 16], doc[512], *text;
+	cJSON *root = cJSON_CreateObject(), *tasks;
+	int rv = KC_ENOMEM;
+
+	snprintf(doc, sizeof(doc),
+	    "The tasks of a live `kclaw main` with model %s, with their "
+	    "round budgets; the replies are the recorded exchanges beside "
+	    "this file. Replay: kclaw main --recordings <this folder>.",
+	    m->model);
+	if (root == NULL ||
+	    cJSON_AddStringToObject(root, "format", "kclaw-main/1") == NULL ||
+	    cJSON_AddStringToObject(root, "doc", doc) == NULL ||
+	    cJSON_AddStringToObject(root, "model", m->model) == NULL ||
+	    (tasks = cJSON_AddArrayToObject(root, "tasks")) == NULL)
+		goto out;
+	for (size_t i = 0; i < m->ntasks; i++) {
+		const main_task *t = &m->tasks[i];
+		cJSON *o = cJSON_CreateObject();
+		if (o == NULL || !cJSON_AddItemToArray(tasks, o) ||
+		    cJSON_AddStringToObject(o, "bundle", t->bundle) == NULL)
+			goto out;
+		if (t->spec->budget != NULL && t->spec->budget->rounds &&
+		    cJSON_AddNumberToObject(
+		        o, "rounds", t->spec->budget->rounds) == NULL)
+			goto out;
+	}
+	if ((text = cJSON_Print(root)) == NULL)
+		goto out;
+	snprintf(path, sizeof(path), "%s/main.json", m->record);
+	rv = kc_write_file(path, text, strlen(text));
+	cJSON_free(text);
+	if (rv != 0)
+		rv = kc_seterr(rv, "cannot write %s", path);
+out:
+	cJSON_Delete(root);
+	return rv;
+}
+
 /* --------------------------------------------------------------- main */
 
 static int
@@ -710,6 +829,12 @@ main_parse(main_job *m, int argc, char **argv, const char **examples,
 			m->no_gpu_ok = true;
 		} else if (strcmp(a, "--skip-gpu-check") == 0) {
 			m->skip_gpu_check = true;
+		} else if (strcmp(a, "--live") == 0) {
+			m->live = true;
+		} else if (strcmp(a, "--record") == 0 && v && *v) {
+			snprintf(m->record, sizeof(m->record), "%s", argv[++i]);
+		} else if (strcmp(a, "--manifest") == 0 && v && *v) {
+			m->manifest = argv[++i];
 		} else if (strcmp(a, "--home") == 0 && v) {
 			i++;
 		} else if (strcmp(a, "--examples") == 0 && v) {
@@ -742,6 +867,12 @@ main_parse(main_job *m, int argc, char **argv, const char **examples,
 			main_usage(stderr);
 			return CLI_USAGE;
 		}
+	}
+	if (m->live && *recordings != NULL) {
+		fprintf(stderr,
+		    "kclaw main: --live asks the configured model and "
+		    "--recordings replays; give one of them\n");
+		return CLI_USAGE;
 	}
 	return CLI_OK;
 }
@@ -848,6 +979,8 @@ cli_main_job(int argc, char **argv)
 	    (rv = main_plan(&m, &cfg, recordings)) != 0 ||
 	    (rv = main_select(&m, names, nnames)) != 0)
 		return cli_fail("main", rv);
+	if (gpu && (rv = main_record_prepare(&m)) != 0)
+		return cli_fail("main", rv);
 	main_packed_env(&m);
 	/* The bundles' .npy files travel as paths, which the service reads
 	 * only inside its allowed roots (docs/security.md): the examples
@@ -865,10 +998,15 @@ cli_main_job(int argc, char **argv)
 		code = cli_fail("main", rv);
 		return code == CLI_USAGE ? CLI_FAIL : code; /* the bundle's */
 	}
+	if (*m.record && (rv = main_record_manifest(&m)) != 0) {
+		main_unload(&m);
+		return cli_fail("main", rv);
+	}
 	fprintf(m.progress,
 	    "kclaw main: %zu task(s) from %s; agents answer "
-	    "from %s\n",
-	    m.ntasks, m.examples, m.llm);
+	    "from %s%s%s\n",
+	    m.ntasks, m.examples, m.llm, *m.record ? "; recording to " : "",
+	    m.record);
 	if ((rv = main_start(&m, &cfg, &c)) != 0) {
 		main_unload(&m);
 		return cli_fail("main", rv);

@@ -26,8 +26,14 @@ Control endpoints (used by the tests, never by kclaw):
                        without it, 404
                    "model_info": {"llama.context_length": 8192}
                        POST /api/show answers {"model_info": ...} (Ollama)
+                   "model": {"recordings": DIR, "faults": [...]}
+                       the model-like mode (below) instead of the actions
   GET  /_log     the requests received since, as a JSON list: path (without
                  the query), query, authorization and api-key headers, body
+  GET  /_model   the model-like mode's answers since the script: {"served":
+                 [{"task", "role", "job", "try", "status", "fault",
+                 "prompt_tokens", "completion_tokens", "reasoning_tokens",
+                 "cached_tokens"}, ...]}, in the order they were sent
 
 Each request to .../chat/completions (any query string) consumes the next
 action:
@@ -45,17 +51,45 @@ action:
   {"close": true}                drops the connection without a reply
 When the script is exhausted the server answers 500 "script exhausted", so a
 test that makes more calls than it scripted fails visibly.
+
+The model-like mode ("model" in the script; tests/mainjob/live_test.sh)
+answers a whole deployment's agents, however their calls interleave, the
+way a model would: each request is told apart by its prompt (the role from
+the system message's "You are the <Role title> of kclaw", the task from the
+user message's "# Task: <name>"), and the n-th job of that role and task
+gets the reply text DIR/<task>/<role>/<n>.txt (e.g. examples/recordings).
+A request repeats the job whose last answer was a fault (an HTTP retry, a
+re-ask after a malformed or cut-off reply); otherwise it starts the next
+job. The concurrent Generator jobs of a task share one prompt, so which of
+them gets which reply is the order of their calls. Faults:
+  {"task": T, "role": R, "job": n, "try": k, "name": N, "action": ACTION}
+answers try k (0: the first request) of that job with ACTION instead:
+  an action of the list above (a 429 with Retry-After, a 5xx, a raw body,
+  content that is not a usable reply, ...): a fault, the job is asked again
+  {"truncate": 0.5}    the reply cut at half its length, finish_reason
+                       "length" (a fault)
+  {"think": "text", "open": true}
+                       the reply after "<think>text</think>" ("open": false
+                       leaves the opening tag out, as a chat template that
+                       opened it does): an answer, not a fault
+  {"reasoning_content": "text"} the reply with that field: an answer
+Every answer's usage is counted from the request: prompt_tokens = the
+messages' characters / 4, completion_tokens = the content's / 4 plus the
+reasoning's, reasoning_tokens = the reasoning's / 4, cached_tokens = the
+first two messages' / 4 on a re-ask (a conversation the server has seen).
 """
 import argparse
 import json
 import os
+import re
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
-STATE = {"actions": [], "log": [], "served": 0, "opts": {}}
+STATE = {"actions": [], "log": [], "served": 0, "opts": {}, "model": {},
+         "model_log": []}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -85,6 +119,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/_log":
             with LOCK:
                 self._send(200, json.dumps(STATE["log"]))
+            return
+        if self.path == "/_model":
+            with LOCK:
+                self._send(200, json.dumps({"served": STATE["model_log"]}))
             return
         with LOCK:
             models = STATE["opts"].get("models")
@@ -119,6 +157,8 @@ class Handler(BaseHTTPRequestHandler):
                 STATE["opts"] = script
                 STATE["log"] = []
                 STATE["served"] = 0
+                STATE["model"] = {}
+                STATE["model_log"] = []
             self._send(200, "{}")
             return
         if path.endswith("/api/show"):
@@ -147,6 +187,11 @@ class Handler(BaseHTTPRequestHandler):
         refusal = self._refusal(body)
         if refusal is not None:
             self._send(400, refusal)
+            return
+        with LOCK:
+            model = STATE["opts"].get("model")
+        if model is not None:
+            self._model_reply(model, body)
             return
         with LOCK:
             n = STATE["served"]
@@ -192,6 +237,134 @@ class Handler(BaseHTTPRequestHandler):
             }),
         }
         self._send(status, json.dumps(reply), headers)
+
+    # ------------------------------------------------- the model-like mode
+
+    def _model_job(self, body):
+        """(task, role, first two messages' characters, all characters) of
+        a chat request, or None when it is not an agent's."""
+        msgs = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(msgs, list) or len(msgs) < 2:
+            return None
+        texts = [m.get("content") or "" for m in msgs
+                 if isinstance(m, dict)]
+        m_role = re.search(r"You are the (.+?) of kclaw", texts[0])
+        m_task = re.match(r"# Task: (\S+)", texts[1])
+        if not m_role or not m_task:
+            return None
+        role = ROLE_TITLES.get(m_role.group(1), m_role.group(1).lower())
+        return (m_task.group(1), role, len(texts[0]) + len(texts[1]),
+                sum(map(len, texts)), len(msgs))
+
+    def _model_reply(self, model, body):
+        job = self._model_job(body)
+        if job is None:
+            self._send(400, json.dumps({"error": {
+                "message": "not an agent's request (no role or task)"}}))
+            return
+        task, role, head, chars, nmsgs = job
+        with LOCK:
+            st = STATE["model"].setdefault((task, role),
+                                           {"next": 0, "pending": None,
+                                            "tries": {}})
+            if st["pending"] is not None:
+                n = st["pending"]
+            else:
+                n = st["next"]
+                st["next"] += 1
+            k = st["tries"].get(n, 0)
+            st["tries"][n] = k + 1
+            action, name = None, None
+            for f in model.get("faults", []):
+                if (f.get("task"), f.get("role"), f.get("job", 0),
+                        f.get("try", 0)) == (task, role, n, k):
+                    action = f.get("action", {})
+                    name = f.get("name", "fault")
+            answer = action is None or "think" in action or \
+                "reasoning_content" in action
+            st["pending"] = None if answer else n
+        entry = {"task": task, "role": role, "job": n, "try": k,
+                 "fault": name, "status": 200,
+                 "prompt_tokens": 0, "completion_tokens": 0,
+                 "reasoning_tokens": 0, "cached_tokens": 0}
+        path = os.path.join(model["recordings"], task, role, "%d.txt" % n)
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError:
+            text = None
+        if text is None and (action is None or answer):
+            entry["status"] = 500
+            self._model_log(entry)
+            self._send(500, json.dumps({"error": {
+                "message": "no scripted reply %s/%s/%d" % (task, role, n)}}))
+            return
+        reasoning = ""
+        message = {"role": "assistant", "content": text}
+        finish = "stop"
+        if action is not None and not answer:
+            if "truncate" in action:
+                message["content"] = text[:int(len(text) *
+                                               action["truncate"])]
+                finish = "length"
+            else:
+                status = action.get("status", 200)
+                entry["status"] = status
+                if "raw" in action or "error" in action or status != 200 or \
+                        action.get("close"):
+                    self._model_log(entry)
+                    if action.get("delay_s"):
+                        time.sleep(action["delay_s"])
+                    if action.get("close"):
+                        self.close_connection = True
+                        self.connection.shutdown(2)
+                    elif "raw" in action:
+                        self._send(status, action["raw"],
+                                   action.get("headers", {}))
+                    else:
+                        self._send(status, json.dumps({"error": {
+                            "message": action.get("error", "error")}}),
+                            action.get("headers", {}))
+                    return
+                message["content"] = action.get("content", "")
+        elif action is not None and "think" in action:
+            reasoning = action["think"]
+            message["content"] = ("<think>" if action.get("open", True)
+                                  else "") + reasoning + "</think>\n\n" + \
+                text
+        elif action is not None:
+            reasoning = action["reasoning_content"]
+            message["reasoning_content"] = reasoning
+        content = message["content"] or ""
+        entry["prompt_tokens"] = chars // 4
+        entry["reasoning_tokens"] = len(reasoning) // 4
+        entry["completion_tokens"] = len(content) // 4 + (
+            0 if "think" in (action or {}) else len(reasoning) // 4)
+        entry["cached_tokens"] = head // 4 if nmsgs > 2 else 0
+        self._model_log(entry)
+        usage = {"prompt_tokens": entry["prompt_tokens"],
+                 "completion_tokens": entry["completion_tokens"],
+                 "total_tokens": entry["prompt_tokens"] +
+                 entry["completion_tokens"],
+                 "completion_tokens_details": {
+                     "reasoning_tokens": entry["reasoning_tokens"]},
+                 "prompt_tokens_details": {
+                     "cached_tokens": entry["cached_tokens"]}}
+        self._send(200, json.dumps({
+            "id": "chatcmpl-model-%s-%s-%d-%d" % (task, role, n, k),
+            "object": "chat.completion", "model": body.get("model"),
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": finish}],
+            "usage": usage}))
+
+    def _model_log(self, entry):
+        with LOCK:
+            STATE["model_log"].append(entry)
+
+
+ROLE_TITLES = {"Generator": "generator", "Feature Extractor": "feature",
+               "Planner": "planner", "Optimizer": "optimizer",
+               "Diagnoser": "diagnoser", "Repairer": "repairer"}
 
 
 def main():
