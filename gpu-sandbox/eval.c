@@ -1644,20 +1644,31 @@ ev_chk_slot(const ev *e, unsigned slot, size_t t)
 	return e->g->chk + ((size_t)slot * EV_CHK_OUTS + t) * EV_CHK_SLOT;
 }
 
-/* A timed run's inputs and parameters, generated in place from their
- * seeds (host memory no kernel can reach): whatever an earlier run wrote
- * into them is gone, and no input set comes back. */
+/* A run's tensors generated in place from their seeds (host memory no
+ * kernel can reach): the inputs, and with params the parameters too. */
 static int
-cuda_run_inputs(ev *e, unsigned k, unsigned id)
+cuda_make_tensors(ev *e, unsigned id, int params)
 {
-	(void)k;
 	for (size_t t = 0; t < e->nt; t++) {
-		if (e->task->tensors[t]->kind == KCLAW__TENSOR_KIND__OUTPUT)
+		Kclaw__TensorKind kind = e->task->tensors[t]->kind;
+		if (kind == KCLAW__TENSOR_KIND__OUTPUT ||
+		    (kind == KCLAW__TENSOR_KIND__PARAMETER && !params))
 			continue;
 		if (ev_generate(e, t, EV_MAX_TRIALS + id, e->tdev[t]) != 0)
 			return -1;
 	}
 	return 0;
+}
+
+/* A timed run's inputs: new ones, so no input set comes back. The
+ * parameters are as the last check left them, made again from their
+ * seeds (a candidate that wrote one gets its own wrong answer, since the
+ * reference's run makes them again). */
+static int
+cuda_run_inputs(ev *e, unsigned k, unsigned id)
+{
+	(void)k;
+	return cuda_make_tensors(e, id, 0);
 }
 
 /* The candidate's outputs set aside, the inputs made again (so a candidate
@@ -1677,7 +1688,8 @@ cuda_run_check(ev *e, unsigned k, unsigned id, unsigned slot)
 			    g->cu.cuMemcpyDtoDAsync(e->held[t], e->tdev[t],
 			        e->tbytes[t], g->stream),
 			    EV_INTERNAL, "setting a timed run's outputs aside");
-	if (cuda_run_inputs(e, k, id) != 0 || ev_poison(e, &e->ref) != 0 ||
+	(void)k;
+	if (cuda_make_tensors(e, id, 1) != 0 || ev_poison(e, &e->ref) != 0 ||
 	    prog_enqueue(e, &e->ref) != 0)
 		return -1;
 	for (size_t t = 0; t < e->nt && t < EV_CHK_OUTS; t++)
