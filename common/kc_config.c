@@ -2,6 +2,8 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fnmatch.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,83 @@ kc_config_env(const char *name, char *dst, size_t n)
 
 	if (v != NULL && *v != '\0')
 		kc_strlcpy(dst, v, n);
+}
+
+/* One price's field: absent is def, else a number >= 0 (USD per million
+ * tokens). */
+static int
+kc_config_rate(const kc_config *cfg, const cJSON *entry, const char *glob,
+    const char *key, double def, double *out)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(entry, key);
+
+	*out = def;
+	if (v == NULL && def >= 0)
+		return 0;
+	if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) ||
+	    !isfinite(v->valuedouble))
+		return kc_seterr(KC_EINVAL,
+		    "%s: prices[\"%s\"].%s must be a number >= 0 (USD per "
+		    "million tokens)%s; fix it",
+		    cfg->config_path, glob, key,
+		    def < 0 ? ", and prompt and completion are required" : "");
+	*out = v->valuedouble;
+	return 0;
+}
+
+/* kclaw.json's "prices": {"<model glob>": {"prompt": ..., ...}, ...}. */
+static int
+kc_config_prices(kc_config *cfg, const cJSON *root)
+{
+	const cJSON *prices = cJSON_GetObjectItemCaseSensitive(root, "prices");
+	const cJSON *e;
+	int rv;
+
+	if (prices == NULL)
+		return 0;
+	if (!cJSON_IsObject(prices))
+		return kc_seterr(KC_EINVAL,
+		    "%s: \"prices\" must be an object {\"<model glob>\": "
+		    "{\"prompt\": USD, \"completion\": USD, ...}} (per "
+		    "million tokens); fix it",
+		    cfg->config_path);
+	cJSON_ArrayForEach(e, prices)
+	{
+		kc_price *p = &cfg->prices[cfg->nprices];
+		if (cfg->nprices == KC_PRICES_MAX)
+			return kc_seterr(KC_EINVAL,
+			    "%s: more than %d prices; merge some with globs",
+			    cfg->config_path, KC_PRICES_MAX);
+		if (!cJSON_IsObject(e) ||
+		    !kc_strlcpy(p->model, e->string, sizeof(p->model)))
+			return kc_seterr(KC_EINVAL,
+			    "%s: prices[\"%.64s\"] must be an object with "
+			    "prompt and completion, under a model glob of "
+			    "at most %zu characters; fix it",
+			    cfg->config_path, e->string, sizeof(p->model) - 1);
+		if ((rv = kc_config_rate(
+		         cfg, e, p->model, "prompt", -1, &p->prompt)) != 0 ||
+		    (rv = kc_config_rate(cfg, e, p->model, "completion", -1,
+		         &p->completion)) != 0 ||
+		    (rv = kc_config_rate(cfg, e, p->model, "cached_prompt",
+		         p->prompt, &p->cached_prompt)) != 0 ||
+		    (rv = kc_config_rate(cfg, e, p->model, "reasoning",
+		         p->completion, &p->reasoning)) != 0)
+			return rv;
+		cfg->nprices++;
+	}
+	return 0;
+}
+
+const kc_price *
+kc_config_price(const kc_config *cfg, const char *model)
+{
+	if (model == NULL || *model == '\0')
+		return NULL;
+	for (unsigned i = 0; i < cfg->nprices; i++)
+		if (fnmatch(cfg->prices[i].model, model, 0) == 0)
+			return &cfg->prices[i];
+	return NULL;
 }
 
 int
@@ -72,8 +151,11 @@ kc_config_load(kc_config *cfg, const char *home)
 		kc_config_str(root, "token", cfg->token, sizeof(cfg->token));
 		kc_config_str(
 		    root, "http_url", cfg->http_url, sizeof(cfg->http_url));
+		rv = kc_config_prices(cfg, root);
 		cJSON_Delete(root);
 		free(text);
+		if (rv != 0)
+			return rv;
 	} else if (rv != KC_ENOENT) {
 		return rv;
 	}

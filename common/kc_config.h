@@ -10,6 +10,13 @@
  * kclaw.json ("api_url", ...), e.g. with tcp://host:port for a fleet.
  * KCLAW_HTTP_URL / "http_url" (e.g. http://127.0.0.1:8470) makes kclawd
  * serve the dashboard, its JSON API and /metrics there.
+ *
+ * "prices" (kclaw.json only) prices LLM tokens for the reports, in USD per
+ * million tokens, per model-name glob (fnmatch; the first that matches
+ * wins, in file order):
+ *   "prices": {"gpt-5*": {"prompt": 1.25, "completion": 10,
+ *              "cached_prompt": 0.125, "reasoning": 10}}
+ * cached_prompt defaults to prompt, reasoning to completion.
  */
 #ifndef KC_CONFIG_H
 #define KC_CONFIG_H
@@ -18,6 +25,13 @@
 
 #define KC_PATH_MAX 1024
 #define KC_URL_MAX 512
+#define KC_PRICES_MAX 32
+
+/* USD per million tokens of the models whose name matches the glob. */
+typedef struct {
+	char model[128];
+	double prompt, completion, cached_prompt, reasoning;
+} kc_price;
 
 typedef struct {
 	char home[KC_PATH_MAX];
@@ -29,11 +43,16 @@ typedef struct {
 	char token[128];             /* shared secret for tcp:// (optional) */
 	char http_url[KC_URL_MAX];   /* dashboard + metrics; "" = none */
 	char config_path[KC_PATH_MAX];
+	kc_price prices[KC_PRICES_MAX]; /* kclaw.json's "prices" */
+	unsigned nprices;
 } kc_config;
 
 /* Fills cfg from defaults, kclaw.json, then the environment. home may be
  * NULL (use $KCLAW_HOME or ./.kclaw). Does not create anything. */
 int kc_config_load(kc_config *cfg, const char *home);
+/* The price of model: the first of cfg's prices whose glob matches it, or
+ * NULL when none does (or model is NULL or empty). Points into cfg. */
+const kc_price *kc_config_price(const kc_config *cfg, const char *model);
 /* Creates home, run/ and db/ with owner-only permissions. */
 int kc_config_prepare(const kc_config *cfg);
 

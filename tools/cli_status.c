@@ -11,6 +11,7 @@
 #include "client.h"
 #include "kc_err.h"
 #include "pbjson.h"
+#include "report.h"
 
 /* Tasks of a list whose reason is read from the event log, at most (one
  * events query each). */
@@ -40,7 +41,7 @@ status_speedup(const Kclaw__TaskRecord *t)
 }
 
 static void
-status_task(const Kclaw__TaskRecord *t)
+status_task(const kc_config *cfg, const Kclaw__TaskRecord *t)
 {
 	printf("task %s (%s)\n", t->id,
 	    t->spec && t->spec->name ? t->spec->name : "");
@@ -52,11 +53,36 @@ status_task(const Kclaw__TaskRecord *t)
 	printf("  best       %s  %.4f ms  %.3fx\n",
 	    *t->best_id ? t->best_id : "-", t->best_ms, status_speedup(t));
 	printf("  tokens     %llu\n", (unsigned long long)t->tokens);
+	if (t->n_usage) {
+		printf("  usage\n");
+		cli_usage_print(stdout, cfg, t->usage, t->n_usage, "    ");
+	}
 	if (t->error && *t->error) {
 		printf("  why        %s\n", t->error);
 		printf(
 		    "  events     kclaw watch %s --log --no-follow\n", t->id);
 	}
+}
+
+/* The TaskRecord as JSON, its usage priced (report.h's cli_usage_json). */
+static int
+status_task_json(const kc_config *cfg, const Kclaw__TaskRecord *t)
+{
+	cJSON *o = kc_pb_to_json(&t->base);
+	char *s = NULL;
+	int rv = KC_ENOMEM;
+
+	if (o != NULL) {
+		cJSON_DeleteItemFromObjectCaseSensitive(o, "usage");
+		if ((rv = cli_usage_json(o, cfg, t->usage, t->n_usage)) == 0 &&
+		    (s = cJSON_PrintUnformatted(o)) == NULL)
+			rv = KC_ENOMEM;
+	}
+	if (rv == 0)
+		printf("%s\n", s);
+	free(s);
+	cJSON_Delete(o);
+	return rv;
 }
 
 int
@@ -87,11 +113,11 @@ cli_status(int argc, char **argv)
 		} else {
 			cli_task_why_fill(&c, resp->task);
 			if (json) {
-				char *s = kc_pb_to_json_text(&resp->task->base);
-				printf("%s\n", s ? s : "null");
-				free(s);
+				rv = status_task_json(&cfg, resp->task);
+				if (rv != 0)
+					code = cli_fail("status", rv);
 			} else {
-				status_task(resp->task);
+				status_task(&cfg, resp->task);
 			}
 			kclaw__status_response__free_unpacked(resp, NULL);
 		}
