@@ -745,6 +745,7 @@ main_record_prepare(main_job *m)
 	char path[PATH_MAX];
 	DIR *d;
 	struct dirent *e;
+	bool empty = true;
 	int rv;
 
 	if (!*m->record)
@@ -755,11 +756,11 @@ main_record_prepare(main_job *m)
 	if (realpath(m->record, path) == NULL || (d = opendir(path)) == NULL)
 		return kc_seterr(
 		    KC_EIO, "cannot open the recording folder %s", m->record);
-	while ((e = readdir(d)) != NULL)
-		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-			break;
+	while (empty && (e = readdir(d)) != NULL)
+		empty =
+		    strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
 	closedir(d);
-	if (e != NULL)
+	if (!empty)
 		return kc_seterr(KC_EEXIST,
 		    "the recording folder %s is not empty; give a new one, so "
 		    "that it holds this run only",
