@@ -652,13 +652,14 @@ rep_ms(char *buf, size_t n, double v)
 static void
 rep_print_tasks(const rep_report *rp, FILE *out)
 {
-	char sp[32], vc[32], ref[32], best[32], cost[32];
+	char sp[32], vc[32], ref[32], best[32], usd_s[32], cost[40];
+	/* Costs need a price table: without one, no column of dashes. */
+	bool costs = rp->cfg->nprices > 0, priced;
 	double usd;
-	bool priced;
 
-	fprintf(out, "%-18s %-16s %-9s %8s %10s %9s %9s %6s %7s %8s %9s\n",
+	fprintf(out, "%-18s %-16s %-9s %8s %10s %9s %9s %6s %7s %8s%s\n",
 	    "task", "id", "state", "speedup", "vs compile", "ref ms", "best ms",
-	    "rounds", "repairs", "tokens", "cost");
+	    "rounds", "repairs", "tokens", costs ? "      cost" : "");
 	for (size_t i = 0; i < rp->n; i++) {
 		const rep_row *r = &rp->rows[i];
 		rep_ratio(sp, sizeof(sp), r->speedup);
@@ -666,10 +667,12 @@ rep_print_tasks(const rep_report *rp, FILE *out)
 		rep_ms(ref, sizeof(ref), r->ref_ms);
 		rep_ms(best, sizeof(best), r->best_ms);
 		priced = rep_usage_total(rp->cfg, r->usage, r->nusage, &usd);
-		rep_cost(cost, sizeof(cost), usd, priced);
+		rep_cost(usd_s, sizeof(usd_s), usd, priced);
+		cost[0] = '\0';
+		if (costs)
+			snprintf(cost, sizeof(cost), " %9s", usd_s);
 		fprintf(out,
-		    "%-18.18s %-16.16s %-9s %8s %10s %9s %9s %6u %7u %8llu "
-		    "%9s\n",
+		    "%-18.18s %-16.16s %-9s %8s %10s %9s %9s %6u %7u %8llu%s\n",
 		    r->name, r->id, r->state, sp, vc, ref, best, r->rounds,
 		    r->repairs, (unsigned long long)r->tokens, cost);
 	}
