@@ -78,6 +78,25 @@ if command -v npm >/dev/null 2>&1 && [ ! -d tests/monitor/node_modules/playwrigh
 		echo "install-deps: npm could not install playwright-core (see /tmp/kclaw-npm.log); the dashboard browser test will be skipped" >&2
 fi
 
+# deploy/ tests (tests/deploy): systemd-analyze verifies the units,
+# shellcheck the Slurm script, kubectl renders the kustomization, and the
+# npm package kubernetes-models validates the manifests against the
+# Kubernetes OpenAPI schemas. Each is optional: without it that check is
+# skipped (the test says so), not failed.
+command -v systemd-analyze >/dev/null 2>&1 ||
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends systemd >>/tmp/kclaw-apt.log 2>&1 ||
+	echo "install-deps: could not install systemd (systemd-analyze); deploy_systemd will be skipped" >&2
+command -v shellcheck >/dev/null 2>&1 ||
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends shellcheck >>/tmp/kclaw-apt.log 2>&1 ||
+	echo "install-deps: could not install shellcheck; deploy_slurm runs without it" >&2
+command -v kubectl >/dev/null 2>&1 ||
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends kubernetes-client >>/tmp/kclaw-apt.log 2>&1 ||
+	echo "install-deps: could not install kubernetes-client (kubectl); deploy_k8s validates without kustomize rendering" >&2
+if command -v npm >/dev/null 2>&1 && [ ! -d tests/deploy/node_modules/kubernetes-models ]; then
+	(cd tests/deploy && timeout 300 npm ci --no-audit --no-fund >/tmp/kclaw-npm-deploy.log 2>&1) ||
+		echo "install-deps: npm could not install kubernetes-models (see /tmp/kclaw-npm-deploy.log); deploy_k8s will be skipped" >&2
+fi
+
 if [ "$fail" -ne 0 ]; then
 	echo "install-deps: some dependencies are missing (above); the build will fail until they are installed" >&2
 	exit 1
