@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "cli_args.h"
 #include "client.h"
+#include "export/export.h"
 #include "kc_err.h"
 #include "kc_util.h"
 #include "pbjson.h"
@@ -19,10 +20,23 @@ result_usage(FILE *f)
 	fprintf(f,
 	    "usage: kclaw result TASK_ID [--json] [--out DIR] [--home DIR]\n\n"
 	    "Shows the task's best kernel (source, launch plan, timing) and "
-	    "every candidate\nit tried. --out DIR writes the best kernel as "
-	    "DIR/kernel.cu and DIR/plan.json\n(a candidate folder `kclaw "
-	    "eval` accepts). --json prints the ResultResponse.\nExit codes: 0 "
-	    "ok, 1 the task has no correct kernel (yet), 3 no such task.\n");
+	    "every candidate\nit tried. --json prints the ResultResponse.\n\n"
+	    "--out DIR writes the best kernel for use elsewhere:\n"
+	    "  kernel.cu, plan.json   the candidate (`kclaw eval TASK DIR` "
+	    "accepts it)\n"
+	    "  result.json            its measurements, and the tensors "
+	    "(shapes, dtypes)\n"
+	    "                         it was verified for\n"
+	    "  history.json           every candidate: status, time, "
+	    "speedup, round, origin\n"
+	    "  launcher.h, launcher.c a standalone C launcher (NVRTC, CUDA "
+	    "driver API,\n"
+	    "                         cuBLASLt), main.c an example\n"
+	    "  model_new.py           ModelNew, a PyTorch module with the "
+	    "task's interface\n"
+	    "  README.md              how to build and use them\n\n"
+	    "Exit codes: 0 ok, 1 the task has no correct kernel (yet), 3 no "
+	    "such task.\n");
 }
 
 static const char *
@@ -35,21 +49,6 @@ result_status(const Kclaw__EvalResult *e)
 	v = protobuf_c_enum_descriptor_get_value(
 	    &kclaw__eval_status__descriptor, e->status);
 	return v ? v->name : "?";
-}
-
-static int
-result_write(const char *dir, const Kclaw__Candidate *c)
-{
-	char path[KC_PATH_MAX];
-	int rv;
-
-	if ((rv = kc_mkdirs(dir, 0755)) != 0)
-		return rv;
-	snprintf(path, sizeof(path), "%s/kernel.cu", dir);
-	if ((rv = kc_write_file(path, c->source, strlen(c->source))) != 0)
-		return rv;
-	snprintf(path, sizeof(path), "%s/plan.json", dir);
-	return kc_write_file(path, c->plan_json, strlen(c->plan_json));
 }
 
 int
@@ -121,8 +120,14 @@ cli_result(int argc, char **argv)
 			    h->candidate->method);
 		}
 	}
-	if (out && r->best && (rv = result_write(out, r->best->candidate)) != 0)
+	if (out && r->best && (rv = kc_export_result(out, r)) != 0)
 		code = cli_fail("result", rv);
+	else if (out && r->best)
+		fprintf(stderr,
+		    "kclaw result: wrote %s/{kernel.cu, plan.json, "
+		    "result.json, history.json, launcher.h, launcher.c, "
+		    "main.c, model_new.py, README.md}\n",
+		    out);
 	else if (r->best == NULL)
 		code = CLI_FAIL;
 	if (out && r->best == NULL)
