@@ -524,6 +524,10 @@ agent_job_vars(const Kclaw__AgentJob *job, agent_vars *vars)
 	    (rv = agent_put(vars, "methods", &s)) != 0 ||
 	    (rv = agent_put(vars, "method_names", &names)) != 0)
 		goto out;
+	for (size_t i = 0; rv == 0 && i < job->n_lessons; i++)
+		rv = kc_str_printf(&s, "- %s\n", job->lessons[i]);
+	if (rv != 0 || (rv = agent_put(vars, "lessons", &s)) != 0)
+		goto out;
 	if ((rv = agent_render_plan(job->plan, &s)) != 0 ||
 	    (rv = agent_put(vars, "plan", &s)) != 0)
 		goto out;

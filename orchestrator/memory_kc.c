@@ -4,15 +4,22 @@
  * knowledge and the learned statistics, learning from every optimisation
  * attempt, and short-term memory with its bounded renderings.
  *
+ * Every optimisation round leaves a lesson (store/lessons.h); a retrieval
+ * keeps the lessons of other tasks closest to the base kernel's evidence,
+ * which the Planner is shown.
+ *
  * The knowledge is loaded once from the store (imported from the shipped
  * folder when the store has none yet). Without knowledge, retrieval answers
  * no recommendation and says why in the log; the rest works.
  */
+#include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kc_err.h"
 #include "kc_log.h"
+#include "lessons.h"
 #include "memory.h"
 #include "orch.h"
 
@@ -35,6 +42,78 @@ mkc_knowledge(store *s)
 	return mkc_kb;
 }
 
+/* The task a candidate id ("<task>-c0001") belongs to (malloc'd). */
+static char *
+mkc_task_of(const char *candidate_id)
+{
+	const char *p = strrchr(candidate_id, '-');
+
+	if (p == NULL || p[1] != 'c')
+		return strdup(candidate_id);
+	return strndup(candidate_id, (size_t)(p - candidate_id));
+}
+
+/* Evidence of a base kernel: its evaluation, features and task. */
+static int
+mkc_evidence(const Kclaw__CandidateRecord *base, const Kclaw__TaskSpec *task,
+    uint32_t sm_count, memlt_evidence **out)
+{
+	memlt_evidence *ev;
+	int rv;
+
+	if ((rv = memlt_evidence_new(&ev)) != 0)
+		return rv;
+	if (base->eval)
+		rv = memlt_evidence_add_eval(ev, base->eval);
+	if (rv == 0 && base->n_features)
+		rv = memlt_evidence_add_features(
+		    ev, base->features, base->n_features);
+	/* The task's tolerance and the GPU's SM count: rules that depend on
+	 * them (no lower precision for a tight rtol) can fire. */
+	if (rv == 0 && task)
+		rv = memlt_evidence_add_task(ev, task);
+	if (rv == 0 && sm_count)
+		rv = memlt_evidence_set(
+		    ev, KB_SRC_RUNTIME, "sm_count", (double)sm_count);
+	if (rv != 0) {
+		memlt_evidence_free(ev);
+		return rv;
+	}
+	*out = ev;
+	return 0;
+}
+
+/* Keeps the lessons of other tasks nearest to the retrieval's evidence
+ * for the Planner of base (and for `kclaw memory explain`). */
+static int
+mkc_keep_lessons(
+    store *s, const Kclaw__CandidateRecord *base, const memlt_result *res)
+{
+	const char *id = base->candidate ? base->candidate->id : NULL;
+	lesson *v = NULL;
+	size_t n = 0;
+	char **lines = NULL, *task;
+	int rv;
+
+	if (id == NULL || *id == '\0')
+		return 0;
+	if ((task = mkc_task_of(id)) == NULL)
+		return KC_ENOMEM;
+	rv = lessons_similar(s, res, task, LESSONS_DEFAULT_SHOWN, &v, &n);
+	free(task);
+	if (rv == 0 && n > 0 && (lines = calloc(n, sizeof(*lines))) == NULL)
+		rv = KC_ENOMEM;
+	for (size_t i = 0; rv == 0 && i < n; i++)
+		rv = lessons_render(&v[i], &lines[i]);
+	if (rv == 0)
+		rv = lessons_used_put(s, id, lines, n);
+	for (size_t i = 0; lines && i < n; i++)
+		free(lines[i]);
+	free(lines);
+	lessons_free(v, n);
+	return rv;
+}
+
 static int
 mkc_retrieve(void *arg, store *s, const Kclaw__CandidateRecord *base,
     const orch_retrieve_ctx *ctx, Kclaw__Recommendation ***recs, size_t *n,
@@ -54,22 +133,16 @@ mkc_retrieve(void *arg, store *s, const Kclaw__CandidateRecord *base,
 		*signature = strdup("");
 		return *signature ? 0 : KC_ENOMEM;
 	}
-	if ((rv = memlt_evidence_new(&ev)) != 0)
+	if ((rv = mkc_evidence(base, ctx ? ctx->task : NULL,
+	         ctx ? ctx->sm_count : 0, &ev)) != 0)
 		return rv;
-	if (base->eval)
-		rv = memlt_evidence_add_eval(ev, base->eval);
-	if (rv == 0 && base->n_features)
-		rv = memlt_evidence_add_features(
-		    ev, base->features, base->n_features);
-	/* The task's tolerance and the GPU's SM count: rules that depend on
-	 * them (no lower precision for a tight rtol) can fire. */
-	if (rv == 0 && ctx && ctx->task)
-		rv = memlt_evidence_add_task(ev, ctx->task);
-	if (rv == 0 && ctx && ctx->sm_count)
-		rv = memlt_evidence_set(
-		    ev, KB_SRC_RUNTIME, "sm_count", (double)ctx->sm_count);
-	if (rv == 0)
-		rv = memlt_retrieve(s, k, ev, NULL, &res);
+	rv = memlt_retrieve(s, k, ev, NULL, &res);
+	/* Lessons are advice: without them the Planner still plans. */
+	if (rv == 0 && mkc_keep_lessons(s, base, &res) != 0) {
+		KC_WARN("lessons for %s not kept: %s",
+		    base->candidate ? base->candidate->id : "?", kc_lasterr());
+		kc_clearerr();
+	}
 	if (rv == 0) {
 		*signature = strdup(res.signature ? res.signature : "");
 		for (size_t i = 0; i < res.nrecs; i++)
@@ -91,14 +164,127 @@ mkc_retrieve(void *arg, store *s, const Kclaw__CandidateRecord *base,
 	return rv;
 }
 
+/* A stored message of the orchestrator's (keys: orchestrator/orch.c). */
+static int
+mkc_get(store *s, store_cf cf, const char *key,
+    const ProtobufCMessageDescriptor *d, ProtobufCMessage **out)
+{
+	void *val;
+	size_t len;
+	int rv;
+
+	if ((rv = store_get(s, cf, key, strlen(key), &val, &len)) != 0)
+		return kc_seterr(rv, "%s is not in the store", key);
+	*out = protobuf_c_message_unpack(d, NULL, len, val);
+	free(val);
+	return *out ? 0 : kc_seterr(KC_EPROTO, "%s does not decode", key);
+}
+
+/* The plan's text as one line of at most LESSONS_CHANGE_BYTES. */
+static char *
+mkc_change(const char *plan)
+{
+	size_t n = 0, max = LESSONS_CHANGE_BYTES;
+	char *out = malloc(max + 1);
+	const char *p = plan ? plan : "";
+	bool space = false;
+
+	if (out == NULL)
+		return NULL;
+	for (; *p && n < max; p++) {
+		if (isspace((unsigned char)*p)) {
+			space = n > 0;
+			continue;
+		}
+		if (space && n + 1 < max)
+			out[n++] = ' ';
+		space = false;
+		out[n++] = *p;
+	}
+	/* Cut: never split a UTF-8 character. */
+	if (*p) {
+		while (n > 0 && ((unsigned char)out[n - 1] & 0xC0) == 0x80)
+			n--;
+		if (n > 0 && (unsigned char)out[n - 1] >= 0xC0)
+			n--;
+	}
+	out[n] = '\0';
+	return out;
+}
+
+/* The lesson of one optimisation round: the base's evidence signature and
+ * fields, the method, the plan's summary, the outcome, the speedups. */
+static int
+mkc_lesson(
+    store *s, store_batch *b, const char *task_id, const orch_memory_record *r)
+{
+	const kb *k = mkc_knowledge(s);
+	Kclaw__CandidateRecord *base = NULL;
+	Kclaw__TaskSpec *spec = NULL;
+	memlt_evidence *ev = NULL;
+	memlt_options opt = {.c = -1, .max_methods = 1};
+	memlt_result res;
+	char key[256];
+	lesson l;
+	int rv;
+
+	memset(&res, 0, sizeof(res));
+	memset(&l, 0, sizeof(l));
+	if (k == NULL || r->base_id == NULL)
+		return 0;
+	snprintf(key, sizeof(key), "%s/%s", task_id, r->base_id);
+	if ((rv = mkc_get(s, STORE_CF_CANDIDATES, key,
+	         &kclaw__candidate_record__descriptor,
+	         (ProtobufCMessage **)&base)) != 0)
+		goto out;
+	snprintf(key, sizeof(key), "%s/spec", task_id);
+	if (mkc_get(s, STORE_CF_TASKS, key, &kclaw__task_spec__descriptor,
+	        (ProtobufCMessage **)&spec) != 0)
+		kc_clearerr();
+	if ((rv = mkc_evidence(base, spec, 0, &ev)) != 0 ||
+	    (rv = memlt_retrieve(NULL, k, ev, &opt, &res)) != 0)
+		goto out;
+	/* The signature retrieval used for this base, so that lessons and
+	 * learned statistics agree; else this evidence's. */
+	l.signature = base->n_methods && base->methods[0]->signature &&
+	        *base->methods[0]->signature
+	    ? base->methods[0]->signature
+	    : res.signature;
+	l.task_id = (char *)task_id;
+	l.task_name = spec ? spec->name : NULL;
+	l.round = r->round;
+	l.method = (char *)r->method;
+	l.status = (char *)r->status;
+	l.kernel_id = (char *)r->kernel_id;
+	l.speedup = r->speedup;
+	l.before = base->eval ? base->eval->speedup : 0;
+	l.after = l.before > 0 && r->speedup > 0 ? l.before * r->speedup : 0;
+	l.fields = res.fields;
+	l.nfields = res.nfields;
+	if ((l.change = mkc_change(r->plan)) == NULL) {
+		rv = KC_ENOMEM;
+		goto out;
+	}
+	rv = lessons_put(s, b, &l);
+out:
+	free(l.change);
+	memlt_result_free(&res);
+	memlt_evidence_free(ev);
+	if (base)
+		kclaw__candidate_record__free_unpacked(base, NULL);
+	if (spec)
+		kclaw__task_spec__free_unpacked(spec, NULL);
+	return rv;
+}
+
 static int
 mkc_record(void *arg, store *s, store_batch *b, const char *task_id,
     const orch_memory_record *r)
 {
 	memst_record m;
+	int rv;
 
 	(void)arg;
-	(void)s;
 	memset(&m, 0, sizeof(m));
 	m.kind = r->kind == 1 ? MEMST_REPAIR : MEMST_OPT;
 	m.round = r->round;
@@ -117,7 +303,17 @@ mkc_record(void *arg, store *s, store_batch *b, const char *task_id,
 	m.ms = r->ms;
 	/* One record per finished round: the round is a distinct, ordered
 	 * sequence number, and a replayed transition writes the same key. */
-	return memst_put(b, task_id, r->round, &m);
+	if ((rv = memst_put(b, task_id, r->round, &m)) != 0)
+		return rv;
+	if (r->kind == 2 && r->method && *r->method &&
+	    (rv = mkc_lesson(s, b, task_id, r)) != 0 && rv != KC_ENOMEM) {
+		/* A lesson is advice for other tasks: never fatal. */
+		KC_WARN("task %s: round %u: no lesson kept: %s", task_id,
+		    r->round, kc_lasterr());
+		kc_clearerr();
+		rv = 0;
+	}
+	return rv;
 }
 
 static int
@@ -166,6 +362,22 @@ mkc_query(void *arg, store *s, const Kclaw__MemoryRequest *req,
 	return rv;
 }
 
+static int
+mkc_lessons(void *arg, store *s, const char *task_id, const char *base_id,
+    char ***lines, size_t *n)
+{
+	int rv;
+
+	(void)arg;
+	(void)task_id;
+	rv = lessons_used_get(s, base_id, lines, n);
+	if (rv == KC_ENOENT) {
+		kc_clearerr();
+		rv = 0;
+	}
+	return rv;
+}
+
 static const orch_memory_ops mkc_ops = {
     .name = "kc_memory",
     .retrieve = mkc_retrieve,
@@ -174,6 +386,7 @@ static const orch_memory_ops mkc_ops = {
     .opt_history = mkc_opt_history,
     .learn = mkc_learn,
     .query = mkc_query,
+    .lessons = mkc_lessons,
 };
 
 const orch_memory_ops *

@@ -78,6 +78,11 @@ typedef struct {
 	 * (API_UNKNOWN_METHOD). */
 	int (*query)(void *arg, store *s, const Kclaw__MemoryRequest *req,
 	    Kclaw__MemoryResponse **resp);
+	/* The lessons of other tasks shown to the Planner of base_id, kept
+	 * when its methods were retrieved: *lines is one malloc'd block (a
+	 * single free), *n 0 when there are none. May be NULL. */
+	int (*lessons)(void *arg, store *s, const char *task_id,
+	    const char *base_id, char ***lines, size_t *n);
 } orch_memory_ops;
 
 const orch_memory_ops *orch_memory_basic(void);

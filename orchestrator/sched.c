@@ -619,6 +619,10 @@ orch_build_agent(orch *o, struct orch_job *j, Kclaw__TaskSpec *spec,
 			rv = m->opt_history(o->opt.memory_arg, o->db, t->id,
 			    base, o->opt.render_bytes, text);
 			aj->opt_history = *text;
+			/* Lessons of other tasks (freed by orch_build_job). */
+			if (rv == 0 && m->lessons)
+				rv = m->lessons(o->opt.memory_arg, o->db, t->id,
+				    base, &aj->lessons, &aj->n_lessons);
 		}
 		break;
 	default:
@@ -700,6 +704,7 @@ out:
 		kclaw__opt_plan__free_unpacked(plan, NULL);
 	if (diag)
 		kclaw__diagnosis__free_unpacked(diag, NULL);
+	free(aj.lessons); /* one block: orch_memory_ops.lessons */
 	free(text);
 	return rv;
 }

@@ -13,6 +13,7 @@
 #include "kc_err.h"
 #include "kc_util.h"
 #include "kclaw.pb-c.h"
+#include "lessons.h"
 
 /* Prints a JSON document (and frees it) into *out. */
 static int
@@ -82,6 +83,7 @@ memory_knowledge(store *s, const kb **k, kb **own)
 int
 memory_cmd_import(store *s, const char *dir, bool json, char **out)
 {
+	size_t nlessons = 0;
 	uint64_t v;
 	bool changed;
 	kb *k = NULL;
@@ -94,6 +96,11 @@ memory_cmd_import(store *s, const char *dir, bool json, char **out)
 	if ((rv = kb_import(s, dir, &v, &changed)) != 0 ||
 	    (rv = kb_load(s, v, &k)) != 0)
 		return rv;
+	/* Lessons of another deployment, when the folder has them. */
+	if ((rv = lessons_import(s, dir, &nlessons)) != 0) {
+		kb_free(k);
+		return rv;
+	}
 	if (json) {
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "dir", dir);
@@ -105,16 +112,20 @@ memory_cmd_import(store *s, const char *dir, bool json, char **out)
 		cJSON_AddNumberToObject(o, "classes", (double)k->nclasses);
 		cJSON_AddNumberToObject(o, "rules", (double)k->nrules);
 		cJSON_AddNumberToObject(o, "vetoes", (double)k->nvetoes);
+		cJSON_AddNumberToObject(o, "lessons", (double)nlessons);
 		kb_free(k);
 		return memory_json_out(o, out);
 	}
-	if (changed)
+	if (nlessons > 0)
+		rv = kc_str_printf(&t, "imported %zu lessons from %s/%s\n",
+		    nlessons, dir, LESSONS_FILE);
+	if (rv == 0 && changed)
 		rv = kc_str_printf(&t,
 		    "imported %s as knowledge version %llu (%s): %zu methods, "
 		    "%zu bottleneck classes, %zu rules, %zu vetoes\n",
 		    dir, (unsigned long long)v, k->label, k->nmethods,
 		    k->nclasses, k->nrules, k->nvetoes);
-	else
+	else if (rv == 0)
 		rv = kc_str_printf(&t,
 		    "unchanged: knowledge version %llu (%s) already holds the "
 		    "content of %s\n",
@@ -126,6 +137,7 @@ memory_cmd_import(store *s, const char *dir, bool json, char **out)
 int
 memory_cmd_export(store *s, const char *dir, bool json, char **out)
 {
+	size_t nlessons = 0;
 	kb *k;
 	kc_str t = {0};
 	int rv;
@@ -133,7 +145,8 @@ memory_cmd_export(store *s, const char *dir, bool json, char **out)
 	*out = NULL;
 	if ((rv = kb_load(s, 0, &k)) != 0)
 		return rv;
-	if ((rv = kb_export(s, k->version, dir)) != 0) {
+	if ((rv = kb_export(s, k->version, dir)) != 0 ||
+	    (rv = lessons_export(s, dir, &nlessons)) != 0) {
 		kb_free(k);
 		return rv;
 	}
@@ -143,13 +156,15 @@ memory_cmd_export(store *s, const char *dir, bool json, char **out)
 		cJSON_AddNumberToObject(o, "version", (double)k->version);
 		cJSON_AddStringToObject(o, "label", k->label);
 		cJSON_AddStringToObject(o, "sha256", k->sha256);
+		cJSON_AddNumberToObject(o, "lessons", (double)nlessons);
 		kb_free(k);
 		return memory_json_out(o, out);
 	}
 	rv = kc_str_printf(&t,
-	    "exported knowledge version %llu (%s) to %s/%s and %s/%s\n",
+	    "exported knowledge version %llu (%s) to %s/%s and %s/%s, and "
+	    "%zu lessons to %s/%s\n",
 	    (unsigned long long)k->version, k->label, dir, KB_POLICY_FILE, dir,
-	    KB_METHODS_FILE);
+	    KB_METHODS_FILE, nlessons, dir, LESSONS_FILE);
 	kb_free(k);
 	return memory_text_out(&t, rv, out);
 }
@@ -333,9 +348,76 @@ memory_strs_json(char **v, size_t n)
 	return a;
 }
 
+/* The lessons of other tasks for an explained retrieval. */
+typedef struct {
+	char **lines;
+	size_t n;
+	bool shown; /* kept when the Planner was shown them */
+} memory_lessons;
+
+static void
+memory_lessons_free(memory_lessons *l)
+{
+	if (l->shown)
+		free(l->lines);
+	else {
+		for (size_t i = 0; i < l->n; i++)
+			free(l->lines[i]);
+		free(l->lines);
+	}
+	memset(l, 0, sizeof(*l));
+}
+
+/* The lessons kept for candidate_id when it was planned; else (or for
+ * evidence, candidate_id NULL) the lessons closest to r now, skipping
+ * the candidate's own task. */
+static int
+memory_lessons_get(store *s, const char *candidate_id, const memlt_result *r,
+    memory_lessons *out)
+{
+	lesson *v = NULL;
+	size_t n = 0;
+	char *task = NULL;
+	const char *p;
+	int rv;
+
+	memset(out, 0, sizeof(*out));
+	if (s == NULL)
+		return 0;
+	if (candidate_id != NULL) {
+		rv = lessons_used_get(s, candidate_id, &out->lines, &out->n);
+		if (rv == 0) {
+			out->shown = true;
+			return 0;
+		}
+		if (rv != KC_ENOENT)
+			return rv;
+		kc_clearerr();
+		p = strrchr(candidate_id, '-');
+		task = p ? strndup(candidate_id, (size_t)(p - candidate_id))
+		         : strdup(candidate_id);
+		if (task == NULL)
+			return KC_ENOMEM;
+	}
+	rv = lessons_similar(s, r, task, LESSONS_DEFAULT_SHOWN, &v, &n);
+	free(task);
+	if (rv == 0 && n > 0 &&
+	    (out->lines = calloc(n, sizeof(*out->lines))) == NULL)
+		rv = KC_ENOMEM;
+	for (size_t i = 0; rv == 0 && i < n; i++) {
+		if ((rv = lessons_render(&v[i], &out->lines[i])) == 0)
+			out->n++;
+	}
+	lessons_free(v, n);
+	if (rv != 0)
+		memory_lessons_free(out);
+	return rv;
+}
+
 static int
 memory_result_out(const memlt_result *r, const char *candidate_id,
-    Kclaw__Recommendation *const *stored, size_t nstored, bool json, char **out)
+    Kclaw__Recommendation *const *stored, size_t nstored,
+    const memory_lessons *les, bool json, char **out)
 {
 	kc_str t = {0};
 	int rv = 0;
@@ -376,6 +458,9 @@ memory_result_out(const memlt_result *r, const char *candidate_id,
 				    sa, cJSON_CreateString(stored[i]->method));
 			cJSON_AddItemToObject(o, "recommended_then", sa);
 		}
+		cJSON_AddItemToObject(
+		    o, "lessons", memory_strs_json(les->lines, les->n));
+		cJSON_AddBoolToObject(o, "lessons_shown", les->shown);
 		cJSON_AddStringToObject(o, "trace", r->trace);
 		return memory_json_out(o, out);
 	}
@@ -405,6 +490,13 @@ memory_result_out(const memlt_result *r, const char *candidate_id,
 			rv |= kc_str_printf(&t, " %s", stored[i]->method);
 		rv |= kc_str_printf(&t, "\n");
 	}
+	rv |= kc_str_printf(&t, "\nlessons from other tasks (%s):\n",
+	    les->shown ? "shown to the Planner"
+	               : "closest to this evidence now");
+	for (size_t i = 0; i < les->n; i++)
+		rv |= kc_str_printf(&t, "  %zu. %s\n", i + 1, les->lines[i]);
+	if (les->n == 0)
+		rv |= kc_str_printf(&t, "  none\n");
 	return memory_text_out(&t, rv, out);
 }
 
@@ -433,11 +525,14 @@ memory_cmd_explain_evidence(
     store *s, const kb *k, const char *evidence_json, bool json, char **out)
 {
 	memlt_result r;
+	memory_lessons les = {0};
 	int rv;
 
 	*out = NULL;
-	if ((rv = memory_explain_evidence(s, k, evidence_json, &r)) == 0)
-		rv = memory_result_out(&r, NULL, NULL, 0, json, out);
+	if ((rv = memory_explain_evidence(s, k, evidence_json, &r)) == 0 &&
+	    (rv = memory_lessons_get(s, NULL, &r, &les)) == 0)
+		rv = memory_result_out(&r, NULL, NULL, 0, &les, json, out);
+	memory_lessons_free(&les);
 	memlt_result_free(&r);
 	return rv;
 }
@@ -522,8 +617,11 @@ memory_cmd_explain_candidate(
 	*out = NULL;
 	if ((rv = memory_explain_candidate(s, k, candidate_id, &r, &rec)) ==
 	    0) {
-		rv = memory_result_out(
-		    &r, candidate_id, rec->methods, rec->n_methods, json, out);
+		memory_lessons les = {0};
+		if ((rv = memory_lessons_get(s, candidate_id, &r, &les)) == 0)
+			rv = memory_result_out(&r, candidate_id, rec->methods,
+			    rec->n_methods, &les, json, out);
+		memory_lessons_free(&les);
 		kclaw__candidate_record__free_unpacked(rec, NULL);
 	}
 	memlt_result_free(&r);
@@ -602,14 +700,19 @@ memory_serve(store *s, const kb *k, const Kclaw__MemoryRequest *req,
 			rv = kc_seterr(KC_EINVAL,
 			    "explain needs candidate_id or evidence JSON in "
 			    "data");
+		memory_lessons les = {0};
+		const char *cid = rec ? req->candidate_id : NULL;
+		if (rv == 0)
+			rv = memory_lessons_get(s, cid, &r, &les);
 		if (rv == 0)
 			rv = memory_result_out(&r, req->candidate_id,
 			    rec ? rec->methods : NULL, rec ? rec->n_methods : 0,
-			    false, &text);
+			    &les, false, &text);
 		if (rv == 0)
 			rj = memory_result_out(&r, req->candidate_id,
 			    rec ? rec->methods : NULL, rec ? rec->n_methods : 0,
-			    true, &json);
+			    &les, true, &json);
+		memory_lessons_free(&les);
 		rv = memory_serve_cmd(rv, text, rj, json, resp);
 		if (rv == 0) {
 			/* The recommendations move into the response. */

@@ -880,6 +880,7 @@ memlt_result_free(memlt_result *r)
 	free(r->signature);
 	free(r->primary);
 	free(r->trace);
+	free(r->fields);
 	memset(r, 0, sizeof(*r));
 }
 
@@ -1086,7 +1087,8 @@ memlt_retrieve(store *s, const kb *k, const memlt_evidence *ev,
 	    calloc(k->nfields + k->nderived + k->npredicates + k->nclasses + 1,
 	        sizeof(*ctx.vals));
 	active = calloc(k->nclasses + 1, sizeof(*active));
-	if (ctx.vals == NULL || active == NULL) {
+	out->fields = calloc(k->nfields + 1, sizeof(*out->fields));
+	if (ctx.vals == NULL || active == NULL || out->fields == NULL) {
 		rv = KC_ENOMEM;
 		goto out;
 	}
@@ -1100,6 +1102,12 @@ memlt_retrieve(store *s, const kb *k, const memlt_evidence *ev,
 	for (size_t i = 0; i < k->nfields; i++) {
 		memlt_val *v = &ctx.vals[ctx.n++];
 		memlt_normalise(&k->fields[i], ev, v);
+		if (v->v.known && out->fields != NULL) {
+			memlt_field *f = &out->fields[out->nfields++];
+			snprintf(f->name, sizeof(f->name), "%s", v->name);
+			f->value = v->v.v;
+			f->source = k->fields[i].source;
+		}
 		expr_value_str(v->v, false, buf, sizeof(buf));
 		if (v->v.known)
 			mem |= kc_str_printf(&t, "  %-26s = %-10s  from %s\n",

@@ -81,6 +81,13 @@ typedef struct {
 	bool with_global_fallback; /* show all-signature stats in knowledge */
 } memlt_options;
 
+/* One known field of the normalised evidence (lessons compare them). */
+typedef struct {
+	char name[48];
+	double value;
+	kb_source source;
+} memlt_field;
+
 typedef struct {
 	/* Ranked, best first. Each is malloc'd with malloc'd strings: free it
 	 * with kclaw__recommendation__free_unpacked(r, NULL), or all of them
@@ -97,6 +104,8 @@ typedef struct {
 	size_t nfired;
 	char **vetoes; /* vetoes whose condition held */
 	size_t nvetoes;
+	memlt_field *fields; /* the known fields, in the policy's order */
+	size_t nfields;
 } memlt_result;
 
 /*
