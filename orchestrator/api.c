@@ -15,7 +15,6 @@
 #include "kc_util.h"
 #include "spec_check.h"
 #include "orch_int.h"
-#include "blobs.h"
 #include "security.h"
 
 #ifndef KCLAW_VERSION
@@ -143,10 +142,10 @@ api_submit(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 	if (!loaded && (rv = kc_spec_check(spec)) != 0)
 		goto out;
 	/* Tensor files enter the store by content, so the task no longer
-	 * needs its bundle folder (blobs are idempotent: a refused submit
-	 * leaves at most unreferenced blobs). */
-	if ((rv = orch_spec_paths_check(&o->opt.cfg, spec)) == 0 &&
-	    (rv = orch_blobs_import(o->db, (Kclaw__TaskSpec *)spec)) == 0)
+	 * needs its bundle folder; that is work in proportion to the task's
+	 * size, done off the loop while the task is IMPORTING: Submit
+	 * answers at once. */
+	if ((rv = orch_spec_paths_check(&o->opt.cfg, spec)) == 0)
 		rv = orch_submit(o, spec, req->task_id, id);
 out:
 	if (rv == 0) {

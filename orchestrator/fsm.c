@@ -11,6 +11,9 @@
 typedef void (*fsm_fn)(orch_fsm *f, const orch_input *in, orch_actions *a);
 
 static void fsm_seed(orch_fsm *f, const orch_input *in, orch_actions *a);
+static void fsm_import(orch_fsm *f, const orch_input *in, orch_actions *a);
+static void fsm_import_failed(
+    orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_seed_reply(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_seed_done(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_repair(orch_fsm *f, const orch_input *in, orch_actions *a);
@@ -30,6 +33,9 @@ static const struct fsm_row {
 	fsm_fn fn; /* -> the states it may lead to */
 } fsm_table[] = {
 	{ORCH_ST_SUBMITTED,    ORCH_IN_START,      fsm_seed},         /* SEEDING: k Generator jobs */
+	{ORCH_ST_SUBMITTED,    ORCH_IN_IMPORT,     fsm_import},       /* IMPORTING: tensors to the store */
+	{ORCH_ST_IMPORTING,    ORCH_IN_IMPORTED,   fsm_seed},         /* SEEDING: k Generator jobs */
+	{ORCH_ST_IMPORTING,    ORCH_IN_IMPORT_FAILED, fsm_import_failed}, /* FAILED */
 	{ORCH_ST_SEEDING,      ORCH_IN_SEEDS,      fsm_seed_reply},   /* (same) REVIEW_SEEDS FAILED */
 	{ORCH_ST_REVIEW_SEEDS, ORCH_IN_EVALUATED,  fsm_seed_done},    /* (same) FEATURES DIAGNOSE FAILED */
 	{ORCH_ST_DIAGNOSE,     ORCH_IN_DIAGNOSED,  fsm_repair},       /* REPAIR */
@@ -336,6 +342,23 @@ fsm_seed(orch_fsm *f, const orch_input *in, orch_actions *a)
 		    f, a, KCLAW__ROLE__GENERATOR, 0, f->await_first + i);
 }
 
+/* The task names tensor files (or inline tensors): they enter the store
+ * by content, off the loop, before the task seeds. */
+static void
+fsm_import(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	(void)in;
+	f->state = ORCH_ST_IMPORTING;
+	fsm_act(a, ORCH_ACT_IMPORT);
+}
+
+static void
+fsm_import_failed(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	(void)in;
+	fsm_finish(f, a, ORCH_STOP_IMPORT_FAILED);
+}
+
 /* Every Generator answered: evaluate the seeds they gave, all at once
  * (the evaluation of seed i is job await_first + i). Waiting for every
  * Generator keeps the task's course independent of the order of answers.
@@ -619,7 +642,9 @@ fsm_tick(orch_fsm *f, const orch_input *in, orch_actions *a)
 static bool
 fsm_has_job(enum orch_input_kind k)
 {
-	return k != ORCH_IN_START && k != ORCH_IN_CANCEL && k != ORCH_IN_TICK;
+	return k != ORCH_IN_START && k != ORCH_IN_CANCEL && k != ORCH_IN_TICK &&
+	    k != ORCH_IN_IMPORT && k != ORCH_IN_IMPORTED &&
+	    k != ORCH_IN_IMPORT_FAILED;
 }
 
 bool
@@ -659,6 +684,8 @@ void
 orch_fsm_resume(const orch_fsm *f, orch_actions *acts)
 {
 	acts->n = 0;
+	if (f->state == ORCH_ST_IMPORTING)
+		fsm_act(acts, ORCH_ACT_IMPORT); /* done again from the start */
 	if (f->state == ORCH_ST_RETRIEVE) {
 		orch_action *x = fsm_act(acts, ORCH_ACT_RETRIEVE);
 		x->job = f->await_first;
@@ -729,7 +756,8 @@ orch_state_name(uint32_t state)
 {
 	static const char *names[ORCH_ST_COUNT] = {"SUBMITTED", "SEEDING",
 	    "REVIEW_SEEDS", "DIAGNOSE", "REPAIR", "REVIEW", "FEATURES",
-	    "RETRIEVE", "PLAN", "OPTIMIZE", "DONE", "FAILED", "CANCELLED"};
+	    "RETRIEVE", "PLAN", "OPTIMIZE", "DONE", "FAILED", "CANCELLED",
+	    "IMPORTING"};
 
 	return state < ORCH_ST_COUNT ? names[state] : "UNKNOWN";
 }
@@ -739,7 +767,8 @@ orch_input_name(enum orch_input_kind kind)
 {
 	static const char *names[ORCH_IN_COUNT] = {"START", "SEEDS",
 	    "EVALUATED", "DIAGNOSED", "CANDIDATE", "FEATURES", "RETRIEVED",
-	    "PLANNED", "JOB_FAILED", "CANCEL", "TICK"};
+	    "PLANNED", "JOB_FAILED", "CANCEL", "TICK", "IMPORT", "IMPORTED",
+	    "IMPORT_FAILED"};
 
 	return (unsigned)kind < ORCH_IN_COUNT ? names[kind] : "UNKNOWN";
 }
@@ -766,6 +795,9 @@ orch_stop_text(uint32_t stop)
 	case ORCH_STOP_NO_CANDIDATE:
 		return "no seed: every Generator answered without a "
 		       "candidate";
+	case ORCH_STOP_IMPORT_FAILED:
+		return "import failed: the task's tensors could not be read "
+		       "into the store; fix the bundle and submit it again";
 	default: return "";
 	}
 }

@@ -33,6 +33,9 @@ enum orch_state {
 	ORCH_ST_DONE,
 	ORCH_ST_FAILED,
 	ORCH_ST_CANCELLED,
+	/* Its tensor files enter the store (off the loop). Appended: stored
+	 * states keep their numbers. */
+	ORCH_ST_IMPORTING,
 	ORCH_ST_COUNT
 };
 
@@ -47,22 +50,26 @@ enum orch_input_kind {
 	ORCH_IN_PLANNED,    /* Planner reply */
 	ORCH_IN_JOB_FAILED, /* a job failed for good (retries spent) */
 	ORCH_IN_CANCEL,
-	ORCH_IN_TICK, /* time passes: deadlines */
+	ORCH_IN_TICK,          /* time passes: deadlines */
+	ORCH_IN_IMPORT,        /* instead of START: the tensors are imported */
+	ORCH_IN_IMPORTED,      /* the import finished */
+	ORCH_IN_IMPORT_FAILED, /* the import failed (why: the caller's) */
 	ORCH_IN_COUNT
 };
 
 /* Why a task stopped. */
 enum orch_stop {
 	ORCH_STOP_NONE,
-	ORCH_STOP_ROUNDS,      /* round budget spent */
-	ORCH_STOP_TOKENS,      /* token budget spent */
-	ORCH_STOP_DEADLINE,    /* wall-time budget spent */
-	ORCH_STOP_TARGET,      /* target speedup reached */
-	ORCH_STOP_CANCELLED,   /* by a user */
-	ORCH_STOP_NO_CORRECT,  /* repairs exhausted without a correct kernel */
-	ORCH_STOP_NO_DEVICE,   /* the sandbox has no GPU */
-	ORCH_STOP_JOB_FAILED,  /* every Generator or seed evaluation failed */
-	ORCH_STOP_NO_CANDIDATE /* no Generator answered with a candidate */
+	ORCH_STOP_ROUNDS,       /* round budget spent */
+	ORCH_STOP_TOKENS,       /* token budget spent */
+	ORCH_STOP_DEADLINE,     /* wall-time budget spent */
+	ORCH_STOP_TARGET,       /* target speedup reached */
+	ORCH_STOP_CANCELLED,    /* by a user */
+	ORCH_STOP_NO_CORRECT,   /* repairs exhausted without a correct kernel */
+	ORCH_STOP_NO_DEVICE,    /* the sandbox has no GPU */
+	ORCH_STOP_JOB_FAILED,   /* every Generator or seed evaluation failed */
+	ORCH_STOP_NO_CANDIDATE, /* no Generator answered with a candidate */
+	ORCH_STOP_IMPORT_FAILED /* the task's tensors could not be imported */
 };
 
 /* Every parameter a task may set (TaskSpec.params and .budget). */
@@ -158,12 +165,13 @@ typedef struct {
 } orch_input;
 
 enum orch_action_kind {
-	ORCH_ACT_AGENT,    /* issue job `job` to role for candidate cand */
-	ORCH_ACT_EVAL,     /* issue evaluation job `job` of candidate cand */
-	ORCH_ACT_RETRIEVE, /* query long-term memory for candidate cand */
-	ORCH_ACT_EVENT,    /* publish event kind (cand, value) */
-	ORCH_ACT_RECORD,   /* short-term memory: cand's outcome (see below) */
-	ORCH_ACT_DROP_JOBS /* forget every job of the task */
+	ORCH_ACT_AGENT,     /* issue job `job` to role for candidate cand */
+	ORCH_ACT_EVAL,      /* issue evaluation job `job` of candidate cand */
+	ORCH_ACT_RETRIEVE,  /* query long-term memory for candidate cand */
+	ORCH_ACT_EVENT,     /* publish event kind (cand, value) */
+	ORCH_ACT_RECORD,    /* short-term memory: cand's outcome (see below) */
+	ORCH_ACT_DROP_JOBS, /* forget every job of the task */
+	ORCH_ACT_IMPORT     /* import the task's tensors (IMPORTED when done) */
 };
 
 /*
@@ -215,7 +223,7 @@ void orch_fsm_init(orch_fsm *f, const orch_params *p);
 bool orch_fsm_step(const orch_fsm *f, const orch_input *in, orch_fsm *next,
     orch_actions *acts);
 
-/* What a resumed task must redo that is not a job (RETRIEVE). */
+/* What a resumed task must redo that is not a job (RETRIEVE, IMPORT). */
 void orch_fsm_resume(const orch_fsm *f, orch_actions *acts);
 
 /* The median of the reference's times the task has seen; 0: none. */

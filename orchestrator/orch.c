@@ -24,6 +24,7 @@
 #include "kc_err.h"
 #include "kc_log.h"
 #include "kc_util.h"
+#include "blobs.h"
 #include "orch_int.h"
 
 /* ---------------------------------------------------------- options */
@@ -448,6 +449,72 @@ orch_event_set(char **field, const char *v)
 	*field = strdup(v ? v : "");
 }
 
+/* --------------------------------------------------------------- usage */
+
+/* Prompt and completion tokens of every reply of the task: what the token
+ * budget counts. */
+static uint64_t
+orch_usage_tokens(const struct orch_task *t)
+{
+	uint64_t n = 0;
+
+	for (int r = 0; r < ORCH_NROLES; r++)
+		n += t->usage[r].prompt + t->usage[r].completion;
+	return n;
+}
+
+/* TaskRecord.usage: one RoleUsage per role that was called, in role order
+ * (freed by orch_task_record_free). */
+static int
+orch_usage_record(const struct orch_task *t, Kclaw__TaskRecord *rec)
+{
+	size_t n = 0;
+
+	for (int r = 0; r < ORCH_NROLES; r++)
+		n += t->usage[r].calls > 0;
+	if (n == 0)
+		return 0;
+	if ((rec->usage = calloc(n, sizeof(*rec->usage))) == NULL)
+		return KC_ENOMEM;
+	for (int r = 0; r < ORCH_NROLES; r++) {
+		const struct orch_usage *u = &t->usage[r];
+		Kclaw__RoleUsage *ru;
+		if (u->calls == 0)
+			continue;
+		if ((ru = malloc(sizeof(*ru))) == NULL)
+			return KC_ENOMEM;
+		kclaw__role_usage__init(ru);
+		ru->role = (Kclaw__Role)r;
+		ru->prompt_tokens = u->prompt;
+		ru->completion_tokens = u->completion;
+		ru->reasoning_tokens = u->reasoning;
+		ru->cached_tokens = u->cached;
+		ru->calls = u->calls;
+		ru->failed_calls = u->failed_calls;
+		rec->usage[rec->n_usage++] = ru;
+	}
+	return 0;
+}
+
+/* A stored record's usage back into the task (a resumed orchestrator). */
+static void
+orch_usage_load(struct orch_task *t, const Kclaw__TaskRecord *rec)
+{
+	for (size_t i = 0; i < rec->n_usage; i++) {
+		const Kclaw__RoleUsage *ru = rec->usage[i];
+		struct orch_usage *u;
+		if ((unsigned)ru->role >= ORCH_NROLES)
+			continue;
+		u = &t->usage[ru->role];
+		u->prompt += ru->prompt_tokens;
+		u->completion += ru->completion_tokens;
+		u->reasoning += ru->reasoning_tokens;
+		u->cached += ru->cached_tokens;
+		u->calls += ru->calls;
+		u->failed_calls += ru->failed_calls;
+	}
+}
+
 /* --------------------------------------------------------- task record */
 
 int
@@ -475,7 +542,15 @@ orch_task_record(orch *o, const struct orch_task *t, Kclaw__TaskRecord *rec,
 	rec->speedup = t->fsm.best_speedup;
 	rec->failed_rounds = t->fsm.failed_rounds;
 	rec->reused_evaluations = t->fsm.reused;
-	rec->tokens = t->fsm.tokens;
+	/* Usage not yet seen by the machine (a failed call) counts too. */
+	rec->tokens = orch_usage_tokens(t) > t->fsm.tokens
+	    ? orch_usage_tokens(t)
+	    : t->fsm.tokens;
+	rec->torch_compile_ms = t->compile_ms;
+	rec->compile_speedup = t->compile_speedup;
+	rec->state_detail = strdup(t->detail ? t->detail : "");
+	if (orch_usage_record(t, rec) != 0)
+		return KC_ENOMEM;
 	rec->created_unix_ms = t->created_ms;
 	rec->finished_unix_ms = t->finished_ms;
 	rec->error = strdup(*error_out ? *error_out : "");
@@ -484,7 +559,7 @@ orch_task_record(orch *o, const struct orch_task *t, Kclaw__TaskRecord *rec,
 		memcpy(rec->fsm.data, &t->fsm, sizeof(t->fsm));
 	rec->fsm.len = sizeof(t->fsm);
 	if (!rec->id || !rec->state || !rec->base_id || !rec->best_id ||
-	    !rec->error || !rec->fsm.data)
+	    !rec->error || !rec->fsm.data || !rec->state_detail)
 		return KC_ENOMEM;
 	return 0;
 }
@@ -492,6 +567,10 @@ orch_task_record(orch *o, const struct orch_task *t, Kclaw__TaskRecord *rec,
 void
 orch_task_record_free(Kclaw__TaskRecord *rec)
 {
+	for (size_t i = 0; i < rec->n_usage; i++)
+		free(rec->usage[i]);
+	free(rec->usage);
+	free(rec->state_detail);
 	free(rec->id);
 	free(rec->state);
 	free(rec->base_id);
@@ -530,6 +609,32 @@ orch_task_put(orch *o, struct orch_task *t, const char *detail)
 	orch_task_record_free(&rec);
 	free(err);
 	return rv;
+}
+
+void
+orch_task_usage(orch *o, struct orch_task *t, const Kclaw__AgentReply *r)
+{
+	const Kclaw__Usage *u = r->usage;
+	struct orch_usage *x;
+
+	if ((unsigned)r->role >= ORCH_NROLES)
+		return;
+	x = &t->usage[r->role];
+	/* A reply without counts was one call; a failed one, one failed
+	 * call. */
+	x->calls += u && u->calls ? u->calls : 1;
+	x->failed_calls += u && u->failed_calls ? u->failed_calls : !r->ok;
+	if (u) {
+		x->prompt += u->prompt_tokens;
+		x->completion += u->completion_tokens;
+		x->reasoning += u->reasoning_tokens;
+		x->cached += u->cached_tokens;
+	}
+	/* Committed with the cycle, whether or not a transition follows (a
+	 * failed call is retried without one). */
+	if (orch_task_put(o, t, NULL) != 0)
+		KC_ERROR(
+		    "task %s: usage not recorded: %s", t->id, kc_lasterr());
 }
 
 /* -------------------------------------------------------- transitions */
@@ -932,6 +1037,24 @@ orch_queue_retrieve(orch *o, struct orch_task *t, uint32_t job)
 	o->to_retrieve = m;
 }
 
+/* The import starts once the spec it reads is committed. */
+static int
+orch_queue_import(orch *o, struct orch_task *t)
+{
+	if (o->nto_import == o->capto_import) {
+		size_t cap = o->capto_import ? o->capto_import * 2 : 16;
+		struct orch_task **q = realloc(o->to_import, cap * sizeof(*q));
+		if (q == NULL)
+			return KC_ENOMEM;
+		o->to_import = q;
+		o->capto_import = cap;
+	}
+	o->to_import[o->nto_import++] = t;
+	free(t->detail);
+	t->detail = strdup("waiting to import its tensor files");
+	return 0;
+}
+
 static int
 orch_run_action(orch *o, struct orch_task *t, const orch_fsm *prev,
     const orch_action *a, const Kclaw__EvalResult *eval, const char *detail,
@@ -945,7 +1068,11 @@ orch_run_action(orch *o, struct orch_task *t, const orch_fsm *prev,
 	case ORCH_ACT_EVAL: return orch_job_new(o, t, a, true);
 	case ORCH_ACT_RETRIEVE: orch_queue_retrieve(o, t, a->job); return 0;
 	case ORCH_ACT_RECORD: return orch_record(o, t, a, eval, staged);
-	case ORCH_ACT_DROP_JOBS: orch_jobs_drop(o, t); return 0;
+	case ORCH_ACT_DROP_JOBS:
+		orch_jobs_drop(o, t);
+		orch_import_cancel(o, t);
+		return 0;
+	case ORCH_ACT_IMPORT: return orch_queue_import(o, t);
 	case ORCH_ACT_EVENT: break;
 	}
 	text[0] = '\0';
@@ -1009,13 +1136,19 @@ orch_reply_event(orch *o, struct orch_task *t, const orch_input *in,
 
 	if (reply) {
 		const Kclaw__Usage *u = reply->usage;
+		char extra[96] = "";
+		if (u && (u->reasoning_tokens || u->cached_tokens))
+			snprintf(extra, sizeof(extra),
+			    " (%llu reasoning, %llu cached)",
+			    (unsigned long long)u->reasoning_tokens,
+			    (unsigned long long)u->cached_tokens);
 		snprintf(text, sizeof(text),
-		    "%s replied: %zu candidate(s), %llu tokens, %.0f ms",
+		    "%s replied: %zu candidate(s), %llu tokens%s, %.0f ms",
 		    orch_role_name(reply->role), reply->n_candidates,
 		    (unsigned long long)(u
 		            ? u->prompt_tokens + u->completion_tokens
 		            : 0),
-		    u ? u->latency_ms : 0);
+		    extra, u ? u->latency_ms : 0);
 		if ((ev = orch_event_new(
 		         KCLAW__EVENT_KIND__AGENT_REPLIED, t, text)) == NULL)
 			return KC_ENOMEM;
@@ -1044,6 +1177,32 @@ orch_reply_event(orch *o, struct orch_task *t, const orch_input *in,
 	return orch_event(o, ev);
 }
 
+/* The best kernel changed: torch.compile's time and the speedup over it
+ * come from its evaluation (this input's, a reused one's, or the store's). */
+static void
+orch_best_compile(orch *o, struct orch_task *t, const orch_input *in,
+    const Kclaw__EvalResult *eval, const Kclaw__CandidateRecord *staged)
+{
+	Kclaw__CandidateRecord *r = NULL;
+	const Kclaw__EvalResult *e = NULL;
+	const char *num;
+
+	if (eval && in->kind == ORCH_IN_EVALUATED && in->cand == t->fsm.best)
+		e = eval;
+	else if (staged && staged->candidate && staged->candidate->id &&
+	    (num = strrchr(staged->candidate->id, 'c')) != NULL &&
+	    (uint32_t)atoi(num + 1) == t->fsm.best)
+		e = staged->eval;
+	else if (orch_cand_get(o, t->id, t->fsm.best, &r) == 0)
+		e = r->eval;
+	else
+		kc_clearerr();
+	t->compile_ms = e ? e->torch_compile_ms : 0;
+	t->compile_speedup = e ? e->compile_speedup : 0;
+	if (r)
+		kclaw__candidate_record__free_unpacked(r, NULL);
+}
+
 int
 orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
     const Kclaw__AgentReply *reply, const Kclaw__EvalResult *eval,
@@ -1051,10 +1210,18 @@ orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
 {
 	orch_actions acts;
 	orch_fsm prev = t->fsm, next;
-	orch_input dup;
+	orch_input dup, counted;
 	Kclaw__CandidateRecord *staged = NULL;
+	uint64_t used = orch_usage_tokens(t);
 	int rv;
 
+	/* The budget counts every call's tokens, failed ones too: whatever
+	 * the machine has not seen yet comes with this input. */
+	if (in->kind != ORCH_IN_TICK) {
+		counted = *in;
+		counted.tokens = used > prev.tokens ? used - prev.tokens : 0;
+		in = &counted;
+	}
 	if (in->kind == ORCH_IN_CANDIDATE && reply && in->n > 0 &&
 	    orch_fsm_step(&prev, in, &next, &acts)) {
 		dup = *in;
@@ -1072,6 +1239,13 @@ orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
 	         o, t, &prev, in, reply, eval, retrieved, &staged)) != 0)
 		goto out;
 	t->fsm = next;
+	if (next.best != prev.best)
+		orch_best_compile(o, t, in, eval, staged);
+	if (prev.state == ORCH_ST_IMPORTING &&
+	    next.state != ORCH_ST_IMPORTING) {
+		free(t->detail);
+		t->detail = NULL;
+	}
 	for (unsigned i = 0; i < acts.n; i++)
 		if ((rv = orch_run_action(
 		         o, t, &prev, &acts.a[i], eval, t->why, staged)) != 0)
@@ -1082,9 +1256,10 @@ orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
 	}
 	o->counters.transitions++;
 	rv = orch_task_put(o, t,
-	    in->kind != ORCH_IN_JOB_FAILED ? NULL
-	        : t->why                   ? t->why
-	                                   : kc_lasterr());
+	    in->kind != ORCH_IN_JOB_FAILED && in->kind != ORCH_IN_IMPORT_FAILED
+	        ? NULL
+	        : t->why ? t->why
+	                 : kc_lasterr());
 out:
 	if (staged)
 		kclaw__candidate_record__free_unpacked(staged, NULL);
@@ -1196,7 +1371,9 @@ orch_submit(orch *o, const Kclaw__TaskSpec *spec, const char *task_id,
 {
 	struct orch_task *t;
 	orch_params p;
-	orch_input start = {.kind = ORCH_IN_START};
+	/* Tensors not in the store yet are imported first, off the loop. */
+	orch_input start = {
+	    .kind = orch_blobs_pending(spec) ? ORCH_IN_IMPORT : ORCH_IN_START};
 	Kclaw__Event *ev;
 	char id[ORCH_ID_LEN + 1], key[64], text[160];
 	int rv;
@@ -1291,6 +1468,9 @@ orch_load_task(
 	memcpy(&t->fsm, rec->fsm.data, sizeof(orch_fsm));
 	t->created_ms = rec->created_unix_ms;
 	t->finished_ms = rec->finished_unix_ms;
+	t->compile_ms = rec->torch_compile_ms;
+	t->compile_speedup = rec->compile_speedup;
+	orch_usage_load(t, rec);
 	if (!orch_state_final(t->fsm.state))
 		o->nactive++;
 	kclaw__task_record__free_unpacked(rec, NULL);
@@ -1352,10 +1532,22 @@ orch_resume(orch *o)
 	         orch_load_job, o)) != 0)
 		return rv;
 	for (size_t i = 0; i < o->nall; i++) {
+		struct orch_task *t = o->all[i];
 		orch_actions acts;
-		orch_fsm_resume(&o->all[i]->fsm, &acts);
-		for (unsigned k = 0; k < acts.n; k++)
-			orch_queue_retrieve(o, o->all[i], acts.a[k].job);
+		orch_fsm_resume(&t->fsm, &acts);
+		for (unsigned k = 0; k < acts.n; k++) {
+			if (acts.a[k].kind == ORCH_ACT_RETRIEVE) {
+				orch_queue_retrieve(o, t, acts.a[k].job);
+				continue;
+			}
+			/* An interrupted import is done again from the
+			 * start (the spec in the store is as submitted). */
+			free(t->detail);
+			t->detail = strdup("importing its tensor files again "
+			                   "after a restart");
+			if ((rv = orch_import_queue(o, t)) != 0)
+				return rv;
+		}
 	}
 	o->committed_seq = o->last_seq;
 	KC_INFO("resumed %zu task(s), %zu unfinished; last event %llu",
@@ -1365,8 +1557,8 @@ orch_resume(orch *o)
 
 /* ---------------------------------------------------------- the loop */
 
-static void
-orch_enqueue_msg(orch *o, struct orch_msg *m)
+void
+orch_post(orch *o, struct orch_msg *m)
 {
 	nng_mtx_lock(o->mtx);
 	if (o->in_tail)
@@ -1389,7 +1581,7 @@ orch_on_call(orch *o, bus_call *call, enum orch_msg_kind kind)
 	}
 	m->kind = kind;
 	m->call = call;
-	orch_enqueue_msg(o, m);
+	orch_post(o, m);
 }
 
 static void
@@ -1437,7 +1629,7 @@ orch_open(orch **out, const orch_options *opt)
 	if ((rv = kc_config_prepare(&opt->cfg)) != 0 ||
 	    (rv = store_open(&o->db, opt->cfg.db_dir)) != 0 ||
 	    (rv = store_batch_new(&o->batch)) != 0 ||
-	    (rv = orch_resume(o)) != 0)
+	    (rv = orch_import_open(o)) != 0 || (rv = orch_resume(o)) != 0)
 		goto fail;
 	if (o->staged && (rv = store_batch_commit(o->db, o->batch, true)) != 0)
 		goto fail;
@@ -1548,6 +1740,12 @@ orch_commit(orch *o, bool sync)
 	for (size_t i = 0; i < o->nto_queue; i++)
 		orch_job_enqueue(o, o->to_queue[i]);
 	o->nto_queue = 0;
+	for (size_t i = 0; i < o->nto_import; i++)
+		if (orch_import_queue(o, o->to_import[i]) != 0)
+			KC_ERROR("task %s: import not started (out of memory); "
+			         "a restart starts it",
+			    o->to_import[i]->id);
+	o->nto_import = 0;
 	for (m = o->to_retrieve; m; m = next) {
 		const orch_memory_ops *mem = o->opt.memory;
 		Kclaw__CandidateRecord *base = NULL;
@@ -1598,8 +1796,39 @@ orch_msg_free(struct orch_msg *m)
 {
 	if (m->retrieved)
 		kclaw__candidate_record__free_unpacked(m->retrieved, NULL);
+	if (m->spec)
+		kclaw__task_spec__free_unpacked(m->spec, NULL);
 	free(m->signature);
+	free(m->text);
 	free(m);
+}
+
+/* The importer's answer: the spec with its blobs is committed with the
+ * IMPORTED transition (the task seeds), or the task fails with the
+ * reason. A task no longer IMPORTING (cancelled) ignores it. */
+static void
+orch_imported(orch *o, struct orch_msg *m)
+{
+	struct orch_task *t = m->task;
+	orch_input in = {.kind = ORCH_IN_IMPORTED};
+	char key[64];
+	int rv = 0;
+
+	if (t->fsm.state != ORCH_ST_IMPORTING)
+		return;
+	kc_clearerr();
+	if (m->spec) {
+		snprintf(key, sizeof(key), "%s/spec", t->id);
+		rv = orch_put_msg(o, STORE_CF_TASKS, key, &m->spec->base);
+	} else {
+		in.kind = ORCH_IN_IMPORT_FAILED;
+		t->why = m->text;
+	}
+	if (rv == 0)
+		rv = orch_task_input(o, t, &in, NULL, NULL, NULL);
+	t->why = NULL;
+	if (rv != 0)
+		KC_ERROR("task %s: %s", t->id, kc_lasterr());
 }
 
 static void
@@ -1614,6 +1843,14 @@ orch_handle(orch *o, struct orch_msg *m)
 			KC_ERROR("task %s: %s", m->task->id, kc_lasterr());
 		break;
 	}
+	case ORCH_MSG_IMPORT_PROGRESS:
+		if (m->task->fsm.state == ORCH_ST_IMPORTING) {
+			free(m->task->detail);
+			m->task->detail = m->text;
+			m->text = NULL;
+		}
+		break;
+	case ORCH_MSG_IMPORTED: orch_imported(o, m); break;
 	}
 	orch_msg_free(m);
 }
@@ -1720,6 +1957,8 @@ orch_close(orch *o)
 
 	if (o == NULL)
 		return;
+	/* First: the importer posts inputs and reads the store. */
+	orch_import_close(o);
 	bus_server_close(o->api);
 	bus_server_close(o->work);
 	o->api = o->work = NULL;
@@ -1741,8 +1980,10 @@ orch_close(orch *o)
 		kclaw__event__free_unpacked(o->pending_events[i], NULL);
 	free(o->pending_events);
 	free(o->to_queue);
+	free(o->to_import);
 	for (size_t i = 0; i < o->nall; i++) {
 		free(o->all[i]->name);
+		free(o->all[i]->detail);
 		free(o->all[i]);
 	}
 	free(o->all);

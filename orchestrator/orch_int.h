@@ -52,6 +52,13 @@ typedef struct {
 
 #define ORCH_JOB_MAGIC 0x4b434a31u /* "KCJ1" */
 
+/* LLM usage of one role in a task (TaskRecord.usage): every reply's,
+ * failed ones included. */
+struct orch_usage {
+	uint64_t prompt, completion, reasoning, cached;
+	uint32_t calls, failed_calls;
+};
+
 struct orch_task {
 	char id[ORCH_ID_LEN + 1];
 	char *name;
@@ -65,6 +72,11 @@ struct orch_task {
 	uint32_t job_retries, agent_timeout_ms, eval_timeout_ms;
 	struct orch_job *jobs;
 	struct orch_task *hnext; /* hash chain */
+	char *detail; /* TaskRecord.state_detail (malloc'd; NULL: none) */
+	struct orch_usage usage[ORCH_NROLES];
+	/* The best kernel's evaluation: torch.compile's time, the speedup
+	 * over it (0: unknown). */
+	double compile_ms, compile_speedup;
 };
 
 /* A worker waiting for a job (its request is held). */
@@ -78,17 +90,27 @@ struct orch_waiter {
 	struct orch_waiter *next;
 };
 
-/* An input that came from an NNG thread or from the loop itself. */
-enum orch_msg_kind { ORCH_MSG_API, ORCH_MSG_WORK, ORCH_MSG_RETRIEVED };
+/* An input that came from an NNG thread, the importer or the loop itself. */
+enum orch_msg_kind {
+	ORCH_MSG_API,
+	ORCH_MSG_WORK,
+	ORCH_MSG_RETRIEVED,
+	ORCH_MSG_IMPORT_PROGRESS, /* text: where the import stands */
+	ORCH_MSG_IMPORTED         /* spec (blobs set), or text: why not */
+};
 struct orch_msg {
 	enum orch_msg_kind kind;
 	bus_call *call;
-	struct orch_task *task; /* RETRIEVED */
+	struct orch_task *task; /* RETRIEVED, IMPORT_* */
 	uint32_t job;
 	Kclaw__CandidateRecord *retrieved; /* methods in a record */
 	char *signature;
+	Kclaw__TaskSpec *spec; /* IMPORTED */
+	char *text;            /* IMPORT_PROGRESS, IMPORTED (failed) */
 	struct orch_msg *next;
 };
+
+struct orch_importer;
 
 /* An API call answered once the cycle's batch is committed. */
 struct orch_reply {
@@ -140,6 +162,9 @@ struct orch {
 	struct orch_job **to_queue; /* queued after the commit */
 	size_t nto_queue, capto_queue;
 	struct orch_msg *to_retrieve; /* retrievals after the commit */
+	struct orch_task **to_import; /* imports after the commit */
+	size_t nto_import, capto_import;
+	struct orch_importer *importer;
 
 	uint64_t last_seq;      /* the last event's, maybe not committed yet */
 	uint64_t committed_seq; /* the last event in the store */
@@ -180,6 +205,12 @@ int orch_task_aux_get(
 ProtobufCMessage *orch_task_aux_msg(orch *o, const char *task_id,
     const char *what, const ProtobufCMessageDescriptor *d);
 const char *orch_eval_status_name(Kclaw__EvalStatus st);
+/* Queues an input for the loop (takes m); safe from any thread. */
+void orch_post(orch *o, struct orch_msg *m);
+/* Adds an agent reply's usage, failed or not, to its task's role (and
+ * stages the task's record): TaskRecord.usage and .tokens, and the token
+ * budget on the machine's next input. */
+void orch_task_usage(orch *o, struct orch_task *t, const Kclaw__AgentReply *r);
 
 /* ---- sched.c ---- */
 uint32_t orch_job_retries(const orch *o, const struct orch_task *t);
@@ -203,6 +234,17 @@ void orch_sched_drain(orch *o);
 /* A process the supervisor saw die: re-queue its jobs now. */
 void orch_sched_process_died(orch *o, uint32_t pid);
 void orch_sched_close(orch *o);
+
+/* ---- import.c: tensors into the store, off the loop ---- */
+int orch_import_open(orch *o);
+/* Stops the importer (an import in progress is abandoned: a restart does
+ * it again). */
+void orch_import_close(orch *o);
+/* Imports t's stored spec; the loop gets IMPORT_PROGRESS and IMPORTED
+ * inputs. Only once the spec is committed. */
+int orch_import_queue(orch *o, struct orch_task *t);
+/* t no longer waits for its import (cancelled, out of time). */
+void orch_import_cancel(orch *o, struct orch_task *t);
 
 /* ---- api.c ---- */
 void orch_api_call(orch *o, bus_call *call);

@@ -313,6 +313,7 @@ orch_agent_result(orch *o, const Kclaw__AgentReply *r)
 		KC_DEBUG("late reply for job %s dropped", r->job_id);
 		return;
 	}
+	orch_task_usage(o, j->task, r);
 	if (!r->ok) {
 		orch_job_failed(o, j,
 		    r->error && *r->error ? r->error : "the agent failed");
@@ -343,9 +344,6 @@ orch_agent_result(orch *o, const Kclaw__AgentReply *r)
 	}
 	in.job = j->n;
 	in.n = (uint32_t)r->n_candidates;
-	in.tokens = r->usage
-	    ? r->usage->prompt_tokens + r->usage->completion_tokens
-	    : 0;
 	t = j->task;
 	orch_job_forget(o, j);
 	if (orch_task_input(o, t, &in, r, NULL, NULL) != 0)

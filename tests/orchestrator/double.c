@@ -12,7 +12,8 @@
  * The script is the task's context: "seeds=wrong,ok:2.0;repair=wrong,
  * ok:1.5;opt=1.0,compile,0.5;ref=4.0". A candidate's source is "KC:" and
  * its outcome, which the sandbox double reports (ok:<ms> is OK at that
- * median; wrong, compile, fault are the failures). The n-th generator,
+ * median; wrong, compile, fault are the failures; compile=<ms> is
+ * torch.compile's time that OK results report). The n-th generator,
  * repairer and optimizer job of a task (the replay key's number) takes the
  * n-th entry of seeds=, repair= and opt= (the last one repeats), so the
  * outcome never depends on which double answers.
@@ -93,6 +94,9 @@ dbl_agent(const Kclaw__AgentJob *job, Kclaw__AgentReply *r)
 	kclaw__usage__init(r->usage);
 	r->usage->prompt_tokens = 10;
 	r->usage->completion_tokens = 5;
+	r->usage->reasoning_tokens = 3; /* of the completion's */
+	r->usage->cached_tokens = 4;    /* of the prompt's */
+	r->usage->calls = 1;
 	r->usage->latency_ms = 1;
 	switch (job->role) {
 	case KCLAW__ROLE__GENERATOR:
@@ -153,7 +157,7 @@ dbl_eval(const Kclaw__EvalRequest *req, bool no_device, Kclaw__EvalResult *r)
 {
 	const char *src = req->candidate ? req->candidate->source : NULL;
 	const char *script = req->task ? req->task->context : NULL;
-	char ref[32];
+	char ref[32], tc[32];
 
 	r->job_id = strdup(req->job_id);
 	r->candidate_id = strdup(req->candidate ? req->candidate->id : "");
@@ -170,6 +174,13 @@ dbl_eval(const Kclaw__EvalRequest *req, bool no_device, Kclaw__EvalResult *r)
 		kclaw__timing__init(r->timing);
 		r->timing->median_ms = atof(src + 6);
 		r->message = strdup("");
+		/* compile=<ms>: torch.compile's time in the same evaluation. */
+		dbl_entry(script, "compile", 0, tc, sizeof(tc));
+		if (*tc) {
+			r->torch_compile_ms = atof(tc);
+			r->compile_speedup =
+			    r->torch_compile_ms / r->timing->median_ms;
+		}
 	} else if (src && strcmp(src, "KC:compile") == 0) {
 		r->status = KCLAW__EVAL_STATUS__COMPILE_ERROR;
 		r->message = strdup("error: expected ';'");
@@ -277,8 +288,10 @@ main(int argc, char **argv)
 			kclaw__agent_reply__init(reply);
 			dbl_agent(job->agent, reply);
 			if (fail_every && jobs % fail_every == 0) {
+				/* A failed call still spent its tokens. */
 				reply->ok = 0;
 				reply->error = strdup("scripted failure");
+				reply->usage->failed_calls = 1;
 			}
 		} else if (job->eval) {
 			result = malloc(sizeof(*result));

@@ -26,6 +26,40 @@ stop(int nworkers)
 	h_teardown();
 }
 
+/* A role's usage in the task's record: calls replies of the doubles (10
+ * prompt tokens, 4 of them cached; 5 completion tokens, 3 reasoning),
+ * failed of them failed. */
+static void
+check_usage(const Kclaw__TaskRecord *t, Kclaw__Role role, uint32_t calls,
+    uint32_t failed)
+{
+	for (size_t i = 0; i < t->n_usage; i++) {
+		const Kclaw__RoleUsage *u = t->usage[i];
+		if (u->role != role)
+			continue;
+		KT_EQ_INT(u->calls, calls);
+		KT_EQ_INT(u->failed_calls, failed);
+		KT_EQ_INT(u->prompt_tokens, 10 * calls);
+		KT_EQ_INT(u->completion_tokens, 5 * calls);
+		KT_EQ_INT(u->reasoning_tokens, 3 * calls);
+		KT_EQ_INT(u->cached_tokens, 4 * calls);
+		return;
+	}
+	KT_EQ_INT(calls, 0);
+}
+
+/* TaskRecord.tokens is the sum of every role's prompt and completion. */
+static void
+check_usage_sum(const Kclaw__TaskRecord *t)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < t->n_usage; i++)
+		sum +=
+		    t->usage[i]->prompt_tokens + t->usage[i]->completion_tokens;
+	KT_EQ_INT(sum, t->tokens);
+}
+
 static void
 test_tasks_api_events(void)
 {
@@ -51,9 +85,10 @@ test_tasks_api_events(void)
 	h_doubles(workers, 2, "0");
 
 	/* A: seed 2 correct; 1.0 promoted, 1.9 kept as history, 0.5 best. */
-	KT_OK(h_submit(
-	    h_spec("task_a",
-	        "seeds=wrong,ok:2.0,ok:3.0;opt=1.0,1.9,0.5;ref=4.0", 3),
+	KT_OK(h_submit(h_spec("task_a",
+	                   "seeds=wrong,ok:2.0,ok:3.0;opt=1.0,1.9,0.5;ref=4.0;"
+	                   "compile=6.0",
+	                   3),
 	    NULL, a));
 	/* B: no correct seed; the second repair works, then one opt. */
 	KT_OK(h_submit(h_spec("task_b",
@@ -71,7 +106,31 @@ test_tasks_api_events(void)
 	KT_CONTAINS(s->task->error, "round budget");
 	KT_EQ_STR(s->task->spec->name, "task_a");
 	KT_EQ_INT(s->task->tokens, 15 * 11); /* 3 gen, 2 feat, 3 plan, 3 opt */
+	check_usage(s->task, KCLAW__ROLE__GENERATOR, 3, 0);
+	check_usage(s->task, KCLAW__ROLE__FEATURE, 2, 0);
+	check_usage(s->task, KCLAW__ROLE__PLANNER, 3, 0);
+	check_usage(s->task, KCLAW__ROLE__OPTIMIZER, 3, 0);
+	check_usage(s->task, KCLAW__ROLE__DIAGNOSER, 0, 0);
+	check_usage_sum(s->task);
+	/* The best kernel's (0.5 ms) evaluation: torch.compile 6 ms. */
+	KT_ASSERT(s->task->torch_compile_ms == 6.0);
+	KT_ASSERT(s->task->compile_speedup == 12.0);
 	kclaw__status_response__free_unpacked(s, NULL);
+	{
+		/* Every AGENT_REPLIED carries its reply's tokens. */
+		Kclaw__EventsResponse *ev = h_events(a, 0);
+		unsigned replied = 0;
+		for (size_t k = 0; k < ev->n_events; k++)
+			if (ev->events[k]->kind ==
+			    KCLAW__EVENT_KIND__AGENT_REPLIED) {
+				KT_EQ_INT(ev->events[k]->tokens, 15);
+				KT_CONTAINS(ev->events[k]->detail,
+				    "15 tokens (3 reasoning, 4 cached)");
+				replied++;
+			}
+		KT_EQ_INT(replied, 11);
+		kclaw__events_response__free_unpacked(ev, NULL);
+	}
 	KT_EQ_INT(h_check_rounds(a), 3);
 
 	s = h_wait_final(b, 20000);
@@ -426,6 +485,13 @@ test_failed_rounds_with_backoff(void)
 	KT_ASSERT(s->task->best_ms == 2.0);
 	KT_ASSERT(s->task->speedup == 2.0);
 	KT_CONTAINS(s->task->error, "round budget");
+	/* Failed calls count: six Planner calls, all failed, with their
+	 * tokens. */
+	check_usage(s->task, KCLAW__ROLE__GENERATOR, 1, 0);
+	check_usage(s->task, KCLAW__ROLE__FEATURE, 1, 0);
+	check_usage(s->task, KCLAW__ROLE__PLANNER, 6, 6);
+	KT_EQ_INT(s->task->tokens, 15 * 8);
+	check_usage_sum(s->task);
 	kclaw__status_response__free_unpacked(s, NULL);
 	KT_EQ_INT(h_check_rounds(id), 2);
 	ev = h_events(id, 0);
@@ -453,6 +519,33 @@ test_failed_rounds_with_backoff(void)
 	/* The first retry waited 200 ms, the second 400 ms. */
 	KT_ASSERT(called[1] - called[0] >= 190);
 	KT_ASSERT(called[2] - called[1] >= 390);
+	stop(4);
+
+	/* The token budget counts failed calls: 30 tokens of answers and 45
+	 * of three failed Planner calls spend a budget of 50 after round 1,
+	 * where answers alone would go on to round 3. */
+	start("e2e-tokens",
+	    "\"poll_ms\": 300, \"job_retries\": 2, \"retry_backoff_ms\": 10");
+	workers[0] = h_spawn(
+	    "kc-double", "--role", "generator", "--home", h_home, (char *)NULL);
+	workers[1] = h_spawn(
+	    "kc-double", "--role", "feature", "--home", h_home, (char *)NULL);
+	workers[2] = h_spawn("kc-double", "--role", "planner", "--home", h_home,
+	    "--fail-every", "1", (char *)NULL);
+	workers[3] = h_spawn(
+	    "kc-double", "--device", "0", "--home", h_home, (char *)NULL);
+	p1.seeds = 1;
+	spec = h_spec("tokens", "seeds=ok:2.0;ref=4.0", 3);
+	spec->params = &p1;
+	spec->budget->tokens = 50;
+	KT_OK(h_submit(spec, NULL, id));
+	s = h_wait_final(id, 20000);
+	KT_EQ_STR(s->task->state, "DONE");
+	KT_EQ_INT(s->task->round, 1);
+	KT_CONTAINS(s->task->error, "token budget");
+	KT_EQ_INT(s->task->tokens, 75);
+	check_usage(s->task, KCLAW__ROLE__PLANNER, 3, 3);
+	kclaw__status_response__free_unpacked(s, NULL);
 	stop(4);
 
 	/* Every Generator job failing for good fails the task. */

@@ -1070,10 +1070,60 @@ test_options_role_deadlines(void)
 	rmdir(dir);
 }
 
+/* SUBMITTED -> IMPORTING (an IMPORT action) -> SEEDING as START would;
+ * a failed import fails the task; a cancel or the deadline ends it while
+ * importing; a resumed IMPORTING task imports again. */
+static void
+test_importing(void)
+{
+	orch_fsm f = fsm_new(2, 15), g;
+	orch_input imported = {.kind = ORCH_IN_IMPORTED};
+
+	ignored(&f, imported); /* not importing yet */
+	step(&f, (orch_input){.kind = ORCH_IN_IMPORT});
+	KT_EQ_INT(f.state, ORCH_ST_IMPORTING);
+	KT_EQ_INT(acts.n, 2);
+	KT_EQ_INT(count(ORCH_ACT_IMPORT), 1);
+	KT_ASSERT(find_event(KCLAW__EVENT_KIND__STATE_CHANGED) != NULL);
+	ignored(&f, (orch_input){.kind = ORCH_IN_START});
+	ignored(&f, in_n(ORCH_IN_SEEDS, 1, 1));
+	orch_fsm_resume(&f, &acts);
+	KT_EQ_INT(count(ORCH_ACT_IMPORT), 1);
+	g = f;
+
+	step(&f, imported);
+	KT_EQ_INT(f.state, ORCH_ST_SEEDING);
+	KT_EQ_INT(count(ORCH_ACT_AGENT), 2);
+	KT_EQ_INT(find(ORCH_ACT_AGENT, 0)->job, 1);
+	ignored(&f, imported); /* once */
+
+	f = g;
+	step(&f, (orch_input){.kind = ORCH_IN_IMPORT_FAILED});
+	KT_EQ_INT(f.state, ORCH_ST_FAILED);
+	KT_EQ_INT(f.stop, ORCH_STOP_IMPORT_FAILED);
+	KT_ASSERT(find_event(KCLAW__EVENT_KIND__TASK_FINISHED) != NULL);
+	KT_CONTAINS(orch_stop_text(f.stop), "import failed");
+	ignored(&f, imported);
+
+	f = g;
+	step(&f, (orch_input){.kind = ORCH_IN_CANCEL});
+	KT_EQ_INT(f.state, ORCH_ST_CANCELLED);
+	KT_EQ_INT(count(ORCH_ACT_DROP_JOBS), 1);
+	ignored(&f, imported);
+
+	f = g;
+	f.p.deadline_ms = 1000;
+	step(&f, (orch_input){.kind = ORCH_IN_TICK, .now_ms = 2000});
+	KT_EQ_INT(f.state, ORCH_ST_FAILED);
+	KT_EQ_INT(f.stop, ORCH_STOP_DEADLINE);
+}
+
 static void
 test_names(void)
 {
 	KT_EQ_STR(orch_state_name(ORCH_ST_REVIEW_SEEDS), "REVIEW_SEEDS");
+	KT_EQ_STR(orch_state_name(ORCH_ST_IMPORTING), "IMPORTING");
+	KT_EQ_STR(orch_input_name(ORCH_IN_IMPORT_FAILED), "IMPORT_FAILED");
 	KT_EQ_STR(orch_state_name(99), "UNKNOWN");
 	KT_EQ_INT(orch_role_parse("planner"), KCLAW__ROLE__PLANNER);
 	KT_EQ_INT(orch_role_parse("nobody"), KCLAW__ROLE__ROLE_UNSPECIFIED);
@@ -1107,6 +1157,7 @@ main(void)
 	KT_RUN(test_ignored_inputs);
 	KT_RUN(test_resume_and_replay_keys);
 	KT_RUN(test_options_role_deadlines);
+	KT_RUN(test_importing);
 	KT_RUN(test_names);
 	return 0;
 }
