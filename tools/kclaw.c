@@ -1,6 +1,7 @@
 /*
  * kclaw.c - the command line's entry point: dispatches to cli_<name>.
  */
+#include <nng/nng.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,8 +100,17 @@ main(int argc, char **argv)
 		return CLI_USAGE;
 	}
 	for (size_t c = 0; c < sizeof(cli_cmds) / sizeof(cli_cmds[0]); c++)
-		if (strcmp(argv[i], cli_cmds[c].name) == 0)
-			return cli_cmds[c].fn(argc - i, argv + i);
+		if (strcmp(argv[i], cli_cmds[c].name) == 0) {
+			int code = cli_cmds[c].fn(argc - i, argv + i);
+			/* NNG closes sockets asynchronously (a reaper thread
+			 * frees dialers and pipes): wait for it before exiting,
+			 * so nothing a command opened is still being freed
+			 * (LSan saw a closed SUB socket's dialer as leaked when
+			 * the server had just dropped the connection). Every
+			 * command has closed its sockets by now. */
+			nng_fini();
+			return code;
+		}
 	fprintf(stderr, "kclaw: unknown command '%s'\n\n", argv[i]);
 	cli_usage(stderr);
 	return CLI_USAGE;
