@@ -54,6 +54,8 @@ export KCLAW_PROMPTS_DIR="$here/agents/prompts"
 export KCLAW_KNOWLEDGE="$here/store/knowledge"
 nvidia-smi -L >"$logs/nvidia-smi.txt" 2>&1 || true
 home=$(mktemp -d /tmp/kclaw-main.XXXXXX)
+# A kclaw.json for the run (prices, a model), if one is given.
+[ -z "${KCLAW_MAIN_CONFIG:-}" ] || cp "$KCLAW_MAIN_CONFIG" "$home/kclaw.json"
 {
 	"$here/bin/kclaw" --home "$home" main --keep --examples "$here/examples" \
 		"$@"
