@@ -184,7 +184,7 @@ lessons_from_json(const cJSON *o, lesson *l)
 
 typedef struct {
 	uint8_t *key;
-	size_t klen;
+	size_t klen = 0;
 	uint64_t unix_ms;
 } lessons_age;
 
@@ -267,7 +267,7 @@ int
 lessons_put(store *s, store_batch *b, const lesson *l)
 {
 	uint8_t key[LESSONS_KEY_MAX];
-	size_t klen;
+	size_t klen = 0;
 	lesson c = *l;
 	cJSON *o;
 	char *text;
@@ -512,7 +512,7 @@ lessons_used_put(
     store *s, const char *candidate_id, char *const *lines, size_t n)
 {
 	uint8_t key[LESSONS_KEY_MAX];
-	size_t klen;
+	size_t klen = 0;
 	cJSON *a;
 	char *text;
 	int rv;
