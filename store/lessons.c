@@ -184,7 +184,7 @@ lessons_from_json(const cJSON *o, lesson *l)
 
 typedef struct {
 	uint8_t *key;
-	size_t klen = 0;
+	size_t klen;
 	uint64_t unix_ms;
 } lessons_age;
 
