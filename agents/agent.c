@@ -422,6 +422,11 @@ agent_handle(
 		return KC_ENOMEM;
 	}
 	kclaw__usage__init(r->usage);
+	if (ctx->model != NULL && ctx->model[0] != '\0' &&
+	    (r->usage->model = strdup(ctx->model)) == NULL) {
+		kclaw__agent_reply__free_unpacked(r, NULL);
+		return KC_ENOMEM;
+	}
 	r->role = job->role;
 	if ((rv = agent_pb_setstr(&r->job_id, job->job_id)) != 0)
 		goto out;

@@ -33,6 +33,8 @@ typedef struct {
 	const atomic_int *cancel;
 	/* The job's deadline (WorkReply.deadline_unix_ms); 0 = none. */
 	uint64_t deadline_ms;
+	/* The configured model's name, reported with the usage; may be NULL. */
+	const char *model;
 } agent_ctx;
 
 /* ---- template variables ---- */

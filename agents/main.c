@@ -157,6 +157,9 @@ main(int argc, char **argv)
 	if ((v = getenv("KCLAW_AGENT_MAX_ASKS")) != NULL && *v != '\0')
 		ctx.max_asks = (unsigned)strtoul(v, NULL, 10);
 
+	/* The configured model names the usage (a replay of a recording
+	 * made with it reports the same). */
+	ctx.model = lcfg.model;
 	if ((rv = llm_open(&ctx.llm, &lcfg)) != 0) {
 		KC_ERROR("LLM client: %s", kc_lasterr());
 		return 1;

@@ -485,6 +485,10 @@ orch_usage_record(const struct orch_task *t, Kclaw__TaskRecord *rec)
 			return KC_ENOMEM;
 		kclaw__role_usage__init(ru);
 		ru->role = (Kclaw__Role)r;
+		if (u->model[0] && (ru->model = strdup(u->model)) == NULL) {
+			free(ru);
+			return KC_ENOMEM;
+		}
 		ru->prompt_tokens = u->prompt;
 		ru->completion_tokens = u->completion;
 		ru->reasoning_tokens = u->reasoning;
@@ -506,6 +510,8 @@ orch_usage_load(struct orch_task *t, const Kclaw__TaskRecord *rec)
 		if ((unsigned)ru->role >= ORCH_NROLES)
 			continue;
 		u = &t->usage[ru->role];
+		if (ru->model && ru->model[0])
+			snprintf(u->model, sizeof(u->model), "%s", ru->model);
 		u->prompt += ru->prompt_tokens;
 		u->completion += ru->completion_tokens;
 		u->reasoning += ru->reasoning_tokens;
@@ -624,6 +630,8 @@ orch_task_usage(orch *o, struct orch_task *t, const Kclaw__AgentReply *r)
 	 * call. */
 	x->calls += u && u->calls ? u->calls : 1;
 	x->failed_calls += u && u->failed_calls ? u->failed_calls : !r->ok;
+	if (u && u->model && u->model[0] && x->model[0] == '\0')
+		snprintf(x->model, sizeof(x->model), "%s", u->model);
 	if (u) {
 		x->prompt += u->prompt_tokens;
 		x->completion += u->completion_tokens;

@@ -57,6 +57,7 @@ typedef struct {
 struct orch_usage {
 	uint64_t prompt, completion, reasoning, cached;
 	uint32_t calls, failed_calls;
+	char model[128]; /* the first model that answered this role */
 };
 
 struct orch_task {
