@@ -32,7 +32,13 @@ kc_worker_open(kc_worker **out, const char *work_url, Kclaw__Role role,
 
 	if ((w = calloc(1, sizeof(*w))) == NULL)
 		return KC_ENOMEM;
-	if (gethostname(w->host, sizeof(w->host) - 1) != 0)
+	/* The host names the GPU with the device number (one evaluation per
+	 * GPU); KCLAW_WORKER_HOST overrides it where hostnames are not unique
+	 * per machine. */
+	if (getenv("KCLAW_WORKER_HOST") && *getenv("KCLAW_WORKER_HOST"))
+		snprintf(w->host, sizeof(w->host), "%s",
+		    getenv("KCLAW_WORKER_HOST"));
+	else if (gethostname(w->host, sizeof(w->host) - 1) != 0)
 		snprintf(w->host, sizeof(w->host), "localhost");
 	if (worker_id != NULL)
 		snprintf(w->id, sizeof(w->id), "%s", worker_id);

@@ -39,7 +39,10 @@ struct orch_job {
 	uint64_t ready_mono;    /* queued after a failure: not before */
 	char worker[96];
 	uint32_t worker_pid;
+	/* The GPU it runs on: a device of a host (two sandboxes of one
+	 * device number on different hosts are different GPUs). */
 	int device;
+	char host[64];
 	struct orch_job *tnext;         /* the task's jobs */
 	struct orch_job *qprev, *qnext; /* the role's queue */
 };
@@ -85,6 +88,7 @@ struct orch_waiter {
 	bus_call *call;
 	Kclaw__Role role;
 	int device;
+	char host[64];
 	uint64_t expires_mono;
 	char worker[96];
 	uint32_t pid;

@@ -76,6 +76,7 @@ orch_job_new(orch *o, struct orch_task *t, const orch_action *a, bool stage)
 	j->count = a->count;
 	j->key_n = a->key_n;
 	j->device = -1;
+	j->host[0] = '\0';
 	j->tnext = t->jobs;
 	t->jobs = j;
 	if (stage) {
@@ -179,6 +180,7 @@ orch_job_requeue(orch *o, struct orch_job *j)
 	j->worker[0] = '\0';
 	j->worker_pid = 0;
 	j->device = -1;
+	j->host[0] = '\0';
 	j->ready_mono = 0;
 	orch_job_enqueue(o, j);
 }
@@ -426,7 +428,8 @@ orch_reissue_lost(orch *o, const Kclaw__WorkRequest *req)
 		next = j->qnext;
 		if (strcmp(j->worker, req->worker_id) == 0 ||
 		    (req->role == KCLAW__ROLE__SANDBOX &&
-		        j->device == req->device)) {
+		        j->device == req->device &&
+		        strcmp(j->host, req->host ? req->host : "") == 0)) {
 			KC_INFO("job of %s re-issued: worker %s asks for new "
 			        "work",
 			    j->task->id, req->worker_id);
@@ -502,6 +505,7 @@ orch_work_call(orch *o, bus_call *call)
 	w->call = call;
 	w->role = req->role;
 	w->device = req->device;
+	kc_strlcpy(w->host, req->host ? req->host : "", sizeof(w->host));
 	w->pid = req->pid;
 	w->expires_mono = kc_mono_ms() + o->opt.poll_ms;
 	kc_strlcpy(w->worker, req->worker_id, sizeof(w->worker));
@@ -709,12 +713,13 @@ out:
 
 /* ------------------------------------------------------ dispatch */
 
+/* One evaluation per GPU: a GPU is a device number of a host. */
 static bool
-orch_device_busy(orch *o, int device)
+orch_device_busy(orch *o, const char *host, int device)
 {
 	for (struct orch_job *j = o->rhead[KCLAW__ROLE__SANDBOX]; j;
 	     j = j->qnext)
-		if (j->device == device)
+		if (j->device == device && strcmp(j->host, host) == 0)
 			return true;
 	return false;
 }
@@ -752,7 +757,7 @@ orch_dispatch(orch *o)
 			char text[200];
 
 			if (r == KCLAW__ROLE__SANDBOX &&
-			    orch_device_busy(o, w->device)) {
+			    orch_device_busy(o, w->host, w->device)) {
 				p = &w->next;
 				continue;
 			}
@@ -773,6 +778,7 @@ orch_dispatch(orch *o)
 			kc_strlcpy(j->worker, w->worker, sizeof(j->worker));
 			j->worker_pid = w->pid;
 			j->device = w->device;
+			kc_strlcpy(j->host, w->host, sizeof(j->host));
 			j->deadline_mono =
 			    kc_mono_ms() + orch_job_timeout_ms(o, j);
 			bus_call_reply(w->call, buf, len);

@@ -281,8 +281,23 @@ main(int argc, char **argv)
 		jobs++;
 		if (exit_after && jobs >= exit_after)
 			_exit(3); /* dies holding the job */
-		if (delay_ms)
-			kc_sleep_ms((uint32_t)delay_ms);
+		/* KC_DOUBLE_JOBLOG: one line per job, "start end" in ms, so a
+		 * test can tell whether two workers' jobs overlapped. */
+		{
+			uint64_t t0 = kc_now_ms();
+			const char *jl = getenv("KC_DOUBLE_JOBLOG");
+			if (delay_ms)
+				kc_sleep_ms((uint32_t)delay_ms);
+			if (jl != NULL && *jl) {
+				FILE *f = fopen(jl, "a");
+				if (f != NULL) {
+					fprintf(f, "%llu %llu\n",
+					    (unsigned long long)t0,
+					    (unsigned long long)kc_now_ms());
+					fclose(f);
+				}
+			}
+		}
 		if (job->agent) {
 			reply = malloc(sizeof(*reply));
 			kclaw__agent_reply__init(reply);

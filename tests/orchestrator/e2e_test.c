@@ -383,6 +383,77 @@ test_sandbox_replaced(void)
 	stop(2);
 }
 
+/* Whether two jobs of the joblog (KC_DOUBLE_JOBLOG: "start end" in ms
+ * per job, written by the sandbox doubles) overlapped in time; *njobs is
+ * how many there were. */
+static bool
+jobs_overlap(const char *path, int *njobs)
+{
+	unsigned long long st[64], en[64];
+	int n = 0;
+	FILE *f = fopen(path, "r");
+
+	KT_ASSERT(f != NULL);
+	while (n < 64 && fscanf(f, "%llu %llu", &st[n], &en[n]) == 2)
+		n++;
+	fclose(f);
+	*njobs = n;
+	for (int i = 0; i < n; i++)
+		for (int j = i + 1; j < n; j++)
+			if (st[i] < en[j] && st[j] < en[i])
+				return true;
+	return false;
+}
+
+/* A GPU is a device number of a host: two sandboxes of device 0 on two
+ * hosts (pods, nodes) evaluate at the same time, and when the one on host
+ * b dies holding a job and comes back, only its own job is re-issued, not
+ * the one host a's sandbox is running (keyed by device alone, it was: the
+ * job ran twice). */
+static void
+test_gpus_by_host(void)
+{
+	char a[32], b[32], log[1024];
+	int njobs = 0;
+	bool done = false;
+	pid_t dying;
+
+	start("e2e-hosts", "\"poll_ms\": 300");
+	snprintf(log, sizeof(log), "%s/joblog", h_home);
+	workers[0] = h_spawn(
+	    "kc-double", "--role", "generator", "--home", h_home, (char *)NULL);
+	setenv("KC_DOUBLE_JOBLOG", log, 1);
+	setenv("KCLAW_WORKER_HOST", "host-a", 1);
+	workers[1] = h_spawn("kc-double", "--device", "0", "--home", h_home,
+	    "--delay-ms", "600", (char *)NULL);
+	setenv("KCLAW_WORKER_HOST", "host-b", 1);
+	dying = h_spawn("kc-double", "--device", "0", "--home", h_home,
+	    "--exit-after", "1", (char *)NULL);
+	KT_OK(h_submit(h_spec("ga", "seeds=ok:1.5", 1), NULL, a));
+	KT_OK(h_submit(h_spec("gb", "seeds=ok:1.5", 1), NULL, b));
+	waitpid(dying, NULL, 0);
+	/* Host a's sandbox is inside a 600 ms job now; host b's comes back. */
+	kc_sleep_ms(100);
+	workers[2] = h_spawn("kc-double", "--device", "0", "--home", h_home,
+	    "--delay-ms", "600", (char *)NULL);
+	unsetenv("KCLAW_WORKER_HOST");
+	unsetenv("KC_DOUBLE_JOBLOG");
+	for (int i = 0; i < 2000 && !done; i++) {
+		Kclaw__StatusResponse *sa = h_status(a), *sb = h_status(b);
+		done = strcmp(sa->task->state, "FEATURES") == 0 &&
+		    strcmp(sb->task->state, "FEATURES") == 0;
+		kclaw__status_response__free_unpacked(sa, NULL);
+		kclaw__status_response__free_unpacked(sb, NULL);
+		kc_sleep_ms(10);
+	}
+	KT_ASSERT(done);
+	/* On both GPUs at once, and every seed evaluated exactly once (the
+	 * dying sandbox logged nothing: it died on receipt). */
+	KT_ASSERT(jobs_overlap(log, &njobs));
+	KT_EQ_INT(njobs, 6);
+	stop(3);
+}
+
 /* One sandbox, a task with 16 seeds and one with 1: fair share runs the
  * small task's evaluation next, not after the 16 queued before it. */
 static void
@@ -572,6 +643,7 @@ main(void)
 	KT_RUN(test_worker_dies_holding_a_job);
 	KT_RUN(test_sandbox_replaced);
 	KT_RUN(test_fair_share);
+	KT_RUN(test_gpus_by_host);
 	KT_RUN(test_no_gpu);
 	KT_RUN(test_failed_rounds_with_backoff);
 	return 0;
