@@ -46,6 +46,9 @@ status_task(const kc_config *cfg, const Kclaw__TaskRecord *t)
 	printf("task %s (%s)\n", t->id,
 	    t->spec && t->spec->name ? t->spec->name : "");
 	printf("  state      %s\n", t->state);
+	/* What the state is doing (IMPORTING: the files and bytes so far). */
+	if (t->state_detail && *t->state_detail)
+		printf("  detail     %s\n", t->state_detail);
 	printf("  round      %u\n", t->round);
 	printf("  reference  %.4f ms\n", t->reference_ms);
 	printf("  base       %s  %.4f ms\n", *t->base_id ? t->base_id : "-",

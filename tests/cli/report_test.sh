@@ -62,7 +62,8 @@ cat >"$T/records.json" <<'JSON'
   "best_id": "c7", "best_ms": 1, "reference_ms": 5, "speedup": 5,
   "created_unix_ms": 7},
  {"id": "t8", "spec": {"name": "19_ReLU"}, "state": "DONE", "best_id": "c8",
-  "best_ms": 1, "reference_ms": 9, "speedup": 9, "created_unix_ms": 8},
+  "best_ms": 1, "reference_ms": 9, "speedup": 9, "created_unix_ms": 8,
+  "state_detail": "7 of 8 tensor files, 175 MB of 200 MB"},
  {"id": "t9", "spec": {"name": "L1x_y"}, "state": "DONE", "best_id": "c9",
   "best_ms": 1, "reference_ms": 3, "speedup": 3, "compile_speedup": 3,
   "created_unix_ms": 9}
@@ -210,6 +211,10 @@ grep -q "^    total  *2500000  *600000  *500000  *500000  *3  *0  *\$10.7625$" "
 "$K" status t1 | grep -q "^    no price for model local-qwen" || fail "status t1 names no unpriced model"
 "$K" status t8 >"$T/t8.txt" || fail "status t8"
 grep -q "usage" "$T/t8.txt" && fail "status t8 shows usage it has not: $(cat "$T/t8.txt")"
+# The state's detail (an import's progress) is shown when the record has one.
+grep -q "^  detail     7 of 8 tensor files, 175 MB of 200 MB$" "$T/t8.txt" ||
+	fail "status t8 shows no state detail: $(cat "$T/t8.txt")"
+"$K" status t5 | grep -q "^  detail" && fail "status t5 shows a detail it has not"
 "$K" status t5 --json | python3 -c '
 import json, sys
 t = json.load(sys.stdin)
