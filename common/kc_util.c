@@ -100,11 +100,13 @@ kc_write_file(const char *path, const void *data, size_t len)
 	const char *p = data;
 	int fd;
 
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >=
+	/* A temporary name of its own (mkstemp, mode 0600): two threads of one
+	 * process writing the same path (the importer and an evaluation's
+	 * write-back) never share a temporary file. */
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >=
 	    (int)sizeof(tmp))
 		return kc_seterr(KC_EINVAL, "path too long: %s", path);
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) <
-	    0)
+	if ((fd = mkstemp(tmp)) < 0)
 		return kc_seterr(
 		    KC_EIO, "cannot create %s: %s", tmp, strerror(errno));
 	while (len > 0) {

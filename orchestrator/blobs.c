@@ -82,44 +82,6 @@ orch_blobs_pending(const Kclaw__TaskSpec *spec)
 	           (Kclaw__TaskSpec *)spec, blobs_pending_one, NULL) == 1;
 }
 
-/*
- * Writes path atomically under a name of its own (mkstemp), so an
- * evaluation that finds the file never reads a half-written one, and a
- * writer elsewhere in the process (an evaluation's materialize) cannot
- * share the temporary file.
- */
-static int
-blobs_write_cache(const char *path, const void *data, size_t len)
-{
-	char tmp[KC_PATH_MAX + 16];
-	const char *p = data;
-	int fd;
-
-	snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path);
-	if ((fd = mkstemp(tmp)) < 0)
-		return kc_seterr(
-		    KC_EIO, "cannot create %s: %s", tmp, strerror(errno));
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			close(fd);
-			unlink(tmp);
-			return kc_seterr(KC_EIO, "cannot write %s: %s", tmp,
-			    strerror(errno));
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
-		unlink(tmp);
-		return kc_seterr(
-		    KC_EIO, "cannot write %s: %s", path, strerror(errno));
-	}
-	return 0;
-}
-
 static int
 blobs_import_one(Kclaw__TensorData *td, void *arg)
 {
@@ -146,7 +108,7 @@ blobs_import_one(Kclaw__TensorData *td, void *arg)
 	if (rv == 0 && ctx->dir != NULL) {
 		snprintf(path, sizeof(path), "%s/%s.npy", ctx->dir, hash);
 		if (stat(path, &st) != 0 || (size_t)st.st_size != len)
-			rv = blobs_write_cache(path, bytes, len);
+			rv = kc_write_file(path, bytes, len);
 	}
 	free(data);
 	if (rv == 0)
@@ -204,7 +166,7 @@ blobs_materialize_one(Kclaw__TensorData *td, void *arg)
 			return kc_seterr(rv == KC_ENOENT ? KC_ENOENT : rv,
 			    "tensor '%s': blob %s is not in the store",
 			    td->name, td->blob);
-		rv = blobs_write_cache(path, data, len);
+		rv = kc_write_file(path, data, len);
 		free(data);
 		if (rv != 0)
 			return rv;
