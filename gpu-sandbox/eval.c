@@ -174,9 +174,6 @@ typedef struct {
 	int var_known[EV_MAX_TENSORS];
 	double err_rel[EV_MAX_TENSORS];
 	double max_abs, max_rel;
-	/* tensors references: the hash of every stashed input set, so a
-	 * candidate that writes the sandbox's copies is caught. */
-	uint64_t stash_hash;
 	/* torch references: the reference process's buffers, mapped. */
 	int is_torch;
 	CUdeviceptr mapped[EV_MAX_TENSORS];
@@ -1219,18 +1216,36 @@ ev_pinned(ev *e, size_t bytes)
 	return 0;
 }
 
+/* The result's mismatch for tensor t in trial (replacing an earlier one):
+ * its tensor, trial and note set, the rest for the caller to fill. NULL
+ * when out of memory (the status still says what was wrong). */
+static Kclaw__Mismatch *
+ev_mismatch_new(ev *e, size_t t, unsigned trial, const char *note)
+{
+	Kclaw__Mismatch *m = malloc(sizeof(*m));
+
+	if (m == NULL)
+		return NULL;
+	kclaw__mismatch__init(m);
+	m->tensor = strdup(e->task->tensors[t]->name);
+	m->trial = trial;
+	m->note = strdup(note ? note : "");
+	if (e->res->mismatch)
+		kclaw__mismatch__free_unpacked(e->res->mismatch, NULL);
+	e->res->mismatch = m;
+	return m;
+}
+
 static void
 ev_mismatch(ev *e, size_t t, unsigned trial, const sbx_cmp *c, const char *note)
 {
 	const Kclaw__TensorSpec *ts = e->task->tensors[t];
-	Kclaw__Mismatch *m = malloc(sizeof(*m));
+	Kclaw__Mismatch *m = ev_mismatch_new(e, t, trial, note);
 	char coords[256];
 
 	if (m == NULL)
 		return;
-	kclaw__mismatch__init(m);
 	sbx_coords(ts->shape, ts->n_shape, c->worst, coords, sizeof(coords));
-	m->tensor = strdup(ts->name);
 	m->index = c->worst;
 	m->coords = strdup(coords);
 	m->expected = c->expected;
@@ -1238,13 +1253,8 @@ ev_mismatch(ev *e, size_t t, unsigned trial, const sbx_cmp *c, const char *note)
 	m->max_abs_err = c->max_abs_err;
 	m->max_rel_err = c->max_rel_err;
 	m->rel_norm = c->rel_norm;
-	m->trial = trial;
 	m->bad_count = c->bad_count;
 	m->nan_count = c->nan_count;
-	m->note = strdup(note ? note : "");
-	if (e->res->mismatch)
-		kclaw__mismatch__free_unpacked(e->res->mismatch, NULL);
-	e->res->mismatch = m;
 }
 
 static const Kclaw__Tolerance *
@@ -1331,6 +1341,26 @@ typedef struct {
 	double rel;
 	uint64_t bad, nans;
 } ev_slot;
+
+static void ev_slot_read(const void *raw, ev_slot *out);
+
+/* ev_dev_compare into the scratch slot, waited for and read: what = the
+ * step, for errors. */
+static int
+ev_dev_compare_now(ev *e, size_t t, CUdeviceptr got, CUdeviceptr exp,
+    double atol, double rtol, const char *what, ev_slot *out)
+{
+	gpu *g = e->g;
+	uint8_t raw[EV_CHK_SLOT];
+
+	if (ev_dev_compare(e, t, got, exp, atol, rtol, g->acc) != 0)
+		return -1;
+	EV_CU(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL, what);
+	EV_CU(
+	    e, g->cu.cuMemcpyDtoH(raw, g->acc, sizeof(raw)), EV_INTERNAL, what);
+	ev_slot_read(raw, out);
+	return 0;
+}
 
 static void
 ev_slot_read(const void *raw, ev_slot *out)
@@ -1449,7 +1479,6 @@ ev_note_variation(ev *e, unsigned k)
 	gpu *g = e->g;
 
 	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS && k < 2; t++) {
-		uint8_t raw[EV_CHK_SLOT];
 		ev_slot sl;
 
 		if (e->task->tensors[t]->kind != KCLAW__TENSOR_KIND__OUTPUT)
@@ -1461,14 +1490,9 @@ ev_note_variation(ev *e, unsigned k)
 			    EV_INTERNAL, "measuring the outputs' variation");
 			continue;
 		}
-		if (ev_dev_compare(
-		        e, t, e->held[t], e->tdev[t], 1e300, 0, g->acc) != 0)
+		if (ev_dev_compare_now(e, t, e->held[t], e->tdev[t], 1e300, 0,
+		        "measuring the outputs' variation", &sl) != 0)
 			return -1;
-		EV_CU(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL,
-		    "measuring the outputs' variation");
-		EV_CU(e, g->cu.cuMemcpyDtoH(raw, g->acc, sizeof(raw)),
-		    EV_INTERNAL, "measuring the outputs' variation");
-		ev_slot_read(raw, &sl);
 		e->var_rel[t] = sl.rel;
 		e->var_known[t] = 1;
 	}
@@ -2260,7 +2284,6 @@ ev_check_writes(
 {
 	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++) {
 		const Kclaw__TensorSpec *ts = e->task->tensors[t];
-		Kclaw__Mismatch *m;
 		char note[256];
 		if (ts->kind == KCLAW__TENSOR_KIND__OUTPUT ||
 		    before[t] == after[t])
@@ -2270,16 +2293,7 @@ ev_check_writes(
 		    ts->kind == KCLAW__TENSOR_KIND__PARAMETER ? "parameter"
 		                                              : "input",
 		    ts->name);
-		if ((m = malloc(sizeof(*m))) != NULL) {
-			kclaw__mismatch__init(m);
-			m->tensor = strdup(ts->name);
-			m->trial = k;
-			m->note = strdup(note);
-			if (e->res->mismatch)
-				kclaw__mismatch__free_unpacked(
-				    e->res->mismatch, NULL);
-			e->res->mismatch = m;
-		}
+		ev_mismatch_new(e, t, k, note);
 		sbx_result_status(e->res, KCLAW__EVAL_STATUS__WRONG_RESULT,
 		    "%s (trial %u); inputs and parameters are read-only: write "
 		    "results only to outputs or scratch buffers",
@@ -2301,7 +2315,6 @@ ev_verify(ev *e)
 {
 	uint64_t before[EV_MAX_TENSORS], after[EV_MAX_TENSORS];
 	gpu *g = e->g;
-	uint8_t raw[EV_CHK_SLOT];
 	int rv;
 
 	ev_expected_protect(e, -1, PROT_NONE);
@@ -2341,14 +2354,9 @@ ev_verify(ev *e)
 		ev_slot sl;
 		if (e->held[t] == 0)
 			continue;
-		if (ev_dev_compare(
-		        e, t, e->tdev[t], e->held[t], 0, 0, g->acc) != 0)
+		if (ev_dev_compare_now(e, t, e->tdev[t], e->held[t], 0, 0,
+		        "comparing two runs", &sl) != 0)
 			return -1;
-		EV_CU(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL,
-		    "comparing two runs");
-		EV_CU(e, g->cu.cuMemcpyDtoH(raw, g->acc, sizeof(raw)),
-		    EV_INTERNAL, "comparing two runs");
-		ev_slot_read(raw, &sl);
 		if (sl.bad == 0)
 			continue;
 		e->res->nondeterministic = 1;
@@ -2446,18 +2454,11 @@ ev_read_checks(ev *e, unsigned n)
 				}
 				continue;
 			}
-			if ((m = malloc(sizeof(*m))) != NULL) {
-				kclaw__mismatch__init(m);
-				m->tensor = strdup(ts->name);
-				m->trial = EV_MAX_TRIALS + i;
+			if ((m = ev_mismatch_new(
+			         e, t, EV_MAX_TRIALS + i, when)) != NULL) {
 				m->bad_count = sl.bad;
 				m->nan_count = sl.nans;
 				m->rel_norm = sl.rel;
-				m->note = strdup(when);
-				if (e->res->mismatch)
-					kclaw__mismatch__free_unpacked(
-					    e->res->mismatch, NULL);
-				e->res->mismatch = m;
 			}
 			sbx_result_status(e->res,
 			    KCLAW__EVAL_STATUS__WRONG_RESULT,
