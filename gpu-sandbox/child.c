@@ -35,17 +35,19 @@ child_tune(const sbx_backend *be, void *state, const Kclaw__EvalRequest *req,
 	Kclaw__Candidate c;
 	int compile_only = req->options && req->options->compile_only;
 	size_t done = 0;
+	int rv;
 
-	if (req->candidate == NULL ||
-	    kc_tune_expand(req->candidate->source, req->candidate->plan_json,
-	        &cfg, &n) != 0) {
-		if (req->candidate != NULL && kc_lasterr()[0] != '\0' &&
-		    strstr(kc_lasterr(), "tunables") != NULL) {
-			sbx_result_status(*res, KCLAW__EVAL_STATUS__PLAN_ERROR,
-			    "%s", kc_lasterr());
-			return 0;
-		}
+	if (req->candidate == NULL)
 		return 1;
+	/* A tunable plan that does not expand is the candidate's plan error
+	 * (out of memory is the sandbox's). */
+	if ((rv = kc_tune_expand(req->candidate->source,
+	         req->candidate->plan_json, &cfg, &n)) != 0) {
+		sbx_result_status(*res,
+		    rv == KC_EINVAL ? KCLAW__EVAL_STATUS__PLAN_ERROR
+		                    : KCLAW__EVAL_STATUS__INTERNAL_ERROR,
+		    "%s", kc_lasterr());
+		return 0;
 	}
 	if (n == 0)
 		return 1;
