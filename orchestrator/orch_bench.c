@@ -143,13 +143,37 @@ main(int argc, char **argv)
 		Kclaw__Budget b = KCLAW__BUDGET__INIT;
 		ProtobufCMessage *resp;
 		char name[32];
+		/* A spec kclawd's check accepts (common/spec_check.c): dtypes,
+		 * shapes, one inline input set. The doubles never read it. */
+		static int64_t shape[1] = {16};
+		static float zeros[16];
+		Kclaw__TensorData xin = KCLAW__TENSOR_DATA__INIT,
+		                  yexp = KCLAW__TENSOR_DATA__INIT;
+		Kclaw__TensorData *xins[1] = {&xin}, *yexps[1] = {&yexp};
+		Kclaw__TensorSet set = KCLAW__TENSOR_SET__INIT;
+		Kclaw__TensorSet *sets[1] = {&set};
 		x.name = "x";
 		x.kind = KCLAW__TENSOR_KIND__INPUT;
+		x.dtype = y.dtype = KCLAW__DTYPE__F32;
+		x.shape = y.shape = shape;
+		x.n_shape = y.n_shape = 1;
 		y.name = "y";
 		y.kind = KCLAW__TENSOR_KIND__OUTPUT;
 		spec.tensors = t;
 		spec.n_tensors = 2;
+		xin.name = "x";
+		yexp.name = "y";
+		xin.data.data = yexp.data.data = (uint8_t *)zeros;
+		xin.data.len = yexp.data.len = sizeof(zeros);
+		set.seed = 1;
+		set.inputs = xins;
+		set.n_inputs = 1;
+		set.expected = yexps;
+		set.n_expected = 1;
 		ref.kind = KCLAW__REFERENCE__KIND__TENSORS;
+		ref.baseline_ms = 4.0;
+		ref.sets = sets;
+		ref.n_sets = 1;
 		spec.reference = &ref;
 		b.rounds = rounds;
 		spec.budget = &b;
