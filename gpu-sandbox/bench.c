@@ -4,10 +4,11 @@
  *
  *  - compile time: a fresh source (cold) and the same again (cache hit);
  *  - evaluation overhead for an elementwise task of N elements (default
- *    64M): round-trip wall time minus the kernels' own time (every timed,
- *    warm-up and verification run of the candidate and of the reference);
+ *    64M): round-trip wall time minus the kernels' own time (every run of
+ *    the candidate and of the reference, as the sandbox counts them, at
+ *    their median time);
  *  - fault-to-ready: from the result of a faulting candidate to the result
- *    of the next (tiny) evaluation, which has to wait for the fresh child.
+ *    of the next (tiny) evaluation, which the spare child takes at once.
  *
  *   kclaw-sandbox-bench [--elements N] [--runs R] [--home DIR]
  */
@@ -125,6 +126,15 @@ bench_median(double *v, int n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+static double
+bench_metric(const Kclaw__EvalResult *r, const char *name)
+{
+	for (size_t m = 0; m < r->n_metrics; m++)
+		if (strcmp(r->metrics[m]->name, name) == 0)
+			return r->metrics[m]->value;
+	return -1;
+}
+
 /* One evaluation; returns its round-trip ms, or -1. */
 static double
 bench_eval(sbx_session *s, Kclaw__TaskSpec *task, const char *src,
@@ -206,8 +216,7 @@ main(int argc, char **argv)
 
 	/* Overhead: the first full run warms allocations and caches. */
 	for (int i = 0; i <= runs; i++) {
-		double kernels;
-		unsigned per;
+		double kernels, cruns, rruns;
 		if ((wall = bench_eval(
 		         s, &bt.task, bench_cand_src, plan, &o, &r)) < 0)
 			return 1;
@@ -217,16 +226,27 @@ main(int argc, char **argv)
 			    r->message);
 			return 1;
 		}
-		per = r->timing->iterations + 5 + 3;
-		kernels =
-		    per * r->timing->median_ms + per * r->baseline->median_ms;
+		/* Every run of either, as the sandbox counted them (warm-up,
+		 * verification, timed, and the reference's checks of every
+		 * timed run), at its median time. */
+		cruns = bench_metric(r, "sandbox.candidate_runs");
+		rruns = bench_metric(r, "sandbox.reference_runs");
+		if (cruns <= 0 || rruns <= 0) {
+			fprintf(stderr,
+			    "bench: the sandbox did not count its "
+			    "runs (an older child?)\n");
+			return 1;
+		}
+		kernels = cruns * r->timing->median_ms +
+		    rruns * r->baseline->median_ms;
 		if (i > 0)
 			over[i - 1] = wall - kernels;
 		printf("run %d: wall %.1f ms, kernels %.1f ms (candidate "
-		       "%.4f ms, reference %.4f ms x %u runs each), overhead "
-		       "%.1f ms\n",
-		    i, wall, kernels, r->timing->median_ms,
-		    r->baseline->median_ms, per, wall - kernels);
+		       "%.4f ms x %.0f runs, reference %.4f ms x %.0f runs; "
+		       "%u timed), overhead %.1f ms\n",
+		    i, wall, kernels, r->timing->median_ms, cruns,
+		    r->baseline->median_ms, rruns, r->timing->iterations,
+		    wall - kernels);
 		for (size_t m = 0; m < r->n_metrics; m++)
 			printf("  %s %.1f %s\n", r->metrics[m]->name,
 			    r->metrics[m]->value, r->metrics[m]->unit);

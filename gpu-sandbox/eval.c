@@ -25,7 +25,6 @@
 #include <cuda.h>
 #include <math.h>
 #include <stdarg.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,12 +50,21 @@
 /* Tensors a task may have (a Level 3 model has hundreds of parameters). */
 #define EV_MAX_TENSORS 1024
 #define EV_MAX_ITERS 2000
-#define EV_DEFAULT_WARMUP 5
-#define EV_DEFAULT_ITERS 50
+#define EV_DEFAULT_WARMUP 3
 #define EV_DEFAULT_TRIALS 3
-/* Per timed run and output: the device comparison's two sums and two
- * counts (kc_compare), read once after the timed loop. */
-#define EV_CHK_SLOT 32
+/* Timing without an explicit iteration count is adaptive (docs/plan.md
+ * "Timing"): at least EV_ADAPT_MIN runs, then batches of EV_ADAPT_BATCH
+ * until the median's 95 % confidence interval is within EV_ADAPT_CI of
+ * it, at most EV_ADAPT_MAX runs or EV_ADAPT_BUDGET_MS of wall time. */
+#define EV_ADAPT_MIN 10
+#define EV_ADAPT_BATCH 10
+#define EV_ADAPT_MAX 200
+#define EV_ADAPT_CI 0.01
+#define EV_ADAPT_BUDGET_MS 3000
+/* Per timed run and output: the device comparison's two sums, its bad and
+ * NaN counts and its largest absolute and relative errors (kc_compare),
+ * read once after each batch of timed runs. */
+#define EV_CHK_SLOT 48
 #define EV_CHK_OUTS 64
 #define EV_LT_WORKSPACE (32u << 20)
 #define EV_MAX_NPY ((size_t)8 << 30)
@@ -113,6 +121,7 @@ typedef struct {
 	/* Measured at start-up: the device's copy bandwidth and its peak
 	 * arithmetic rate, for the speed of light. */
 	double bw_bytes_per_ms, peak_flops_per_ms;
+	int measured;
 	size_t flush_bytes;
 	void *pinned;
 	size_t pinned_bytes;
@@ -157,6 +166,10 @@ typedef struct {
 	Kclaw__EvalResult *res;
 	int *fatal;
 	unsigned trials, warmup, iters;
+	int adaptive; /* iters is the most timed runs, not the count */
+	/* Runs of the candidate and of the reference (a metric: the bench
+	 * subtracts their GPU time from the wall time). */
+	unsigned cand_runs, ref_runs;
 	size_t nt;
 	CUdeviceptr *tdev; /* per tensor: the buffer the plans see */
 	size_t *tbytes, *tcount;
@@ -186,6 +199,10 @@ typedef struct {
 	unsigned fresh_serial;
 	CUdeviceptr held[EV_MAX_TENSORS]; /* a run's outputs, set aside to be
 	                                     compared */
+	/* `cuda` references: the reference writes its outputs here, not into
+	 * the candidate's, so a check needs no copy; poisoned whenever the
+	 * candidate runs. */
+	CUdeviceptr exp[EV_MAX_TENSORS];
 } ev;
 
 /* ---------------------------------------------------------------- errors */
@@ -217,6 +234,13 @@ ev_cu(ev *e, CUresult r, Kclaw__EvalStatus status, const char *what)
 	sbx_result_status(
 	    e->res, status, "%s: %s (%s)", what, name, text ? text : "");
 	return -1;
+}
+
+/* 0 when r is a success, else ev_cu's -1 with the result filled. */
+static int
+ev_ok(ev *e, CUresult r, Kclaw__EvalStatus status, const char *what)
+{
+	return r == CUDA_SUCCESS ? 0 : ev_cu(e, r, status, what);
 }
 
 #define EV_CU(e, call, status, what)                                           \
@@ -408,7 +432,9 @@ gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 	}
 	if ((rv = gpu_load_helpers(g)) != 0)
 		goto nodev;
-	gpu_measure_ceilings(g);
+	/* The ceilings are measured at the first evaluation, not here: a
+	 * spare child starts beside a busy one, and its copies would disturb
+	 * that one's timing (and be slowed by it). */
 	if (sbx_lt_open(&g->lt) != 0)
 		KC_WARN("cuBLASLt unavailable: %s", kc_lasterr());
 	else
@@ -780,6 +806,9 @@ prog_free(ev *e, prog *p)
 static CUdeviceptr
 prog_buffer(const ev *e, const prog *p, int b)
 {
+	if ((size_t)b < p->plan->ntensors && p == &e->ref &&
+	    (size_t)b < EV_MAX_TENSORS && e->exp[b] != 0)
+		return e->exp[b];
 	if ((size_t)b < p->plan->ntensors)
 		return e->tdev[b];
 	return p->scratch[(size_t)b - p->plan->ntensors];
@@ -793,6 +822,10 @@ prog_enqueue(ev *e, const prog *p)
 	    p == &e->cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL;
 	gpu *g = e->g;
 
+	if (p == &e->cand)
+		e->cand_runs++;
+	else
+		e->ref_runs++;
 	for (size_t s = 0; s < p->plan->nsteps; s++) {
 		const sbx_step *st = &p->plan->steps[s];
 		CUdeviceptr ptrs[SBX_MAX_ARGS];
@@ -1077,48 +1110,6 @@ ev_expected_buf(gpu *g, unsigned k, size_t t, size_t bytes)
 	return g->pool[k][t];
 }
 
-typedef struct {
-	char *dst;
-	const char *src;
-	size_t n;
-} ev_copy_part;
-
-static void *
-ev_copy_run(void *arg)
-{
-	ev_copy_part *c = arg;
-
-	memcpy(c->dst, c->src, c->n);
-	return NULL;
-}
-
-/* memcpy with several threads: one core cannot fill memory bandwidth. */
-static void
-ev_par_memcpy(void *dst, const void *src, size_t n, int nthreads)
-{
-	ev_copy_part parts[16];
-	pthread_t th[16];
-	int k = nthreads < 1 ? 1 : nthreads > 16 ? 16 : nthreads;
-
-	if (n < ((size_t)8 << 20))
-		k = 1;
-	for (int i = 0; i < k; i++) {
-		size_t lo = n * (size_t)i / (size_t)k;
-		size_t hi = n * (size_t)(i + 1) / (size_t)k;
-		parts[i] = (ev_copy_part){
-		    (char *)dst + lo, (const char *)src + lo, hi - lo};
-		if (i > 0 &&
-		    pthread_create(&th[i], NULL, ev_copy_run, &parts[i]) != 0) {
-			ev_copy_run(&parts[i]);
-			th[i] = 0;
-		}
-	}
-	ev_copy_run(&parts[0]);
-	for (int i = 1; i < k; i++)
-		if (th[i] != 0)
-			pthread_join(th[i], NULL);
-}
-
 /* Expected outputs are unreadable while the candidate runs: not on the
  * device, and not even in host pages the GPU could map (HMM). Trial k, or
  * every trial when k < 0. */
@@ -1144,7 +1135,10 @@ ev_poison(ev *e, const prog *p)
 		if (e->task->tensors[t]->kind == KCLAW__TENSOR_KIND__OUTPUT)
 			EV_CU(e,
 			    g->cu.cuMemsetD8Async(
-			        e->tdev[t], 0xff, e->tbytes[t], g->stream),
+			        p == &e->ref && t < EV_MAX_TENSORS && e->exp[t]
+			            ? e->exp[t]
+			            : e->tdev[t],
+			        0xff, e->tbytes[t], g->stream),
 			    EV_INTERNAL, "poisoning outputs");
 	for (size_t i = 0; p != NULL && i < p->nscratch; i++)
 		EV_CU(e,
@@ -1313,8 +1307,8 @@ ev_note_error(ev *e, size_t t, double max_abs, double max_rel, double rel)
 
 /*
  * Enqueues the device comparison of output t's got against exp (kc_compare)
- * into slot (EV_CHK_SLOT bytes: the two sums, then the bad and NaN
- * counts), zeroed first.
+ * into slot (EV_CHK_SLOT bytes: the two sums, the bad and NaN counts, the
+ * largest absolute and relative errors), zeroed first.
  */
 static int
 ev_dev_compare(ev *e, size_t t, CUdeviceptr got, CUdeviceptr exp, double atol,
@@ -1338,7 +1332,7 @@ ev_dev_compare(ev *e, size_t t, CUdeviceptr got, CUdeviceptr exp, double atol,
 /* A slot's figures: the relative norm of the difference, bad and NaN
  * counts. */
 typedef struct {
-	double rel;
+	double rel, max_abs, max_rel;
 	uint64_t bad, nans;
 } ev_slot;
 
@@ -1365,14 +1359,17 @@ ev_dev_compare_now(ev *e, size_t t, CUdeviceptr got, CUdeviceptr exp,
 static void
 ev_slot_read(const void *raw, ev_slot *out)
 {
-	double sums[2];
+	double sums[2], maxes[2];
 	uint64_t counts[2];
 
 	memcpy(sums, raw, sizeof(sums));
 	memcpy(counts, (const char *)raw + 16, sizeof(counts));
+	memcpy(maxes, (const char *)raw + 32, sizeof(maxes));
 	out->rel = sums[1] > 0 ? sqrt(sums[0]) / sqrt(sums[1]) : sqrt(sums[0]);
 	out->bad = counts[0];
 	out->nans = counts[1];
+	out->max_abs = maxes[0];
+	out->max_rel = maxes[1];
 }
 
 /*
@@ -1462,44 +1459,23 @@ ev_alloc_tensors(ev *e)
 			    g->cu.cuMemAlloc(
 			        &e->held[t], e->tbytes[t] ? e->tbytes[t] : 1),
 			    EV_INTERNAL, what);
-	}
-	return 0;
-}
-
-/*
- * How much output t varies with the inputs alone: trials 0 and 1 draw
- * from the same distribution, so the relative difference of their
- * expected outputs (trial 0's kept in held, compared on the device once
- * trial 1's are in the output buffers) is what a kernel that ignores its
- * inputs would get wrong.
- */
-static int
-ev_note_variation(ev *e, unsigned k)
-{
-	gpu *g = e->g;
-
-	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS && k < 2; t++) {
-		ev_slot sl;
-
-		if (e->task->tensors[t]->kind != KCLAW__TENSOR_KIND__OUTPUT)
-			continue;
-		if (k == 0) {
+		if (ts->kind == KCLAW__TENSOR_KIND__OUTPUT && e->have_ref) {
 			EV_CU(e,
-			    g->cu.cuMemcpyDtoDAsync(e->held[t], e->tdev[t],
-			        e->tbytes[t], g->stream),
-			    EV_INTERNAL, "measuring the outputs' variation");
-			continue;
+			    g->cu.cuMemAlloc(
+			        &e->exp[t], e->tbytes[t] ? e->tbytes[t] : 1),
+			    EV_INTERNAL, what);
+			EV_CU(e,
+			    g->cu.cuMemsetD8Async(
+			        e->exp[t], 0xff, e->tbytes[t], g->stream),
+			    EV_INTERNAL, what);
 		}
-		if (ev_dev_compare_now(e, t, e->held[t], e->tdev[t], 1e300, 0,
-		        "measuring the outputs' variation", &sl) != 0)
-			return -1;
-		e->var_rel[t] = sl.rel;
-		e->var_known[t] = 1;
 	}
 	return 0;
 }
 
-/* The same from the expected outputs in host memory (tensors sets). */
+/* How much output t varies with the inputs alone (the variation rule),
+ * from the expected outputs of trials 0 and 1 in host memory (tensors
+ * sets). */
 static void
 ev_note_variation_host(ev *e)
 {
@@ -1520,18 +1496,16 @@ ev_note_variation_host(ev *e)
 		}
 }
 
-/* Step 3: every trial's inputs in the stash, expected outputs on the host. */
+/* `tensors` references: every trial's inputs uploaded into the stash, its
+ * expected outputs read into host pages. */
 static int
 ev_prepare_trials(ev *e)
 {
 	const Kclaw__Reference *ref = e->task->reference;
-	int tensors_ref =
-	    ref != NULL && ref->kind == KCLAW__REFERENCE__KIND__TENSORS;
 	gpu *g = e->g;
 
 	for (unsigned k = 0; k < e->trials; k++) {
-		const Kclaw__TensorSet *set =
-		    tensors_ref ? ref->sets[k % ref->n_sets] : NULL;
+		const Kclaw__TensorSet *set = ref->sets[k % ref->n_sets];
 		for (size_t t = 0; t < e->nt; t++) {
 			const Kclaw__TensorSpec *ts = e->task->tensors[t];
 			kc_npy arr;
@@ -1545,8 +1519,6 @@ ev_prepare_trials(ev *e)
 					    "outputs");
 					return -1;
 				}
-				if (!tensors_ref)
-					continue;
 				if (ev_ref_tensor(e, k, t, set->expected,
 				        set->n_expected, "expected", &arr) != 0)
 					return -1;
@@ -1555,21 +1527,10 @@ ev_prepare_trials(ev *e)
 				kc_npy_free(&arr);
 				continue;
 			}
-			/* Parameters are the same in every trial. */
-			if (ts->kind == KCLAW__TENSOR_KIND__PARAMETER &&
-			    k > 0 && !tensors_ref) {
-				e->stash[k][t] = e->stash[0][t];
-				continue;
-			}
 			EV_CU(e,
 			    g->cu.cuMemAlloc(&e->stash[k][t],
 			        e->tbytes[t] ? e->tbytes[t] : 1),
 			    EV_INTERNAL, "allocating input sets");
-			if (!tensors_ref) {
-				if (ev_generate(e, t, k, e->stash[k][t]) != 0)
-					return -1;
-				continue;
-			}
 			if (ev_ref_tensor(e, k, t, set->inputs, set->n_inputs,
 			        "input", &arr) != 0)
 				return -1;
@@ -1582,55 +1543,7 @@ ev_prepare_trials(ev *e)
 	}
 	EV_CU(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL,
 	    "making inputs");
-	if (!e->have_ref) {
-		ev_note_variation_host(e);
-		return 0;
-	}
-	for (unsigned k = 0; k < e->trials; k++) {
-		if (ev_set_inputs(e, k) != 0 || ev_poison(e, &e->ref) != 0 ||
-		    prog_run_sync(e, &e->ref) != 0 ||
-		    ev_note_variation(e, k) != 0)
-			return -1;
-		for (size_t t = 0; t < e->nt; t++) {
-			if (e->expected[k][t] == NULL)
-				continue;
-			/* Through pinned memory: pageable copies are slow. */
-			if (ev_pinned(e, e->tbytes[t]) != 0)
-				return -1;
-			EV_CU(e,
-			    g->cu.cuMemcpyDtoH(
-			        g->pinned, e->tdev[t], e->tbytes[t]),
-			    EV_INTERNAL, "reading expected outputs");
-			ev_par_memcpy(e->expected[k][t], g->pinned,
-			    e->tbytes[t], g->nthreads);
-		}
-	}
-	/* Nothing the reference wrote stays where a candidate could read it:
-	 * not its outputs or scratch, not cuBLASLt's workspace, and not the
-	 * pinned staging buffer (host memory the GPU can map). */
-	if (ev_poison(e, &e->ref) != 0)
-		return -1;
-	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++)
-		if (e->held[t] != 0)
-			EV_CU(e,
-			    g->cu.cuMemsetD8Async(
-			        e->held[t], 0xff, e->tbytes[t], g->stream),
-			    EV_INTERNAL, "poisoning the reference's outputs");
-	EV_CU(e,
-	    g->cu.cuMemsetD8Async(g->lt_work, 0xff, EV_LT_WORKSPACE, g->stream),
-	    EV_INTERNAL, "clearing the matmul workspace");
-	EV_CU(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL,
-	    "poisoning the reference's outputs");
-	/* The largest output, now poison, over the staging buffer: a copy
-	 * engine does it faster than a memset on the host. */
-	for (size_t t = 0, most = 0; t < e->nt; t++)
-		if (e->expected[0][t] != NULL && e->tbytes[t] > most &&
-		    e->tbytes[t] <= g->pinned_bytes) {
-			most = e->tbytes[t];
-			EV_CU(e,
-			    g->cu.cuMemcpyDtoH(g->pinned, e->tdev[t], most),
-			    EV_INTERNAL, "clearing the staging buffer");
-		}
+	ev_note_variation_host(e);
 	return 0;
 }
 
@@ -1668,20 +1581,176 @@ ev_chk_slot(const ev *e, unsigned slot, size_t t)
 	return e->g->chk + ((size_t)slot * EV_CHK_OUTS + t) * EV_CHK_SLOT;
 }
 
-/* A run's tensors generated in place from their seeds (host memory no
- * kernel can reach): the inputs, and with params the parameters too. */
+/*
+ * The `cuda` reference: nothing is kept between runs. Every run's inputs
+ * (and, before the reference runs, its parameters) are generated in place
+ * from their seeds, kept in host memory no kernel can reach; the reference
+ * writes its outputs into buffers of its own (e->exp), compared with the
+ * candidate's on the device and poisoned again at once. So no expected
+ * output exists while the candidate runs, nothing crosses to the host but
+ * the comparison's figures, and a candidate that wrote its inputs cannot
+ * change the problem.
+ */
+
+/* The tensors of input set `serial` (a verification trial, or
+ * EV_MAX_TRIALS + a timed run's number): the inputs, and with params the
+ * parameters too (the same in every set). */
 static int
-cuda_make_tensors(ev *e, unsigned id, int params)
+cuda_make_tensors(ev *e, unsigned serial, int params)
 {
 	for (size_t t = 0; t < e->nt; t++) {
 		Kclaw__TensorKind kind = e->task->tensors[t]->kind;
 		if (kind == KCLAW__TENSOR_KIND__OUTPUT ||
+		    kind == KCLAW__TENSOR_KIND__SCALAR ||
 		    (kind == KCLAW__TENSOR_KIND__PARAMETER && !params))
 			continue;
-		if (ev_generate(e, t, EV_MAX_TRIALS + id, e->tdev[t]) != 0)
+		if (ev_generate(e, t, serial, e->tdev[t]) != 0)
 			return -1;
 	}
 	return 0;
+}
+
+/* The reference's outputs poisoned: nothing it computed stays where a
+ * candidate could read it. */
+static int
+cuda_poison_expected(ev *e)
+{
+	gpu *g = e->g;
+
+	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++)
+		if (e->exp[t] != 0)
+			EV_CU(e,
+			    g->cu.cuMemsetD8Async(
+			        e->exp[t], 0xff, e->tbytes[t], g->stream),
+			    EV_INTERNAL, "poisoning the reference's outputs");
+	return 0;
+}
+
+/* Enqueues the reference on input set `serial`, made again from its seeds
+ * with the parameters, into its own outputs (its scratch poisoned). */
+static int
+cuda_run_reference(ev *e, unsigned serial)
+{
+	if (cuda_make_tensors(e, serial, 1) != 0 || ev_poison(e, &e->ref) != 0)
+		return -1;
+	return prog_enqueue(e, &e->ref);
+}
+
+/*
+ * How much each output varies with the inputs alone: trials 0 and 1 draw
+ * from the same distribution, so the relative difference of the
+ * reference's outputs on them is what a kernel that ignores its inputs
+ * would get wrong (the variation rule). Compared on the device.
+ */
+static int
+cuda_prepare(ev *e)
+{
+	gpu *g = e->g;
+
+	for (unsigned k = 0; k < 2; k++) {
+		if (cuda_run_reference(e, k) != 0)
+			return -1;
+		for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++) {
+			ev_slot sl;
+			if (e->exp[t] == 0)
+				continue;
+			if (k == 0) {
+				EV_CU(e,
+				    g->cu.cuMemcpyDtoDAsync(e->held[t],
+				        e->exp[t], e->tbytes[t], g->stream),
+				    EV_INTERNAL,
+				    "measuring the outputs' variation");
+				continue;
+			}
+			if (ev_dev_compare_now(e, t, e->held[t], e->exp[t],
+			        1e300, 0, "measuring the outputs' variation",
+			        &sl) != 0)
+				return -1;
+			e->var_rel[t] = sl.rel;
+			e->var_known[t] = 1;
+		}
+	}
+	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++)
+		if (e->held[t] != 0)
+			EV_CU(e,
+			    g->cu.cuMemsetD8Async(
+			        e->held[t], 0xff, e->tbytes[t], g->stream),
+			    EV_INTERNAL, "poisoning the reference's outputs");
+	if (cuda_poison_expected(e) != 0)
+		return -1;
+	EV_CU(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL,
+	    "making inputs");
+	return 0;
+}
+
+static int
+cuda_trial_inputs(ev *e, unsigned k)
+{
+	return cuda_make_tensors(e, k, 1);
+}
+
+/*
+ * The report for output t that failed the device comparison: both
+ * buffers copied out and compared on the host, for the worst element's
+ * place and values. Returns 1 when it is wrong (result filled), 0 when
+ * the host finds it within tolerance after all, -1 on error.
+ */
+static int
+cuda_report_wrong(ev *e, size_t t, unsigned k, const char *when)
+{
+	Kclaw__Tolerance dflt;
+	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
+	size_t bytes = e->tbytes[t];
+	void *exp = malloc(bytes ? bytes : 1);
+	sbx_cmp c;
+
+	if (exp == NULL) {
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	if (ev_pinned(e, bytes) != 0 ||
+	    ev_ok(e, e->g->cu.cuMemcpyDtoH(exp, e->exp[t], bytes), EV_INTERNAL,
+	        "reading the expected outputs") != 0 ||
+	    ev_ok(e, e->g->cu.cuMemcpyDtoH(e->g->pinned, e->tdev[t], bytes),
+	        EV_INTERNAL, "reading outputs") != 0) {
+		free(exp);
+		return -1;
+	}
+	sbx_compare(e->task->tensors[t]->dtype, e->g->pinned, exp, e->tcount[t],
+	    tol, e->g->nthreads, &c);
+	free(exp);
+	if (c.ok)
+		return 0;
+	ev_wrong(e, t, k, &c, when);
+	return 1;
+}
+
+/* Verification trial k: the reference run on the trial's inputs made
+ * again, every output compared on the device. */
+static int
+cuda_trial_check(ev *e, unsigned k, const char *when)
+{
+	Kclaw__Tolerance dflt;
+	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
+	int rv = 0;
+
+	if (cuda_run_reference(e, k) != 0)
+		return -1;
+	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS && rv == 0; t++) {
+		ev_slot sl;
+		if (e->exp[t] == 0)
+			continue;
+		if (ev_dev_compare_now(e, t, e->tdev[t], e->exp[t], tol->atol,
+		        tol->rtol, when, &sl) != 0)
+			return -1;
+		ev_note_error(e, t, sl.max_abs, sl.max_rel, sl.rel);
+		if (sl.bad != 0 || sl.nans != 0 ||
+		    (tol->max_rel_norm > 0 && sl.rel > tol->max_rel_norm))
+			rv = cuda_report_wrong(e, t, k, when);
+	}
+	if (cuda_poison_expected(e) != 0)
+		return -1;
+	return rv;
 }
 
 /* A timed run's inputs: new ones, so no input set comes back. The
@@ -1692,36 +1761,27 @@ static int
 cuda_run_inputs(ev *e, unsigned k, unsigned id)
 {
 	(void)k;
-	return cuda_make_tensors(e, id, 0);
+	return cuda_make_tensors(e, EV_MAX_TRIALS + id, 0);
 }
 
-/* The candidate's outputs set aside, the inputs made again (so a candidate
- * that wrote them cannot change the problem), the reference run on them,
- * and every output compared on the device; the reference's outputs and
- * scratch are poisoned again before the candidate runs next. */
+/* The reference run on the timed run's inputs made again, every output
+ * compared on the device into the run's slot, the reference's outputs
+ * poisoned before the candidate runs next. */
 static int
 cuda_run_check(ev *e, unsigned k, unsigned id, unsigned slot)
 {
 	Kclaw__Tolerance dflt;
 	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
-	gpu *g = e->g;
 
-	for (size_t t = 0; t < e->nt; t++)
-		if (e->task->tensors[t]->kind == KCLAW__TENSOR_KIND__OUTPUT)
-			EV_CU(e,
-			    g->cu.cuMemcpyDtoDAsync(e->held[t], e->tdev[t],
-			        e->tbytes[t], g->stream),
-			    EV_INTERNAL, "setting a timed run's outputs aside");
 	(void)k;
-	if (cuda_make_tensors(e, id, 1) != 0 || ev_poison(e, &e->ref) != 0 ||
-	    prog_enqueue(e, &e->ref) != 0)
+	if (cuda_run_reference(e, EV_MAX_TRIALS + id) != 0)
 		return -1;
 	for (size_t t = 0; t < e->nt && t < EV_CHK_OUTS; t++)
-		if (e->task->tensors[t]->kind == KCLAW__TENSOR_KIND__OUTPUT &&
-		    ev_dev_compare(e, t, e->held[t], e->tdev[t], tol->atol,
+		if (e->exp[t] != 0 &&
+		    ev_dev_compare(e, t, e->tdev[t], e->exp[t], tol->atol,
 		        tol->rtol, ev_chk_slot(e, slot, t)) != 0)
 			return -1;
-	return ev_poison(e, &e->ref);
+	return cuda_poison_expected(e);
 }
 
 static int ev_time(ev *e, const prog *p, int check, Kclaw__Timing **out);
@@ -1789,9 +1849,9 @@ static int ev_check_variation(ev *e, size_t t, double rel, const char *when);
 
 static const ev_ref_ops ev_cuda_ops = {
     .name = "cuda",
-    .prepare = ev_prepare_trials,
-    .trial_inputs = ev_set_inputs,
-    .trial_check = ev_check_outputs,
+    .prepare = cuda_prepare,
+    .trial_inputs = cuda_trial_inputs,
+    .trial_check = cuda_trial_check,
     .run_inputs = cuda_run_inputs,
     .run_check = cuda_run_check,
     .baseline = cuda_baseline,
@@ -2175,6 +2235,13 @@ torch_timing(ev *e, const char *mode, Kclaw__Timing **out, double *setup_s)
 	cJSON_AddStringToObject(req, "mode", mode);
 	cJSON_AddNumberToObject(req, "warmup", e->warmup);
 	cJSON_AddNumberToObject(req, "iters", e->iters);
+	/* The candidate's protocol: adaptive unless a count was asked for. */
+	if (e->adaptive) {
+		cJSON_AddNumberToObject(req, "min_iters", EV_ADAPT_MIN);
+		cJSON_AddNumberToObject(req, "batch", EV_ADAPT_BATCH);
+		cJSON_AddNumberToObject(req, "ci", EV_ADAPT_CI);
+		cJSON_AddNumberToObject(req, "budget_ms", EV_ADAPT_BUDGET_MS);
+	}
 	cJSON_AddBoolToObject(req, "flush", !(o && o->no_l2_flush));
 	cJSON_AddNumberToObject(req, "seed", torch_seed(e, 999999));
 	if (torch_call(e, req, TORCH_BASELINE_MS, what, &reply) != 0) {
@@ -2410,27 +2477,30 @@ ev_random(void)
 	return v;
 }
 
-/* Reads the timed runs' comparisons: 0 when every run of every output was
- * right, 1 with the result filled. */
+/* Reads the comparisons of timed runs lo to n - 1: 0 when every run of
+ * every output was right, 1 with the result filled. */
 static int
-ev_read_checks(ev *e, unsigned n)
+ev_read_checks(ev *e, unsigned lo, unsigned n)
 {
 	Kclaw__Tolerance dflt;
 	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
-	size_t bytes = (size_t)n * EV_CHK_OUTS * EV_CHK_SLOT;
+	size_t per = (size_t)EV_CHK_OUTS * EV_CHK_SLOT;
+	size_t bytes = (size_t)(n - lo) * per;
 	uint8_t *raw = malloc(bytes ? bytes : 1);
 
 	if (raw == NULL) {
 		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
 		return -1;
 	}
-	if (e->g->cu.cuMemcpyDtoH(raw, e->g->chk, bytes) != CUDA_SUCCESS) {
+	if (bytes > 0 &&
+	    e->g->cu.cuMemcpyDtoH(raw, e->g->chk + lo * per, bytes) !=
+	        CUDA_SUCCESS) {
 		free(raw);
 		sbx_result_status(
 		    e->res, EV_INTERNAL, "reading the timed runs' checks");
 		return -1;
 	}
-	for (unsigned i = 0; i < n; i++)
+	for (unsigned i = lo; i < n; i++)
 		for (size_t t = 0; t < e->nt && t < EV_CHK_OUTS; t++) {
 			const Kclaw__TensorSpec *ts = e->task->tensors[t];
 			Kclaw__Mismatch *m;
@@ -2438,10 +2508,11 @@ ev_read_checks(ev *e, unsigned n)
 			ev_slot sl;
 			if (ts->kind != KCLAW__TENSOR_KIND__OUTPUT)
 				continue;
-			ev_slot_read(
-			    raw + ((size_t)i * EV_CHK_OUTS + t) * EV_CHK_SLOT,
+			ev_slot_read(raw +
+			        ((size_t)(i - lo) * EV_CHK_OUTS + t) *
+			            EV_CHK_SLOT,
 			    &sl);
-			ev_note_error(e, t, 0, 0, sl.rel);
+			ev_note_error(e, t, sl.max_abs, sl.max_rel, sl.rel);
 			snprintf(when, sizeof(when),
 			    "timed run %u, fresh inputs of distribution %u", i,
 			    ev_variant(EV_MAX_TRIALS + i));
@@ -2479,15 +2550,41 @@ ev_read_checks(ev *e, unsigned n)
 }
 
 /*
- * Times p: warm-up, then iterations each between two events. Before each
- * run (outside the events): the next inputs (fresh ones where the
- * reference can compute them, else the next trial's), a fresh state (the
- * poison in outputs and scratch, the module's variables reset), the L2
- * flushed. With check, every timed run's outputs are then compared with
- * the reference's on the same inputs, after the candidate finished and
+ * Whether n timed runs (sorted) pin the median down: the distribution-free
+ * 95 % confidence interval of the median (the order statistics
+ * n/2 -+ 1.96 sqrt(n)/2) is within EV_ADAPT_CI of it on either side.
+ */
+static int
+ev_median_settled(const double *sorted, unsigned n)
+{
+	double half = 0.98 * sqrt((double)n), med;
+	long lo = (long)floor(n / 2.0 - half), hi = (long)ceil(n / 2.0 + half);
+
+	if (n < 2)
+		return 0;
+	if (lo < 0)
+		lo = 0;
+	if (hi > (long)n - 1)
+		hi = (long)n - 1;
+	med = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+	return (sorted[hi] - sorted[lo]) / 2 <= EV_ADAPT_CI * med;
+}
+
+/*
+ * Times p: warm-up, then runs each between two events. Before each run
+ * (outside the events): the next inputs (fresh ones where the reference
+ * can compute them, else the next trial's), a fresh state (the poison in
+ * outputs and scratch, the module's variables reset), the L2 flushed.
+ * With check, every timed run's outputs are then compared with the
+ * reference's on the same inputs, after the candidate finished and
  * outside the events, the same work after every run: no run can tell
  * whether it is checked, because all are, and none can reuse what an
  * earlier one left.
+ *
+ * The runs go in batches, each read (its times and its checks) before the
+ * next: e->iters of them when the count was asked for, else adaptively
+ * until the median is settled (ev_median_settled), at most e->iters runs
+ * or EV_ADAPT_BUDGET_MS.
  */
 static int
 ev_time(ev *e, const prog *p, int check, Kclaw__Timing **out)
@@ -2495,65 +2592,102 @@ ev_time(ev *e, const prog *p, int check, Kclaw__Timing **out)
 	gpu *g = e->g;
 	int flush = !(e->req->options && e->req->options->no_l2_flush);
 	int cand = p == &e->cand;
-	unsigned n = e->iters;
+	unsigned max = e->iters, n = 0;
+	uint64_t t0 = kc_mono_ns();
 	Kclaw__Timing *t;
-	double *ms;
+	double *ms, *sorted;
 	int rv;
 
-	for (unsigned i = 0; i < 2 * n + 2; i++)
+	for (unsigned i = 0; i < 2 * max + 2; i++)
 		if (g->ev[i] == NULL)
 			EV_CU(e,
 			    g->cu.cuEventCreate(&g->ev[i], CU_EVENT_DEFAULT),
 			    EV_INTERNAL, "creating events");
-	for (unsigned i = 0; i < e->warmup; i++)
-		if (e->ops->run_inputs(e, i % e->trials, e->fresh_serial++) !=
-		        0 ||
-		    ev_fresh_state(e, p) != 0 || prog_enqueue(e, p) != 0)
-			return -1;
-	EV_CU(e, g->cu.cuStreamSynchronize(g->stream),
-	    cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL, "warm-up");
-	for (unsigned i = 0; i < n; i++) {
-		unsigned k = i % e->trials, id = e->fresh_serial++;
-
-		if (e->ops->run_inputs(e, k, id) != 0 ||
-		    ev_fresh_state(e, p) != 0)
-			return -1;
-		if (flush)
-			EV_CU(e,
-			    g->cu.cuMemsetD32Async(
-			        g->flush, i, g->flush_bytes / 4, g->stream),
-			    EV_INTERNAL, "flushing L2");
-		EV_CU(e, g->cu.cuEventRecord(g->ev[2 * i], g->stream),
-		    EV_INTERNAL, "recording an event");
-		if (prog_enqueue(e, p) != 0)
-			return -1;
-		EV_CU(e, g->cu.cuEventRecord(g->ev[2 * i + 1], g->stream),
-		    EV_INTERNAL, "recording an event");
-		if (check && (rv = e->ops->run_check(e, k, id, i)) != 0)
-			return rv;
-	}
-	EV_CU(e, g->cu.cuStreamSynchronize(g->stream),
-	    cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL, "timing");
-	if (check && (rv = ev_read_checks(e, n)) != 0)
-		return rv;
-	if ((ms = calloc(n, sizeof(*ms))) == NULL ||
-	    (t = malloc(sizeof(*t))) == NULL) {
+	if ((ms = calloc(max, sizeof(*ms))) == NULL ||
+	    (sorted = calloc(max, sizeof(*sorted))) == NULL) {
 		free(ms);
 		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
 		return -1;
 	}
-	kclaw__timing__init(t);
-	for (unsigned i = 0; i < n; i++) {
-		float f = 0;
-		g->cu.cuEventElapsedTime(&f, g->ev[2 * i], g->ev[2 * i + 1]);
-		ms[i] = f;
+	for (unsigned i = 0; i < e->warmup; i++)
+		if (e->ops->run_inputs(e, i % e->trials, e->fresh_serial++) !=
+		        0 ||
+		    ev_fresh_state(e, p) != 0 || prog_enqueue(e, p) != 0)
+			goto fail;
+	if (ev_ok(e, g->cu.cuStreamSynchronize(g->stream),
+	        cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
+	        "warm-up") != 0)
+		goto fail;
+	while (n < max) {
+		unsigned lo = n, hi;
+		hi = !e->adaptive ? max
+		    : n == 0      ? EV_ADAPT_MIN
+		                  : n + EV_ADAPT_BATCH;
+		if (hi > max)
+			hi = max;
+		for (unsigned i = lo; i < hi; i++) {
+			unsigned k = i % e->trials, id = e->fresh_serial++;
+
+			if (e->ops->run_inputs(e, k, id) != 0 ||
+			    ev_fresh_state(e, p) != 0)
+				goto fail;
+			if (flush &&
+			    ev_ok(e,
+			        g->cu.cuMemsetD32Async(
+			            g->flush, i, g->flush_bytes / 4, g->stream),
+			        EV_INTERNAL, "flushing L2") != 0)
+				goto fail;
+			if (ev_ok(e,
+			        g->cu.cuEventRecord(g->ev[2 * i], g->stream),
+			        EV_INTERNAL, "recording an event") != 0 ||
+			    prog_enqueue(e, p) != 0 ||
+			    ev_ok(e,
+			        g->cu.cuEventRecord(
+			            g->ev[2 * i + 1], g->stream),
+			        EV_INTERNAL, "recording an event") != 0)
+				goto fail;
+			if (check && (rv = e->ops->run_check(e, k, id, i)) != 0)
+				goto done;
+		}
+		if (ev_ok(e, g->cu.cuStreamSynchronize(g->stream),
+		        cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
+		        "timing") != 0)
+			goto fail;
+		if (check && (rv = ev_read_checks(e, lo, hi)) != 0)
+			goto done;
+		for (unsigned i = lo; i < hi; i++) {
+			float f = 0;
+			g->cu.cuEventElapsedTime(
+			    &f, g->ev[2 * i], g->ev[2 * i + 1]);
+			ms[i] = f;
+		}
+		n = hi;
+		if (!e->adaptive)
+			break;
+		memcpy(sorted, ms, n * sizeof(*ms));
+		qsort(sorted, n, sizeof(*sorted), ev_cmp_double);
+		if (ev_median_settled(sorted, n) ||
+		    (kc_mono_ns() - t0) / 1000000 > EV_ADAPT_BUDGET_MS)
+			break;
 	}
+	if ((t = malloc(sizeof(*t))) == NULL) {
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		goto fail;
+	}
+	kclaw__timing__init(t);
 	ev_stats(ms, n, t);
 	free(ms);
+	free(sorted);
 	t->l2_flushed = flush;
 	t->spot_checks = check ? n : 0;
 	*out = t;
 	return 0;
+fail:
+	rv = -1;
+done:
+	free(ms);
+	free(sorted);
+	return rv;
 }
 
 static int
@@ -2570,7 +2704,8 @@ ev_profile(ev *e)
 	Kclaw__EvalResult *res = e->res;
 
 	if (sbx_prof_activity_start() == 0) {
-		if (ev_set_inputs(e, 0) == 0)
+		if ((e->have_ref ? cuda_trial_inputs(e, 0)
+		                 : ev_set_inputs(e, 0)) == 0)
 			prog_run_sync(e, &e->cand);
 		sbx_prof_activity_stop(res);
 	}
@@ -2771,6 +2906,8 @@ ev_free(ev *e)
 			e->g->cu.cuMemFree(e->tdev[t]);
 		if (t < EV_MAX_TENSORS && e->held[t] && !*e->fatal)
 			e->g->cu.cuMemFree(e->held[t]);
+		if (t < EV_MAX_TENSORS && e->exp[t] && !*e->fatal)
+			e->g->cu.cuMemFree(e->exp[t]);
 	}
 	free(e->tdev);
 	free(e->tbytes);
@@ -2797,6 +2934,11 @@ gpu_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 
 	e.cand.what = "candidate";
 	e.ref.what = "reference";
+	if (g->have_device && !g->measured) {
+		g->cu.cuCtxSetCurrent(g->ctx);
+		gpu_measure_ceilings(g);
+		g->measured = 1;
+	}
 	e.salt = ev_random();
 	if (e.task == NULL)
 		e.task = &empty_task;
@@ -2868,7 +3010,8 @@ reference:
 	    : e.task->trials      ? e.task->trials
 	                          : EV_DEFAULT_TRIALS;
 	e.warmup = o && o->warmup ? o->warmup : EV_DEFAULT_WARMUP;
-	e.iters = o && o->iterations ? o->iterations : EV_DEFAULT_ITERS;
+	e.adaptive = !(o && o->iterations);
+	e.iters = e.adaptive ? EV_ADAPT_MAX : o->iterations;
 	if (e.trials > EV_MAX_TRIALS)
 		e.trials = EV_MAX_TRIALS;
 	if (e.iters > EV_MAX_ITERS)
@@ -2961,6 +3104,12 @@ out:
 	ev_free(&e);
 	if (tp != 0)
 		ev_phase(&e, "sandbox.cleanup_ms", &tp);
+	if (e.cand_runs || e.ref_runs) {
+		sbx_result_add_metric(
+		    res, "sandbox.candidate_runs", e.cand_runs, "runs");
+		sbx_result_add_metric(
+		    res, "sandbox.reference_runs", e.ref_runs, "runs");
+	}
 	res->wall_ms = (double)(kc_mono_ns() - t0) / 1e6;
 }
 

@@ -102,6 +102,7 @@ typedef struct {
 	const char *cache_dir;
 	const char *arch;
 	int ready_timeout_ms; /* child start-up limit (default 60000) */
+	int no_spare;         /* no spare child (also KCLAW_SANDBOX_SPARE=0) */
 } sbx_super_config;
 
 int sbx_super_open(sbx_super **out, const sbx_super_config *cfg);

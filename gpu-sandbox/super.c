@@ -1,6 +1,14 @@
 /*
  * super.c - the parent's side of one child: start it, hand it requests,
  * notice when it dies or overruns, and replace it.
+ *
+ * A spare child waits beside the current one, its CUDA context made and
+ * the common modules loaded (it measures nothing on the GPU until it gets
+ * work, so it does not disturb the current child's timing). When the
+ * current child faults, hangs or is killed, the spare takes the next
+ * request at once and a new spare starts in the background: a fault costs
+ * the next evaluation milliseconds, not a CUDA start-up. KCLAW_SANDBOX_SPARE=0
+ * turns it off (one context per GPU, e.g. under exclusive-process mode).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +28,12 @@
 #define SUPER_MAX_REAP 16
 #define SUPER_START_TRIES 3
 
+/* A child that waits, ready or starting, to replace the current one. */
+typedef struct {
+	pid_t pid;
+	int to_child, from_child;
+} super_spare;
+
 struct sbx_super {
 	sbx_super_config cfg;
 	char child_path[1024];
@@ -28,6 +42,8 @@ struct sbx_super {
 	pid_t pid;
 	int to_child, from_child;
 	int ready;
+	int use_spare;
+	super_spare spare;
 	unsigned starts;
 	char device_name[256];
 	char dev_arch[32];
@@ -42,6 +58,18 @@ super_reap(sbx_super *s)
 	for (int i = 0; i < SUPER_MAX_REAP; i++)
 		if (s->reap[i] > 0 && waitpid(s->reap[i], NULL, WNOHANG) != 0)
 			s->reap[i] = 0;
+}
+
+/* Puts pid on the list of children to reap later. */
+static void
+super_defer_reap(sbx_super *s, pid_t pid)
+{
+	for (int j = 0; j < SUPER_MAX_REAP; j++)
+		if (s->reap[j] <= 0) {
+			s->reap[j] = pid;
+			return;
+		}
+	KC_WARN("sandbox child %d left unreaped (too many dying)", (int)pid);
 }
 
 /* Forgets the current child; kills it if asked. Returns its wait status,
@@ -66,11 +94,7 @@ super_drop(sbx_super *s, int kill_it)
 			break;
 		if (i == 299) {
 			status = -1;
-			for (int j = 0; j < SUPER_MAX_REAP; j++)
-				if (s->reap[j] <= 0) {
-					s->reap[j] = s->pid;
-					break;
-				}
+			super_defer_reap(s, s->pid);
 			break;
 		}
 		if (!kill_it && i == 100)
@@ -82,8 +106,9 @@ super_drop(sbx_super *s, int kill_it)
 	return status;
 }
 
+/* Starts a child; its pid and pipes go to the out parameters. */
 static int
-super_start(sbx_super *s)
+super_spawn(sbx_super *s, pid_t *opid, int *oto, int *ofrom)
 {
 	int in[2], out[2];
 	char dev[16];
@@ -131,12 +156,84 @@ super_start(sbx_super *s)
 	}
 	close(in[0]);
 	close(out[1]);
-	s->pid = pid;
-	s->to_child = in[1];
-	s->from_child = out[0];
-	s->ready = 0;
+	*opid = pid;
+	*oto = in[1];
+	*ofrom = out[0];
 	s->starts++;
 	KC_INFO("started sandbox child %d (%s)", (int)pid, s->child_path);
+	return 0;
+}
+
+static int
+super_start(sbx_super *s)
+{
+	int rv = super_spawn(s, &s->pid, &s->to_child, &s->from_child);
+
+	s->ready = 0;
+	return rv;
+}
+
+/* The current child after it reported a fault: it exits by itself, and
+ * nothing waits for it (its context's teardown overlaps the next
+ * evaluation, which the spare serves). */
+static void
+super_retire(sbx_super *s)
+{
+	if (s->pid <= 0)
+		return;
+	close(s->to_child);
+	close(s->from_child);
+	s->to_child = s->from_child = -1;
+	kill(s->pid, SIGKILL);
+	if (waitpid(s->pid, NULL, WNOHANG) != s->pid)
+		super_defer_reap(s, s->pid);
+	s->pid = 0;
+	s->ready = 0;
+}
+
+/* Starts a spare if there is none (and spares are on). */
+static void
+super_spare_ensure(sbx_super *s)
+{
+	super_spare *sp = &s->spare;
+
+	/* No GPU: nothing a spare would make faster. */
+	if (!s->use_spare || s->ready_status != KCLAW__EVAL_STATUS__OK)
+		return;
+	if (sp->pid > 0 && waitpid(sp->pid, NULL, WNOHANG) == sp->pid) {
+		close(sp->to_child);
+		close(sp->from_child);
+		sp->pid = 0;
+	}
+	if (sp->pid <= 0 &&
+	    super_spawn(s, &sp->pid, &sp->to_child, &sp->from_child) != 0) {
+		KC_WARN("cannot start a spare sandbox child: %s", kc_lasterr());
+		sp->pid = 0;
+	}
+}
+
+/* The spare becomes the current child (its ready frame still to read).
+ * 0, or -1 when there is no live spare. */
+static int
+super_promote(sbx_super *s)
+{
+	super_spare *sp = &s->spare;
+
+	if (sp->pid <= 0)
+		return -1;
+	if (waitpid(sp->pid, NULL, WNOHANG) == sp->pid) {
+		close(sp->to_child);
+		close(sp->from_child);
+		sp->pid = 0;
+		return -1;
+	}
+	s->pid = sp->pid;
+	s->to_child = sp->to_child;
+	s->from_child = sp->from_child;
+	s->ready = 0;
+	sp->pid = 0;
+	sp->to_child = sp->from_child = -1;
+	KC_INFO("the spare sandbox child %d takes over", (int)s->pid);
 	return 0;
 }
 
@@ -171,6 +268,21 @@ super_wait_ready(sbx_super *s)
 		super_drop(s, 1);
 		return kc_seterr(KC_EPROTO, "the child's ready frame is bad");
 	}
+	if (r->status != KCLAW__EVAL_STATUS__OK &&
+	    s->ready_status == KCLAW__EVAL_STATUS__OK && s->device_name[0] &&
+	    s->use_spare) {
+		/* A GPU the last child had, refused to this one: a second
+		 * context on it is not allowed (exclusive-process mode), so
+		 * the spare started beside the last child could not get one.
+		 * Without spares from now on; a fresh child gets the GPU. */
+		KC_WARN("sandbox child: %s; the GPU takes one process at a "
+		        "time, so no spare child from now on",
+		    r->message);
+		kclaw__eval_result__free_unpacked(r, NULL);
+		s->use_spare = 0;
+		super_drop(s, 1);
+		return kc_seterr(KC_EBUSY, "the spare child had no GPU");
+	}
 	snprintf(s->device_name, sizeof(s->device_name), "%s", r->device_name);
 	snprintf(s->dev_arch, sizeof(s->dev_arch), "%s", r->arch);
 	s->ready_status = r->status;
@@ -193,11 +305,15 @@ super_ensure(sbx_super *s)
 		s->pid = 0;
 		s->ready = 0;
 	}
+	if (s->pid <= 0)
+		super_promote(s);
 	for (int i = 0; i < SUPER_START_TRIES; i++) {
 		if (s->pid <= 0 && (rv = super_start(s)) != 0)
 			continue;
-		if (s->ready || (rv = super_wait_ready(s)) == 0)
+		if (s->ready || (rv = super_wait_ready(s)) == 0) {
+			super_spare_ensure(s);
 			return 0;
+		}
 	}
 	return rv;
 }
@@ -217,7 +333,12 @@ sbx_super_open(sbx_super **out, const sbx_super_config *cfg)
 	if (s->cfg.ready_timeout_ms <= 0)
 		s->cfg.ready_timeout_ms = 60000;
 	s->to_child = s->from_child = -1;
+	s->spare.to_child = s->spare.from_child = -1;
 	s->cancel_fd = -1;
+	s->use_spare = !cfg->no_spare;
+	if (getenv("KCLAW_SANDBOX_SPARE") != NULL &&
+	    strcmp(getenv("KCLAW_SANDBOX_SPARE"), "0") == 0)
+		s->use_spare = 0;
 	if (access(s->child_path, X_OK) != 0) {
 		free(s);
 		return kc_seterr(KC_ENOENT,
@@ -339,7 +460,7 @@ sbx_super_eval(sbx_super *s, const Kclaw__EvalRequest *req, int timeout_ms,
 		r = got;
 		if (r->status == KCLAW__EVAL_STATUS__RUNTIME_FAULT) {
 			/* The child exits after a fault; replace it. */
-			super_drop(s, 0);
+			super_retire(s);
 			goto restart;
 		}
 		goto done;
@@ -380,9 +501,10 @@ sbx_super_eval(sbx_super *s, const Kclaw__EvalRequest *req, int timeout_ms,
 		    st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 	}
 restart:
-	/* Start the replacement now, so its CUDA start-up overlaps the
-	 * reply's trip; the next request waits for its ready frame. */
-	if (super_start(s) != 0)
+	/* The spare takes over; without one, start the replacement now, so
+	 * its CUDA start-up overlaps the reply's trip. The next request waits
+	 * for its ready frame (a new spare starts once it is read). */
+	if (super_promote(s) != 0 && super_start(s) != 0)
 		KC_WARN("cannot start a fresh sandbox child: %s", kc_lasterr());
 done:
 	if (r->device_name == NULL || r->device_name[0] == '\0')
@@ -413,6 +535,18 @@ sbx_super_close(sbx_super *s)
 	if (s == NULL)
 		return;
 	super_drop(s, 0);
+	if (s->spare.pid > 0) {
+		/* Idle: closing its pipe ends it. */
+		close(s->spare.to_child);
+		close(s->spare.from_child);
+		for (int i = 0; i < 100; i++) {
+			if (waitpid(s->spare.pid, NULL, WNOHANG) != 0)
+				break;
+			if (i == 50)
+				kill(s->spare.pid, SIGKILL);
+			kc_sleep_ms(10);
+		}
+	}
 	for (int i = 0; i < SUPER_MAX_REAP; i++)
 		if (s->reap[i] > 0)
 			waitpid(s->reap[i], NULL, 0);

@@ -1093,6 +1093,19 @@ def _stats(times, setup_s):
             "iterations": len(times), "setup_s": setup_s}
 
 
+def _median_settled(times, ci):
+    """The distribution-free 95 % interval of the median (order statistics
+    n/2 -+ 1.96 sqrt(n)/2) within ci of it on either side."""
+    n = len(times)
+    if n < 2:
+        return False
+    x = sorted(times)
+    half = 0.98 * math.sqrt(n)
+    lo = max(0, int(math.floor(n / 2.0 - half)))
+    hi = min(n - 1, int(math.ceil(n / 2.0 + half)))
+    return (x[hi] - x[lo]) / 2 <= ci * statistics.median(x)
+
+
 def op_baseline(st, req):
     t = _need_task(st, "baseline")
     mode = _need(req, "mode", str)
@@ -1134,23 +1147,42 @@ def op_baseline(st, req):
             setup_s = time.monotonic() - t0
             t.compiled[mode] = (fn, None)
             log("torch.compile (%s): %.1f s" % (mode, setup_s))
+    # Adaptive as the candidate's timing (eval.c ev_time): min_iters runs,
+    # then batches until the median's 95 % interval is within ci of it, at
+    # most iters runs or budget_ms.
+    min_iters = req.get("min_iters")
+    adaptive = isinstance(min_iters, int) and 1 <= min_iters <= iters
+    batch = int(req.get("batch", 10)) if adaptive else iters
+    ci = float(req.get("ci", 0.01))
+    budget_s = float(req.get("budget_ms", 3000)) / 1000.0
     events = []
+    times = []
     try:
-        for i in range(warmup + iters):
-            args = _draw(st, seed + i, 0)
-            if flush:
-                t.flush.fill_(i & 0x7f)
-            if i >= warmup:
-                a = torch.cuda.Event(enable_timing=True)
-                b = torch.cuda.Event(enable_timing=True)
-                a.record()
-            with torch.no_grad():
-                out = fn(*args)
-            if i >= warmup:
-                b.record()
-                events.append((a, b))
-            del out, args
-        torch.cuda.synchronize()
+        t_start = time.monotonic()
+        i = 0
+        goal = warmup + (min_iters if adaptive else iters)
+        while True:
+            while i < goal:
+                args = _draw(st, seed + i, 0)
+                if flush:
+                    t.flush.fill_(i & 0x7f)
+                if i >= warmup:
+                    a = torch.cuda.Event(enable_timing=True)
+                    b = torch.cuda.Event(enable_timing=True)
+                    a.record()
+                with torch.no_grad():
+                    out = fn(*args)
+                if i >= warmup:
+                    b.record()
+                    events.append((a, b))
+                del out, args
+                i += 1
+            torch.cuda.synchronize()
+            times = [a.elapsed_time(b) for a, b in events]
+            if not adaptive or len(times) >= iters or _median_settled(times, ci) \
+                    or time.monotonic() - t_start > budget_s:
+                break
+            goal = min(warmup + iters, i + max(1, batch))
     except RefError:
         raise
     except Exception as e:
@@ -1159,7 +1191,6 @@ def op_baseline(st, req):
                            % (mode, describe_exc(e, t.path))) from e
         raise RefError("INTERNAL" if is_oom(e) else "BAD_TASK",
                        "the forward failed while timed: %s" % describe_exc(e, t.path)) from e
-    times = [a.elapsed_time(b) for a, b in events]
     return _stats(times, setup_s)
 
 

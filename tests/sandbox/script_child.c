@@ -3,7 +3,9 @@
  * double at the process boundary (gpu-sandbox's backend seam). The first
  * word of the candidate's source says what to do:
  *
- *   ok           answer OK (message "pid N", so tests see replacements)
+ *   ok           answer OK (message "pid N since T": its pid and the
+ *                CLOCK_MONOTONIC ms it started at, so tests see
+ *                replacements and when they started)
  *   crash        die of SIGABRT mid-evaluation
  *   hang         never answer
  *   fault NAME   answer RUNTIME_FAULT with fault NAME, then exit (as the
@@ -19,13 +21,17 @@
 #include <unistd.h>
 
 #include "kc_err.h"
+#include "kc_util.h"
 #include "sandbox.h"
+
+static uint64_t started_ms;
 
 static int
 script_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 {
 	(void)cfg;
 	*state = NULL;
+	started_ms = kc_mono_ms();
 	if (getenv("SBX_SCRIPT_NODEV") != NULL)
 		return kc_seterr(KC_ENODEV, "scripted: no GPU here");
 	sbx_result_set(&ready->device_name, "scripted GPU");
@@ -42,8 +48,9 @@ script_evaluate(void *state, const Kclaw__EvalRequest *req,
 
 	(void)state;
 	if (strncmp(src, "ok", 2) == 0) {
-		sbx_result_status(
-		    res, KCLAW__EVAL_STATUS__OK, "pid %d", (int)getpid());
+		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
+		    "pid %d since %llu", (int)getpid(),
+		    (unsigned long long)started_ms);
 	} else if (strncmp(src, "crash", 5) == 0) {
 		abort();
 	} else if (strncmp(src, "hang", 4) == 0) {

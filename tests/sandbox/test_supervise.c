@@ -66,17 +66,27 @@ eval(sbx_session *s, const char *src, const char *plan, unsigned timeout_ms,
 	return eval_task(s, NULL, src, plan, timeout_ms, compile_only, arch);
 }
 
+/* The pid of the child that answered, and (since) when it started. */
 static int
-ok_pid(sbx_session *s)
+ok_pid_since(sbx_session *s, unsigned long long *since)
 {
 	Kclaw__EvalResult *r = eval(s, "ok", NULL, 5000, 0, NULL);
+	unsigned long long t = 0;
 	int pid;
 
 	KT_EQ_STR(sbx_status_name(r->status), "OK");
 	KT_EQ_STR(r->device_name, "scripted GPU");
-	KT_ASSERT(sscanf(r->message, "pid %d", &pid) == 1);
+	KT_ASSERT(sscanf(r->message, "pid %d since %llu", &pid, &t) == 2);
 	kclaw__eval_result__free_unpacked(r, NULL);
+	if (since)
+		*since = t;
 	return pid;
+}
+
+static int
+ok_pid(sbx_session *s)
+{
+	return ok_pid_since(s, NULL);
 }
 
 static void
@@ -85,6 +95,7 @@ test_scripted_child_is_replaced(void)
 	sbx_client_opts o = {.child_path = script_child, .home = home};
 	Kclaw__EvalResult *r;
 	sbx_session *s;
+	unsigned long long since = 0;
 	uint64_t t0;
 	int a, b, c, d, e;
 
@@ -92,13 +103,19 @@ test_scripted_child_is_replaced(void)
 	a = ok_pid(s);
 	KT_EQ_INT(ok_pid(s), a); /* one child serves many requests */
 
+	/* The child that serves the request after a crash is the spare,
+	 * started (and given a second to finish starting) before the crash,
+	 * so no start-up is waited for. */
+	kc_sleep_ms(1000);
+	t0 = kc_mono_ms();
 	r = eval(s, "crash", NULL, 5000, 0, NULL);
 	KT_EQ_STR(sbx_status_name(r->status), "RUNTIME_FAULT");
 	KT_EQ_STR(r->fault_name, "SIGABRT");
 	KT_CONTAINS(r->message, "a fresh one was started");
 	kclaw__eval_result__free_unpacked(r, NULL);
-	b = ok_pid(s);
+	b = ok_pid_since(s, &since);
 	KT_ASSERT(b != a);
+	KT_ASSERT(since <= t0);
 
 	t0 = kc_mono_ms();
 	r = eval(s, "hang", NULL, 700, 0, NULL);
@@ -123,6 +140,32 @@ test_scripted_child_is_replaced(void)
 	e = ok_pid(s);
 	KT_ASSERT(e != d);
 	sbx_session_close(s);
+}
+
+/* KCLAW_SANDBOX_SPARE=0: no spare; the replacement starts after the
+ * crash, and still serves the next request. */
+static void
+test_without_spare(void)
+{
+	sbx_client_opts o = {.child_path = script_child, .home = home};
+	unsigned long long since = 0;
+	Kclaw__EvalResult *r;
+	sbx_session *s;
+	uint64_t t0;
+	int a, b;
+
+	setenv("KCLAW_SANDBOX_SPARE", "0", 1);
+	KT_OK(sbx_session_open(&s, &o));
+	a = ok_pid(s);
+	t0 = kc_mono_ms();
+	r = eval(s, "crash", NULL, 5000, 0, NULL);
+	KT_EQ_STR(sbx_status_name(r->status), "RUNTIME_FAULT");
+	kclaw__eval_result__free_unpacked(r, NULL);
+	b = ok_pid_since(s, &since);
+	KT_ASSERT(b != a);
+	KT_ASSERT(since >= t0);
+	sbx_session_close(s);
+	unsetenv("KCLAW_SANDBOX_SPARE");
 }
 
 /* Publishes a task's cancellation until told to stop (PUB/SUB drops
@@ -236,6 +279,7 @@ main(void)
 	snprintf(
 	    script_child, sizeof(script_child), "%s/sbx_script_child", bin);
 	KT_RUN(test_scripted_child_is_replaced);
+	KT_RUN(test_without_spare);
 	KT_RUN(test_cancel_aborts_the_evaluation);
 	KT_RUN(test_no_device);
 	return 0;
