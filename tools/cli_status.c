@@ -68,24 +68,27 @@ status_task(const kc_config *cfg, const Kclaw__TaskRecord *t)
 }
 
 /* The TaskRecord as JSON, its usage priced (report.h's cli_usage_json). */
+static cJSON *
+status_task_obj(const kc_config *cfg, const Kclaw__TaskRecord *t)
+{
+	cJSON *o = kc_pb_to_json_public(&t->base);
+
+	if (o == NULL)
+		return NULL;
+	cJSON_DeleteItemFromObjectCaseSensitive(o, "usage");
+	if (cli_usage_json(o, cfg, t->usage, t->n_usage) != 0) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
 static int
 status_task_json(const kc_config *cfg, const Kclaw__TaskRecord *t)
 {
-	cJSON *o = kc_pb_to_json(&t->base);
-	char *s = NULL;
-	int rv = KC_ENOMEM;
+	cJSON *o = status_task_obj(cfg, t);
 
-	if (o != NULL) {
-		cJSON_DeleteItemFromObjectCaseSensitive(o, "usage");
-		if ((rv = cli_usage_json(o, cfg, t->usage, t->n_usage)) == 0 &&
-		    (s = cJSON_PrintUnformatted(o)) == NULL)
-			rv = KC_ENOMEM;
-	}
-	if (rv == 0)
-		printf("%s\n", s);
-	free(s);
-	cJSON_Delete(o);
-	return rv;
+	return o ? cli_json_print_obj(stdout, o) : KC_ENOMEM;
 }
 
 int
@@ -143,17 +146,14 @@ cli_status(int argc, char **argv)
 				    i < STATUS_WHY_MAX ? &c : NULL,
 				    l->tasks[i]);
 			cJSON *root = cJSON_CreateObject(), *arr;
-			char *s;
 			cJSON_AddItemToObject(
-			    root, "health", kc_pb_to_json(&h->base));
+			    root, "health", kc_pb_to_json_public(&h->base));
 			arr = cJSON_AddArrayToObject(root, "tasks");
 			for (size_t i = 0; i < l->n_tasks; i++)
 				cJSON_AddItemToArray(
-				    arr, kc_pb_to_json(&l->tasks[i]->base));
-			s = cJSON_PrintUnformatted(root);
-			printf("%s\n", s ? s : "null");
-			free(s);
-			cJSON_Delete(root);
+				    arr, status_task_obj(&cfg, l->tasks[i]));
+			if ((rv = cli_json_print_obj(stdout, root)) != 0)
+				code = cli_fail("status", rv);
 		} else {
 			printf("orchestrator %s: up %llu s, %u active of %u "
 			       "tasks, last event %llu, %u workers waiting\n",
