@@ -192,7 +192,11 @@ memory_json_nulls(cJSON *j)
 
 	for (c = j ? j->child : NULL; c != NULL; c = next) {
 		next = c->next;
-		if (cJSON_IsString(c) && *c->valuestring == '\0')
+		if (cJSON_IsString(c) && *c->valuestring == '\0' &&
+		    c->string != NULL)
+			cJSON_ReplaceItemInObjectCaseSensitive(
+			    j, c->string, cJSON_CreateNull());
+		else if (cJSON_IsString(c) && *c->valuestring == '\0')
 			cJSON_ReplaceItemViaPointer(j, c, cJSON_CreateNull());
 		else
 			memory_json_nulls(c);

@@ -519,8 +519,10 @@ cli_usage_json(
 		priced = cli_usage_cost(cfg, u[i], &usd);
 		rep_json_num(e, "cost_usd", usd, priced);
 		if (rep_first_unpriced(cfg, u, i) &&
-		    !cJSON_AddItemToArray(
-		        unpriced, cJSON_CreateString(u[i]->model)))
+		    !cJSON_AddItemToArray(unpriced,
+		        u[i]->model && *u[i]->model
+		            ? cJSON_CreateString(u[i]->model)
+		            : cJSON_CreateNull()))
 			return KC_ENOMEM;
 	}
 	priced = rep_usage_total(cfg, u, n, &usd);

@@ -67,6 +67,44 @@ status_task(const kc_config *cfg, const Kclaw__TaskRecord *t)
 	}
 }
 
+/*
+ * The supervised processes, and for each one that crash-loops (or waits to
+ * be restarted) why it died: the last error line of its log and where the
+ * log is.
+ */
+static void
+status_processes(const kc_config *cfg, const Kclaw__HealthResponse *h)
+{
+	size_t looping = 0;
+
+	printf("\n%-24s %-8s %-13s %8s  %s\n", "PROCESS", "PID", "STATE",
+	    "RESTARTS", "LAST ERROR");
+	for (size_t i = 0; i < h->n_processes; i++) {
+		const Kclaw__ProcessInfo *p = h->processes[i];
+		bool down = strcmp(p->state, "running") != 0;
+		printf("%-24s %-8u %-13s %8u  %s\n", p->name, p->pid, p->state,
+		    p->restarts,
+		    down && p->last_error && *p->last_error ? p->last_error
+		                                            : "");
+		looping += strcmp(p->state, "crash-looping") == 0;
+	}
+	for (size_t i = 0; i < h->n_processes; i++) {
+		const Kclaw__ProcessInfo *p = h->processes[i];
+		if (strcmp(p->state, "crash-looping") != 0)
+			continue;
+		printf(
+		    "\nwarning: %s is crash-looping (restarted %u times)%s%s;"
+		    " its log: %s/%s.log\n",
+		    p->name, p->restarts,
+		    p->last_error && *p->last_error ? ": " : "",
+		    p->last_error ? p->last_error : "", cfg->run_dir, p->name);
+	}
+	if (looping)
+		printf(
+		    "`kclaw up --stop`, fix what the log says, then `kclaw up "
+		    "--detach` again.\n");
+}
+
 /* The TaskRecord as JSON, its usage priced (report.h's cli_usage_json). */
 static cJSON *
 status_task_obj(const kc_config *cfg, const Kclaw__TaskRecord *t)
@@ -162,16 +200,8 @@ cli_status(int argc, char **argv)
 			    h->tasks_active, h->tasks_total,
 			    (unsigned long long)h->last_seq,
 			    h->workers_waiting);
-			if (h->n_processes) {
-				printf("\n%-24s %-8s %-11s %8s\n", "PROCESS",
-				    "PID", "STATE", "RESTARTS");
-				for (size_t i = 0; i < h->n_processes; i++)
-					printf("%-24s %-8u %-11s %8u\n",
-					    h->processes[i]->name,
-					    h->processes[i]->pid,
-					    h->processes[i]->state,
-					    h->processes[i]->restarts);
-			}
+			if (h->n_processes)
+				status_processes(&cfg, h);
 			printf("\n%-18s %-20s %-13s %5s %10s %8s  %s\n", "TASK",
 			    "NAME", "STATE", "ROUND", "BEST ms", "SPEEDUP",
 			    "WHY");
