@@ -1,6 +1,9 @@
 #include "pbjson.h"
 
+#include <ctype.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,9 +31,57 @@ pbjson_base64(const uint8_t *p, size_t n)
 	return out;
 }
 
+static cJSON *pbjson_message(const ProtobufCMessage *m, bool pub);
+
+char *
+kc_json_lower(char *s)
+{
+	for (char *c = s; c && *c; c++)
+		*c = (char)tolower((unsigned char)*c);
+	return s;
+}
+
+static bool
+pbjson_ends(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+
+	return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Public convention: a number field whose 0 means "not known or not
+ * measured" (a time or a speedup). */
+static bool
+pbjson_zero_is_null(const ProtobufCFieldDescriptor *f)
+{
+	return (pbjson_ends(f->name, "_ms") &&
+	           strcmp(f->name, "stddev_ms") != 0) ||
+	    strcmp(f->name, "speedup") == 0 ||
+	    pbjson_ends(f->name, "_speedup") ||
+	    strcmp(f->name, "sol_fraction") == 0;
+}
+
+/* Public convention: a string field holding an enum-like name as text
+ * (a task's state, "DONE"), printed in lower case. */
+static bool
+pbjson_text_enum(const ProtobufCFieldDescriptor *f)
+{
+	return strcmp(f->name, "state") == 0;
+}
+
+/* The public form of a scalar value v of field f: null where 0 means
+ * unknown. */
+static cJSON *
+pbjson_number(const ProtobufCFieldDescriptor *f, double v, bool pub)
+{
+	if (pub && v == 0 && pbjson_zero_is_null(f))
+		return cJSON_CreateNull();
+	return cJSON_CreateNumber(v);
+}
+
 /* One value of field f at address p as a new cJSON item. */
 static cJSON *
-pbjson_value(const ProtobufCFieldDescriptor *f, const void *p)
+pbjson_value(const ProtobufCFieldDescriptor *f, const void *p, bool pub)
 {
 	switch (f->type) {
 	case PROTOBUF_C_TYPE_INT32:
@@ -43,37 +94,55 @@ pbjson_value(const ProtobufCFieldDescriptor *f, const void *p)
 	case PROTOBUF_C_TYPE_INT64:
 	case PROTOBUF_C_TYPE_SINT64:
 	case PROTOBUF_C_TYPE_SFIXED64:
-		return cJSON_CreateNumber((double)*(const int64_t *)p);
+		return pbjson_number(f, (double)*(const int64_t *)p, pub);
 	case PROTOBUF_C_TYPE_UINT64:
 	case PROTOBUF_C_TYPE_FIXED64:
-		return cJSON_CreateNumber((double)*(const uint64_t *)p);
+		return pbjson_number(f, (double)*(const uint64_t *)p, pub);
 	case PROTOBUF_C_TYPE_FLOAT:
-		return cJSON_CreateNumber(*(const float *)p);
+		return pbjson_number(f, *(const float *)p, pub);
 	case PROTOBUF_C_TYPE_DOUBLE:
-		return cJSON_CreateNumber(*(const double *)p);
+		return pbjson_number(f, *(const double *)p, pub);
 	case PROTOBUF_C_TYPE_BOOL:
 		return cJSON_CreateBool(*(const protobuf_c_boolean *)p);
 	case PROTOBUF_C_TYPE_ENUM: {
 		int v = *(const int *)p;
 		const ProtobufCEnumValue *ev =
 		    protobuf_c_enum_descriptor_get_value(f->descriptor, v);
-		return ev ? cJSON_CreateString(ev->name)
-		          : cJSON_CreateNumber(v);
+		cJSON *j;
+		if (ev == NULL)
+			return cJSON_CreateNumber(v);
+		if (pub && pbjson_ends(ev->name, "UNSPECIFIED"))
+			return cJSON_CreateNull();
+		j = cJSON_CreateString(ev->name);
+		if (pub && j != NULL)
+			kc_json_lower(j->valuestring);
+		return j;
 	}
 	case PROTOBUF_C_TYPE_STRING: {
 		const char *s = *(char *const *)p;
-		return cJSON_CreateString(s ? s : "");
+		cJSON *j;
+		if (pub && (s == NULL || *s == '\0'))
+			return cJSON_CreateNull();
+		j = cJSON_CreateString(s ? s : "");
+		if (pub && j != NULL && pbjson_text_enum(f))
+			kc_json_lower(j->valuestring);
+		return j;
 	}
 	case PROTOBUF_C_TYPE_BYTES: {
 		const ProtobufCBinaryData *b = p;
-		char *t = pbjson_base64(b->data, b->len);
-		cJSON *j = t ? cJSON_CreateString(t) : NULL;
+		char *t;
+		cJSON *j;
+		if (pub)
+			return b->len ? cJSON_CreateNumber((double)b->len)
+			              : cJSON_CreateNull();
+		t = pbjson_base64(b->data, b->len);
+		j = t ? cJSON_CreateString(t) : NULL;
 		free(t);
 		return j;
 	}
 	case PROTOBUF_C_TYPE_MESSAGE: {
 		const ProtobufCMessage *m = *(const ProtobufCMessage *const *)p;
-		return m ? kc_pb_to_json(m) : cJSON_CreateNull();
+		return m ? pbjson_message(m, pub) : cJSON_CreateNull();
 	}
 	}
 	return cJSON_CreateNull();
@@ -98,8 +167,8 @@ pbjson_size(ProtobufCType t)
 	}
 }
 
-cJSON *
-kc_pb_to_json(const ProtobufCMessage *m)
+static cJSON *
+pbjson_message(const ProtobufCMessage *m, bool pub)
 {
 	const ProtobufCMessageDescriptor *d = m->descriptor;
 	const char *base = (const char *)m;
@@ -109,6 +178,7 @@ kc_pb_to_json(const ProtobufCMessage *m)
 		return NULL;
 	for (unsigned i = 0; i < d->n_fields; i++) {
 		const ProtobufCFieldDescriptor *f = &d->fields[i];
+		char name[128];
 		cJSON *v;
 
 		if (f->label == PROTOBUF_C_LABEL_REPEATED) {
@@ -118,24 +188,53 @@ kc_pb_to_json(const ProtobufCMessage *m)
 			v = cJSON_CreateArray();
 			for (size_t k = 0; v != NULL && k < n; k++)
 				cJSON_AddItemToArray(v,
-				    pbjson_value(
-				        f, arr + k * pbjson_size(f->type)));
+				    pbjson_value(f,
+				        arr + k * pbjson_size(f->type), pub));
 		} else if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
 		    *(const uint32_t *)(base + f->quantifier_offset) != f->id) {
 			continue;
-		} else if (f->type == PROTOBUF_C_TYPE_MESSAGE &&
+		} else if (!pub && f->type == PROTOBUF_C_TYPE_MESSAGE &&
 		    *(void *const *)(base + f->offset) == NULL) {
 			continue; /* unset sub-message: leave it out */
 		} else {
-			v = pbjson_value(f, base + f->offset);
+			v = pbjson_value(f, base + f->offset, pub);
 		}
 		if (v == NULL) {
 			cJSON_Delete(o);
 			return NULL;
 		}
-		cJSON_AddItemToObject(o, f->name, v);
+		/* Public: a bytes field is its length, under NAME_bytes. */
+		snprintf(name, sizeof(name),
+		    pub && f->type == PROTOBUF_C_TYPE_BYTES ? "%s_bytes" : "%s",
+		    f->name);
+		cJSON_AddItemToObject(o, name, v);
 	}
 	return o;
+}
+
+cJSON *
+kc_pb_to_json(const ProtobufCMessage *m)
+{
+	return pbjson_message(m, false);
+}
+
+cJSON *
+kc_pb_to_json_public(const ProtobufCMessage *m)
+{
+	return pbjson_message(m, true);
+}
+
+char *
+kc_pb_to_json_public_text(const ProtobufCMessage *m)
+{
+	cJSON *j = kc_pb_to_json_public(m);
+	char *t;
+
+	if (j == NULL)
+		return NULL;
+	t = cJSON_PrintUnformatted(j);
+	cJSON_Delete(j);
+	return t;
 }
 
 char *

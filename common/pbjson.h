@@ -3,8 +3,8 @@
  * protobuf-c's descriptors. Field names are the .proto names; enums are
  * their value names ("OK", "WRONG_RESULT"); bytes are base64; 64-bit
  * integers are JSON numbers (exact up to 2^53, which sequence numbers and
- * byte counts stay below). Used by every --json output, the dashboard's HTTP
- * API and the event stream for other programs.
+ * byte counts stay below). kc_pb_to_json is the dashboard's HTTP API and
+ * event stream; kc_pb_to_json_public, below, every `kclaw --json`.
  */
 #ifndef KC_PBJSON_H
 #define KC_PBJSON_H
@@ -18,5 +18,22 @@ cJSON *kc_pb_to_json(const ProtobufCMessage *m);
 
 /* The same, printed compactly; malloc'd (caller frees). */
 char *kc_pb_to_json_text(const ProtobufCMessage *m);
+
+/*
+ * m in the public convention every `kclaw ... --json` prints
+ * (docs/cli.md "JSON output"): enums by their lower-case name as task.json
+ * spells them ("ok", "wrong_result", "f32", "generator"), an UNSPECIFIED
+ * enum null; fields holding an enum-like name as text ("state": "DONE")
+ * lower-case too; every field present: an empty string, an unset
+ * sub-message, and a time (`*_ms`, but not `stddev_ms`) or speedup
+ * (`speedup`, `*_speedup`, `sol_fraction`) of 0 are null (not known or not
+ * measured); bytes are never printed: a bytes field `x` is `x_bytes`, its
+ * length (null when empty). NULL only when out of memory.
+ */
+cJSON *kc_pb_to_json_public(const ProtobufCMessage *m);
+/* The same, printed compactly; malloc'd (caller frees). */
+char *kc_pb_to_json_public_text(const ProtobufCMessage *m);
+/* s lower-cased in place; returns s. */
+char *kc_json_lower(char *s);
 
 #endif

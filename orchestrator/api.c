@@ -510,7 +510,15 @@ api_supervise(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 		        ? "running"
 		        : strcmp(req->processes[i]->state, "restarting") == 0
 		        ? "restarting"
+		        : strcmp(req->processes[i]->state, "crash-looping") == 0
+		        ? "crash-looping"
 		        : "stopped");
+		kc_strlcpy(o->proc_errors[i],
+		    req->processes[i]->last_error
+		        ? req->processes[i]->last_error
+		        : "",
+		    sizeof(o->proc_errors[i]));
+		o->procs[i].last_error = o->proc_errors[i];
 	}
 	for (size_t i = 0; i < req->n_events; i++) {
 		const Kclaw__Event *in = req->events[i];

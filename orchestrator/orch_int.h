@@ -179,6 +179,7 @@ struct orch {
 	/* The supervisor's view of the processes (Health, status). */
 	Kclaw__ProcessInfo procs[ORCH_MAX_PROCS];
 	char proc_names[ORCH_MAX_PROCS][64];
+	char proc_errors[ORCH_MAX_PROCS][256]; /* ProcessInfo.last_error */
 	size_t nprocs;
 };
 

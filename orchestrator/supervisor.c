@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +31,8 @@ static const char *const sup_roles[SUP_NROLES] = {"", "generator", "feature",
 #define SUP_MAX_PROCS 128
 #define SUP_GRACE_MS 5000
 #define SUP_HEALTHY_MS 30000 /* a process up this long starts backoff over */
+#define SUP_LOOPING 3        /* short lives in a row: the process crash-loops */
+#define SUP_TAIL 16384       /* bytes of a log read for its last error */
 
 struct sup_proc {
 	char name[64];
@@ -39,7 +42,9 @@ struct sup_proc {
 	uint32_t restarts;
 	uint32_t failures; /* consecutive short lives: the backoff's exponent */
 	uint64_t started_mono, since_unix_ms;
-	uint64_t restart_at; /* mono ms; 0: running */
+	uint64_t restart_at;  /* mono ms; 0: running */
+	off_t log_start;      /* its log's size when it was last started */
+	char last_error[256]; /* the last error line of its last life */
 };
 
 struct sup {
@@ -204,9 +209,16 @@ sup_report(struct sup *s)
 		info[i].name = p->name;
 		info[i].role = (Kclaw__Role)p->role;
 		info[i].pid = (uint32_t)(p->pid > 0 ? p->pid : 0);
-		info[i].state = p->pid > 0 ? "running"
-		    : p->restart_at        ? "restarting"
-		                           : "stopped";
+		/* Died young SUP_LOOPING times in a row, and not up long
+		 * since: crash-looping. */
+		bool looping = p->failures >= SUP_LOOPING &&
+		    (p->restart_at ||
+		        kc_mono_ms() - p->started_mono < SUP_HEALTHY_MS);
+		info[i].state = looping ? "crash-looping"
+		    : p->pid > 0        ? "running"
+		    : p->restart_at     ? "restarting"
+		                        : "stopped";
+		info[i].last_error = p->last_error;
 		info[i].restarts = p->restarts;
 		info[i].since_unix_ms = p->since_unix_ms;
 		info[i].device =
@@ -270,6 +282,10 @@ sup_spawn(struct sup *s, struct sup_proc *p)
 	argv[argc++] = o->cfg.home;
 	argv[argc] = NULL;
 	snprintf(log, sizeof(log), "%s/%s.log", o->cfg.run_dir, p->name);
+	{
+		struct stat st;
+		p->log_start = stat(log, &st) == 0 ? st.st_size : 0;
+	}
 	if ((pid = fork()) < 0)
 		return kc_seterr(KC_EIO, "cannot start %s: fork: %s", p->name,
 		    strerror(errno));
@@ -317,10 +333,63 @@ sup_add(struct sup *s, int role, int device, unsigned index)
 	return p;
 }
 
+/* Whether line (NUL-terminated) says something went wrong: a kc_log error
+ * line, a sanitizer's report, or the supervisor's own exec failure. */
+static const char *
+sup_error_text(const char *line)
+{
+	const char *e;
+
+	if ((e = strstr(line, "] error: ")) != NULL)
+		return e + 9; /* kc_log: "TIME name[pid] error: MESSAGE" */
+	if (strstr(line, "ERROR: ") != NULL ||
+	    strncmp(line, "cannot run ", 11) == 0 ||
+	    strstr(line, "fatal") != NULL)
+		return line;
+	return NULL;
+}
+
+/*
+ * The last error line p's log got since p was started, into p->last_error
+ * ("" when it wrote none): a process that crash-loops says why there
+ * ("no LLM model configured"), and `kclaw status` shows it.
+ */
+static void
+sup_last_error(const struct sup *s, struct sup_proc *p)
+{
+	char path[KC_PATH_MAX], buf[SUP_TAIL + 1], *line, *save = NULL;
+	struct stat st;
+	off_t from;
+	ssize_t n;
+	int fd;
+
+	p->last_error[0] = '\0';
+	snprintf(path, sizeof(path), "%s/%s.log", s->opt->cfg.run_dir, p->name);
+	if ((fd = open(path, O_RDONLY)) < 0)
+		return;
+	if (fstat(fd, &st) != 0 || st.st_size <= p->log_start) {
+		close(fd);
+		return;
+	}
+	from = st.st_size - p->log_start > SUP_TAIL ? st.st_size - SUP_TAIL
+	                                            : p->log_start;
+	n = pread(fd, buf, SUP_TAIL, from);
+	close(fd);
+	if (n <= 0)
+		return;
+	buf[n] = '\0';
+	for (line = strtok_r(buf, "\n", &save); line != NULL;
+	     line = strtok_r(NULL, "\n", &save)) {
+		const char *e = sup_error_text(line);
+		if (e != NULL)
+			kc_strlcpy(p->last_error, e, sizeof(p->last_error));
+	}
+}
+
 static void
 sup_exited(struct sup *s, struct sup_proc *p, int status)
 {
-	char text[160];
+	char text[512];
 	uint64_t lived = kc_mono_ms() - p->started_mono;
 	uint64_t backoff;
 	pid_t pid = p->pid;
@@ -331,6 +400,12 @@ sup_exited(struct sup *s, struct sup_proc *p, int status)
 	else
 		snprintf(text, sizeof(text), "%s (pid %d) exited with %d",
 		    p->name, (int)pid, WEXITSTATUS(status));
+	sup_last_error(s, p);
+	if (p->last_error[0] != '\0') {
+		size_t k = strlen(text);
+		snprintf(text + k, sizeof(text) - k, "; last error: %s",
+		    p->last_error);
+	}
 	p->failures = lived >= SUP_HEALTHY_MS ? 0 : p->failures + 1;
 	backoff = s->opt->backoff_min_ms;
 	for (uint32_t i = 1;

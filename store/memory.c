@@ -80,8 +80,10 @@ memory_knowledge(store *s, const kb **k, kb **own)
 
 /* --------------------------------------------------- import and export */
 
-int
-memory_cmd_import(store *s, const char *dir, bool json, char **out)
+/* Imports dir once; its report as text into *text and as JSON into *json
+ * (either may be NULL). */
+static int
+memory_import_both(store *s, const char *dir, char **text, char **json)
 {
 	size_t nlessons = 0;
 	uint64_t v;
@@ -90,7 +92,10 @@ memory_cmd_import(store *s, const char *dir, bool json, char **out)
 	kc_str t = {0};
 	int rv;
 
-	*out = NULL;
+	if (text)
+		*text = NULL;
+	if (json)
+		*json = NULL;
 	if (dir == NULL)
 		dir = kb_default_dir();
 	if ((rv = kb_import(s, dir, &v, &changed)) != 0 ||
@@ -103,6 +108,7 @@ memory_cmd_import(store *s, const char *dir, bool json, char **out)
 	}
 	if (json) {
 		cJSON *o = cJSON_CreateObject();
+		int rj;
 		cJSON_AddStringToObject(o, "dir", dir);
 		cJSON_AddNumberToObject(o, "version", (double)v);
 		cJSON_AddBoolToObject(o, "changed", changed);
@@ -113,8 +119,10 @@ memory_cmd_import(store *s, const char *dir, bool json, char **out)
 		cJSON_AddNumberToObject(o, "rules", (double)k->nrules);
 		cJSON_AddNumberToObject(o, "vetoes", (double)k->nvetoes);
 		cJSON_AddNumberToObject(o, "lessons", (double)nlessons);
-		kb_free(k);
-		return memory_json_out(o, out);
+		if ((rj = memory_json_out(o, json)) != 0 || text == NULL) {
+			kb_free(k);
+			return rj;
+		}
 	}
 	if (nlessons > 0)
 		rv = kc_str_printf(&t, "imported %zu lessons from %s/%s\n",
@@ -131,18 +139,34 @@ memory_cmd_import(store *s, const char *dir, bool json, char **out)
 		    "content of %s\n",
 		    (unsigned long long)v, k->label, dir);
 	kb_free(k);
-	return memory_text_out(&t, rv, out);
+	if ((rv = memory_text_out(&t, rv, text)) != 0 && json) {
+		free(*json);
+		*json = NULL;
+	}
+	return rv;
 }
 
 int
-memory_cmd_export(store *s, const char *dir, bool json, char **out)
+memory_cmd_import(store *s, const char *dir, bool json, char **out)
+{
+	*out = NULL;
+	return memory_import_both(s, dir, json ? NULL : out, json ? out : NULL);
+}
+
+/* Exports to dir once; its report as text into *text and as JSON into
+ * *json (either may be NULL). */
+static int
+memory_export_both(store *s, const char *dir, char **text, char **json)
 {
 	size_t nlessons = 0;
 	kb *k;
 	kc_str t = {0};
 	int rv;
 
-	*out = NULL;
+	if (text)
+		*text = NULL;
+	if (json)
+		*json = NULL;
 	if ((rv = kb_load(s, 0, &k)) != 0)
 		return rv;
 	if ((rv = kb_export(s, k->version, dir)) != 0 ||
@@ -152,13 +176,16 @@ memory_cmd_export(store *s, const char *dir, bool json, char **out)
 	}
 	if (json) {
 		cJSON *o = cJSON_CreateObject();
+		int rj;
 		cJSON_AddStringToObject(o, "dir", dir);
 		cJSON_AddNumberToObject(o, "version", (double)k->version);
 		cJSON_AddStringToObject(o, "label", k->label);
 		cJSON_AddStringToObject(o, "sha256", k->sha256);
 		cJSON_AddNumberToObject(o, "lessons", (double)nlessons);
-		kb_free(k);
-		return memory_json_out(o, out);
+		if ((rj = memory_json_out(o, json)) != 0 || text == NULL) {
+			kb_free(k);
+			return rj;
+		}
 	}
 	rv = kc_str_printf(&t,
 	    "exported knowledge version %llu (%s) to %s/%s and %s/%s, and "
@@ -166,7 +193,18 @@ memory_cmd_export(store *s, const char *dir, bool json, char **out)
 	    (unsigned long long)k->version, k->label, dir, KB_POLICY_FILE, dir,
 	    KB_METHODS_FILE, nlessons, dir, LESSONS_FILE);
 	kb_free(k);
-	return memory_text_out(&t, rv, out);
+	if ((rv = memory_text_out(&t, rv, text)) != 0 && json) {
+		free(*json);
+		*json = NULL;
+	}
+	return rv;
+}
+
+int
+memory_cmd_export(store *s, const char *dir, bool json, char **out)
+{
+	*out = NULL;
+	return memory_export_both(s, dir, json ? NULL : out, json ? out : NULL);
 }
 
 /* --------------------------------------------------------------- stats */
@@ -191,7 +229,10 @@ memory_stat_json(const memlt_stat *st)
 		    b, memlt_bucket_names[i], st->buckets[i]);
 	cJSON_AddItemToObject(o, "speedup_buckets", b);
 	memory_time(st->last_unix_ms, when, sizeof(when));
-	cJSON_AddStringToObject(o, "last", when);
+	if (st->last_unix_ms == 0)
+		cJSON_AddNullToObject(o, "last");
+	else
+		cJSON_AddStringToObject(o, "last", when);
 	return o;
 }
 
@@ -684,10 +725,10 @@ memory_serve(store *s, const kb *k, const Kclaw__MemoryRequest *req,
 			rv = kc_seterr(KC_EINVAL,
 			    "export needs the folder to write to in data");
 		else if (imp)
-			rv = memory_cmd_import(s, arg, false, &text);
+			rv = memory_import_both(s, arg, &text, &json);
 		else
-			rv = memory_cmd_export(s, arg, false, &text);
-		rv = memory_serve_cmd(rv, text, 0, NULL, resp);
+			rv = memory_export_both(s, arg, &text, &json);
+		rv = memory_serve_cmd(rv, text, 0, json, resp);
 	} else if (strcmp(q, "explain") == 0) {
 		memlt_result r = {0};
 		Kclaw__CandidateRecord *rec = NULL;
@@ -740,6 +781,15 @@ memory_serve(store *s, const kb *k, const Kclaw__MemoryRequest *req,
 			resp->text = kc_str_take(&t);
 		if (rv == 0 && resp->text == NULL)
 			rv = KC_ENOMEM;
+		if (rv == 0) {
+			/* --json: the two parts apart. */
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddStringToObject(o, "task", req->task_id);
+			cJSON_AddStringToObject(o, "repair_chain", chain);
+			cJSON_AddStringToObject(o, "opt_history", hist);
+			if ((rv = memory_json_out(o, &json)) == 0)
+				memory_take_data(&resp->data, json);
+		}
 		free(chain);
 		free(hist);
 	} else {

@@ -8,14 +8,18 @@
  *   2  usage error          5  not implemented yet
  *
  * Output for humans goes to stdout; with --json, one JSON document (or JSON
- * lines for streams) goes to stdout instead. Errors go to stderr and say
- * what to do.
+ * lines for streams) goes to stdout instead, in one convention
+ * (docs/cli.md "JSON output"). Errors go to stderr and say what to do; with
+ * --json a command that fails without printing its document prints
+ * {"error": {"code": ..., "exit": N, "message": ...}} on stdout too.
  */
 #ifndef KC_CLI_H
 #define KC_CLI_H
 
+#include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "client.h"
 #include "kc_config.h"
@@ -50,6 +54,28 @@ void cli_task_why_fill(orch_client *c, Kclaw__TaskRecord *t);
  * (KCLAW_CUDA_DRIVER may name the driver library); why says what is
  * missing. */
 bool cli_have_gpu(char *why, size_t n);
+
+/*
+ * --json's conventions. kclaw.c calls cli_json_begin with the command's
+ * arguments (--json among them turns it on: what the command writes to
+ * stderr is kept for the error document) and cli_json_end with its exit
+ * code (prints the error document when the command failed and printed no
+ * document). Commands print their documents with cli_json_print (text) or
+ * cli_json_print_obj (takes o), which mark that one was printed;
+ * cli_json_stream marks a stream (watch): its error line comes after the
+ * lines already printed.
+ */
+void cli_json_begin(int argc, char **argv);
+int cli_json_end(int code);
+void cli_json_print(FILE *out, const char *text);
+int cli_json_print_obj(FILE *out, cJSON *o);
+void cli_json_stream(void);
+/* stderr itself, for progress that is no error (kclaw main's). */
+FILE *cli_stderr_raw(void);
+/* Adds s to o under k, null when s is NULL or empty. */
+cJSON *cli_json_str(cJSON *o, const char *k, const char *s);
+/* The same, lower-cased (a state: "DONE" -> "done"). */
+cJSON *cli_json_enum(cJSON *o, const char *k, const char *s);
 
 int cli_up(int argc, char **argv);
 int cli_submit(int argc, char **argv);

@@ -46,10 +46,12 @@ cli_cancel(int argc, char **argv)
 		if (code == CLI_USAGE)
 			code = CLI_FAIL;
 	} else {
-		if (json)
-			printf("{\"task_id\":\"%s\",\"state\":\"%s\"}\n", task,
-			    resp->state);
-		else
+		if (json) {
+			cJSON *o = cJSON_CreateObject();
+			cli_json_str(o, "task_id", task);
+			cli_json_enum(o, "state", resp->state);
+			cli_json_print_obj(stdout, o);
+		} else
 			printf("%s %s\n", task, resp->state);
 		kclaw__cancel_response__free_unpacked(resp, NULL);
 	}

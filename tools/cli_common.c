@@ -8,6 +8,142 @@
 
 #include "cli.h"
 #include "kc_err.h"
+#include "pbjson.h"
+
+/* ------------------------------------------------------------ --json */
+
+#define CLI_ERR_KEEP 4096
+
+static struct {
+	bool on, printed, stream;
+	FILE *real_err;
+	char err[CLI_ERR_KEEP];
+	size_t nerr;
+} cli_json_state;
+
+/* stderr while --json is on: written through to fd 2, and kept (the
+ * first CLI_ERR_KEEP bytes) for the error document. */
+static ssize_t
+cli_err_write(void *cookie, const char *buf, size_t n)
+{
+	size_t room = CLI_ERR_KEEP - 1 - cli_json_state.nerr;
+
+	(void)cookie;
+	memcpy(
+	    cli_json_state.err + cli_json_state.nerr, buf, n < room ? n : room);
+	cli_json_state.nerr += n < room ? n : room;
+	cli_json_state.err[cli_json_state.nerr] = '\0';
+	fwrite(buf, 1, n, cli_json_state.real_err);
+	return (ssize_t)n;
+}
+
+void
+cli_json_begin(int argc, char **argv)
+{
+	cookie_io_functions_t io = {.write = cli_err_write};
+	FILE *f;
+
+	for (int i = 1; i < argc && !cli_json_state.on; i++)
+		cli_json_state.on = strcmp(argv[i], "--json") == 0;
+	if (!cli_json_state.on || (f = fopencookie(NULL, "w", io)) == NULL)
+		return;
+	setvbuf(f, NULL, _IONBF, 0);
+	cli_json_state.real_err = stderr;
+	stderr = f;
+}
+
+FILE *
+cli_stderr_raw(void)
+{
+	return cli_json_state.real_err ? cli_json_state.real_err : stderr;
+}
+
+void
+cli_json_stream(void)
+{
+	cli_json_state.stream = true;
+}
+
+void
+cli_json_print(FILE *out, const char *text)
+{
+	fprintf(out, "%s\n", text ? text : "null");
+	cli_json_state.printed = true;
+}
+
+int
+cli_json_print_obj(FILE *out, cJSON *o)
+{
+	char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+
+	cJSON_Delete(o);
+	if (text == NULL)
+		return KC_ENOMEM;
+	cli_json_print(out, text);
+	cJSON_free(text);
+	return 0;
+}
+
+cJSON *
+cli_json_str(cJSON *o, const char *k, const char *s)
+{
+	return s && *s ? cJSON_AddStringToObject(o, k, s)
+	               : cJSON_AddNullToObject(o, k);
+}
+
+cJSON *
+cli_json_enum(cJSON *o, const char *k, const char *s)
+{
+	cJSON *j = cli_json_str(o, k, s);
+
+	if (cJSON_IsString(j))
+		kc_json_lower(j->valuestring);
+	return j;
+}
+
+int
+cli_json_end(int code)
+{
+	static const char *const codes[] = {"ok", "failed", "usage",
+	    "not_found", "unreachable", "not_implemented"};
+	char *msg = cli_json_state.err, *end;
+	cJSON *root, *e;
+
+	if (!cli_json_state.on)
+		return code;
+	fflush(stderr);
+	if (cli_json_state.real_err != NULL) {
+		FILE *f = stderr;
+		stderr = cli_json_state.real_err;
+		fclose(f);
+	}
+	if (code == CLI_OK ||
+	    (cli_json_state.printed && !cli_json_state.stream))
+		return code;
+	/* The message: what the command wrote to stderr before a usage text,
+	 * its last paragraph, without the trailing newline. */
+	if (strncmp(msg, "usage:", 6) == 0)
+		*msg = '\0';
+	else if ((end = strstr(msg, "\nusage:")) != NULL)
+		end[1] = '\0';
+	end = msg + strlen(msg);
+	while (end > msg && (end[-1] == '\n' || end[-1] == ' '))
+		*--end = '\0';
+	while ((end = strstr(msg, "\n\n")) != NULL)
+		msg = end + 2;
+	root = cJSON_CreateObject();
+	e = cJSON_AddObjectToObject(root, "error");
+	cJSON_AddStringToObject(e, "code",
+	    code > 0 && code < (int)(sizeof(codes) / sizeof(codes[0]))
+	        ? codes[code]
+	        : "failed");
+	cJSON_AddNumberToObject(e, "exit", code);
+	cJSON_AddStringToObject(
+	    e, "message", *msg ? msg : "the command failed (see its --help)");
+	cli_json_print_obj(stdout, root);
+	fflush(stdout);
+	return code;
+}
 
 bool
 cli_wants_help(int argc, char **argv)

@@ -179,9 +179,8 @@ cli_eval(int argc, char **argv)
 		goto out;
 	}
 	if (json) {
-		char *text = kc_pb_to_json_text(&res->base);
-		if (text != NULL)
-			printf("%s\n", text);
+		char *text = kc_pb_to_json_public_text(&res->base);
+		cli_json_print(stdout, text);
 		free(text);
 	} else {
 		sbx_result_print(stdout, res);

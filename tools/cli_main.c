@@ -965,7 +965,7 @@ cli_main_job(int argc, char **argv)
 	         &nnames)) != CLI_OK)
 		return code;
 	if (m.json)
-		m.progress = stderr;
+		m.progress = cli_stderr_raw();
 	m.t0 = kc_mono_ms();
 	why[0] = '\0';
 	if (!m.skip_gpu_check)

@@ -184,6 +184,39 @@ cli_memory_open(int argc, char **argv, bool create, store **out)
 	return rv;
 }
 
+/* Empty strings of j (recursively) become null: nothing to say. */
+static void
+memory_json_nulls(cJSON *j)
+{
+	cJSON *c, *next;
+
+	for (c = j ? j->child : NULL; c != NULL; c = next) {
+		next = c->next;
+		if (cJSON_IsString(c) && *c->valuestring == '\0' &&
+		    c->string != NULL)
+			cJSON_ReplaceItemInObjectCaseSensitive(
+			    j, c->string, cJSON_CreateNull());
+		else if (cJSON_IsString(c) && *c->valuestring == '\0')
+			cJSON_ReplaceItemViaPointer(j, c, cJSON_CreateNull());
+		else
+			memory_json_nulls(c);
+	}
+}
+
+/* A memory command's JSON document, in --json's convention. */
+static int
+memory_json_print(const char *text, size_t len)
+{
+	cJSON *j = cJSON_ParseWithLength(text, len);
+
+	if (j == NULL)
+		return kc_seterr(KC_EPROTO,
+		    "the memory command's answer is not JSON; report it as a "
+		    "bug");
+	memory_json_nulls(j);
+	return cli_json_print_obj(stdout, j);
+}
+
 /*
  * The store is held (by the running orchestrator): asks it over the API.
  * data is the request's data (a signature, a folder, evidence JSON).
@@ -225,23 +258,22 @@ cli_memory_via_api(int argc, char **argv, const char *query,
 	}
 	if (rv != 0)
 		return rv;
-	if (o->json && resp->data.len > 0) {
-		fwrite(resp->data.data, 1, resp->data.len, stdout);
-	} else if (o->json) {
-		cJSON *doc = cJSON_CreateObject();
-		char *text;
-		cJSON_AddStringToObject(doc, "text", resp->text);
-		text = cJSON_PrintUnformatted(doc);
-		cJSON_Delete(doc);
-		if (text != NULL)
-			printf("%s\n", text);
-		free(text);
-	} else {
+	if (o->json && resp->data.len > 0)
+		rv = memory_json_print(
+		    (const char *)resp->data.data, resp->data.len);
+	else if (o->json)
+		rv = kc_seterr(KC_ENOTSUP,
+		    "the orchestrator answered '%s' without JSON (an older "
+		    "kclawd?); run it without --json",
+		    query);
+	else
 		fputs(resp->text, stdout);
-	}
 	kclaw__memory_response__free_unpacked(resp, NULL);
-	return 0;
+	return rv;
 }
+
+/* Whether the running memory command has --json. */
+static bool cmd_json;
 
 static int
 cli_memory_print(const char *cmd, int rv, char *text)
@@ -256,10 +288,12 @@ cli_memory_print(const char *cmd, int rv, char *text)
 		 * the command was called. */
 		return rv == KC_EINVAL ? CLI_FAIL : code;
 	}
-	if (text != NULL)
+	if (text != NULL && cmd_json)
+		rv = memory_json_print(text, strlen(text));
+	else if (text != NULL)
 		fputs(text, stdout);
 	free(text);
-	return CLI_OK;
+	return rv != 0 ? cli_fail("memory", rv) : CLI_OK;
 }
 
 static int
@@ -376,15 +410,10 @@ cli_memory_short_term(int argc, char **argv, const cli_memory_opts *o)
 	store_close(s);
 	if (rv == 0 && o->json) {
 		cJSON *doc = cJSON_CreateObject();
-		char *text;
-		cJSON_AddStringToObject(doc, "task", o->arg);
-		cJSON_AddStringToObject(doc, "repair_chain", chain);
-		cJSON_AddStringToObject(doc, "opt_history", hist);
-		text = cJSON_PrintUnformatted(doc);
-		cJSON_Delete(doc);
-		if (text != NULL)
-			printf("%s\n", text);
-		free(text);
+		cli_json_str(doc, "task", o->arg);
+		cli_json_str(doc, "repair_chain", chain);
+		cli_json_str(doc, "opt_history", hist);
+		rv = cli_json_print_obj(stdout, doc);
 	} else if (rv == 0) {
 		printf("== repair chain (Diagnoser) ==\n%s\n== optimisation "
 		       "history (Planner) ==\n%s\n",
@@ -422,6 +451,7 @@ cli_memory(int argc, char **argv)
 		}
 	if ((rv = cli_memory_parse(argc - c, argv + c, &o)) != CLI_OK)
 		return rv;
+	cmd_json = o.json;
 	if (strcmp(cmd, "explain") == 0)
 		return cli_memory_explain(argc, argv, &o);
 	if (strcmp(cmd, "methods") == 0)

@@ -511,7 +511,7 @@ cli_usage_json(
 	if (arr == NULL || unpriced == NULL)
 		return KC_ENOMEM;
 	for (size_t i = 0; i < n; i++) {
-		if ((e = kc_pb_to_json(&u[i]->base)) == NULL ||
+		if ((e = kc_pb_to_json_public(&u[i]->base)) == NULL ||
 		    !cJSON_AddItemToArray(arr, e)) {
 			cJSON_Delete(e);
 			return KC_ENOMEM;
@@ -519,8 +519,10 @@ cli_usage_json(
 		priced = cli_usage_cost(cfg, u[i], &usd);
 		rep_json_num(e, "cost_usd", usd, priced);
 		if (rep_first_unpriced(cfg, u, i) &&
-		    !cJSON_AddItemToArray(
-		        unpriced, cJSON_CreateString(u[i]->model)))
+		    !cJSON_AddItemToArray(unpriced,
+		        u[i]->model && *u[i]->model
+		            ? cJSON_CreateString(u[i]->model)
+		            : cJSON_CreateNull()))
 			return KC_ENOMEM;
 	}
 	priced = rep_usage_total(cfg, u, n, &usd);
@@ -586,10 +588,10 @@ rep_print_json(const rep_report *rp, FILE *out)
 			break;
 		}
 		cJSON_AddStringToObject(o, "id", r->id);
-		cJSON_AddStringToObject(o, "name", r->name);
+		cli_json_str(o, "name", r->name);
 		rep_level(r->name, level, sizeof(level));
 		cJSON_AddStringToObject(o, "level", level);
-		cJSON_AddStringToObject(o, "state", r->state);
+		cli_json_enum(o, "state", r->state);
 		rep_json_num(o, "reference_ms", r->ref_ms, r->ref_ms > 0);
 		rep_json_num(o, "best_ms", r->best_ms, r->best_ms > 0);
 		rep_json_num(o, "speedup", r->speedup, r->speedup > 0);
@@ -601,7 +603,7 @@ rep_print_json(const rep_report *rp, FILE *out)
 		cJSON_AddNumberToObject(o, "repairs", r->repairs);
 		cJSON_AddNumberToObject(o, "tokens", (double)r->tokens);
 		rv = cli_usage_json(o, rp->cfg, r->usage, r->nusage);
-		cJSON_AddStringToObject(o, "error", r->error);
+		cli_json_str(o, "error", r->error);
 	}
 	set = cJSON_AddObjectToObject(root, "set");
 	if (set && rv == 0) {
@@ -626,7 +628,7 @@ rep_print_json(const rep_report *rp, FILE *out)
 		free(text);
 		return KC_ENOMEM;
 	}
-	fprintf(out, "%s\n", text);
+	cli_json_print(out, text);
 	free(text);
 	return 0;
 }

@@ -79,8 +79,8 @@ cli_result(int argc, char **argv)
 	if (rv != 0)
 		return cli_fail("result", rv);
 	if (json) {
-		char *s = kc_pb_to_json_text(&r->base);
-		printf("%s\n", s ? s : "null");
+		char *s = kc_pb_to_json_public_text(&r->base);
+		cli_json_print(stdout, s);
 		free(s);
 	} else {
 		const Kclaw__TaskRecord *t = r->task;

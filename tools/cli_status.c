@@ -67,25 +67,66 @@ status_task(const kc_config *cfg, const Kclaw__TaskRecord *t)
 	}
 }
 
+/*
+ * The supervised processes, and for each one that crash-loops (or waits to
+ * be restarted) why it died: the last error line of its log and where the
+ * log is.
+ */
+static void
+status_processes(const kc_config *cfg, const Kclaw__HealthResponse *h)
+{
+	size_t looping = 0;
+
+	printf("\n%-24s %-8s %-13s %8s  %s\n", "PROCESS", "PID", "STATE",
+	    "RESTARTS", "LAST ERROR");
+	for (size_t i = 0; i < h->n_processes; i++) {
+		const Kclaw__ProcessInfo *p = h->processes[i];
+		bool down = strcmp(p->state, "running") != 0;
+		printf("%-24s %-8u %-13s %8u  %s\n", p->name, p->pid, p->state,
+		    p->restarts,
+		    down && p->last_error && *p->last_error ? p->last_error
+		                                            : "");
+		looping += strcmp(p->state, "crash-looping") == 0;
+	}
+	for (size_t i = 0; i < h->n_processes; i++) {
+		const Kclaw__ProcessInfo *p = h->processes[i];
+		if (strcmp(p->state, "crash-looping") != 0)
+			continue;
+		printf(
+		    "\nwarning: %s is crash-looping (restarted %u times)%s%s;"
+		    " its log: %s/%s.log\n",
+		    p->name, p->restarts,
+		    p->last_error && *p->last_error ? ": " : "",
+		    p->last_error ? p->last_error : "", cfg->run_dir, p->name);
+	}
+	if (looping)
+		printf(
+		    "`kclaw up --stop`, fix what the log says, then `kclaw up "
+		    "--detach` again.\n");
+}
+
 /* The TaskRecord as JSON, its usage priced (report.h's cli_usage_json). */
+static cJSON *
+status_task_obj(const kc_config *cfg, const Kclaw__TaskRecord *t)
+{
+	cJSON *o = kc_pb_to_json_public(&t->base);
+
+	if (o == NULL)
+		return NULL;
+	cJSON_DeleteItemFromObjectCaseSensitive(o, "usage");
+	if (cli_usage_json(o, cfg, t->usage, t->n_usage) != 0) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
 static int
 status_task_json(const kc_config *cfg, const Kclaw__TaskRecord *t)
 {
-	cJSON *o = kc_pb_to_json(&t->base);
-	char *s = NULL;
-	int rv = KC_ENOMEM;
+	cJSON *o = status_task_obj(cfg, t);
 
-	if (o != NULL) {
-		cJSON_DeleteItemFromObjectCaseSensitive(o, "usage");
-		if ((rv = cli_usage_json(o, cfg, t->usage, t->n_usage)) == 0 &&
-		    (s = cJSON_PrintUnformatted(o)) == NULL)
-			rv = KC_ENOMEM;
-	}
-	if (rv == 0)
-		printf("%s\n", s);
-	free(s);
-	cJSON_Delete(o);
-	return rv;
+	return o ? cli_json_print_obj(stdout, o) : KC_ENOMEM;
 }
 
 int
@@ -143,17 +184,14 @@ cli_status(int argc, char **argv)
 				    i < STATUS_WHY_MAX ? &c : NULL,
 				    l->tasks[i]);
 			cJSON *root = cJSON_CreateObject(), *arr;
-			char *s;
 			cJSON_AddItemToObject(
-			    root, "health", kc_pb_to_json(&h->base));
+			    root, "health", kc_pb_to_json_public(&h->base));
 			arr = cJSON_AddArrayToObject(root, "tasks");
 			for (size_t i = 0; i < l->n_tasks; i++)
 				cJSON_AddItemToArray(
-				    arr, kc_pb_to_json(&l->tasks[i]->base));
-			s = cJSON_PrintUnformatted(root);
-			printf("%s\n", s ? s : "null");
-			free(s);
-			cJSON_Delete(root);
+				    arr, status_task_obj(&cfg, l->tasks[i]));
+			if ((rv = cli_json_print_obj(stdout, root)) != 0)
+				code = cli_fail("status", rv);
 		} else {
 			printf("orchestrator %s: up %llu s, %u active of %u "
 			       "tasks, last event %llu, %u workers waiting\n",
@@ -162,16 +200,8 @@ cli_status(int argc, char **argv)
 			    h->tasks_active, h->tasks_total,
 			    (unsigned long long)h->last_seq,
 			    h->workers_waiting);
-			if (h->n_processes) {
-				printf("\n%-24s %-8s %-11s %8s\n", "PROCESS",
-				    "PID", "STATE", "RESTARTS");
-				for (size_t i = 0; i < h->n_processes; i++)
-					printf("%-24s %-8u %-11s %8u\n",
-					    h->processes[i]->name,
-					    h->processes[i]->pid,
-					    h->processes[i]->state,
-					    h->processes[i]->restarts);
-			}
+			if (h->n_processes)
+				status_processes(&cfg, h);
 			printf("\n%-18s %-20s %-13s %5s %10s %8s  %s\n", "TASK",
 			    "NAME", "STATE", "ROUND", "BEST ms", "SPEEDUP",
 			    "WHY");

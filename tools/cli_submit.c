@@ -73,8 +73,8 @@ submit_wait(orch_client *c, const char *id, bool json)
 			continue;
 		}
 		if (json) {
-			char *s = kc_pb_to_json_text(&resp->task->base);
-			printf("%s\n", s ? s : "null");
+			char *s = kc_pb_to_json_public_text(&resp->task->base);
+			cli_json_print(stdout, s);
 			free(s);
 		} else {
 			printf("%s %s round %u best %.4f ms%s%s\n", id,
@@ -295,6 +295,17 @@ submit_check_duplicate(orch_client *c, const Kclaw__TaskSpec *spec,
 	return CLI_OK;
 }
 
+/* --json without --wait: {"task_id": ID, "duplicate": BOOL}. */
+static void
+submit_json(const char *id, bool duplicate)
+{
+	cJSON *o = cJSON_CreateObject();
+
+	cli_json_str(o, "task_id", id);
+	cJSON_AddBoolToObject(o, "duplicate", duplicate);
+	cli_json_print_obj(stdout, o);
+}
+
 int
 cli_submit(int argc, char **argv)
 {
@@ -352,8 +363,7 @@ cli_submit(int argc, char **argv)
 	    submit_check_duplicate(&c, spec, task_id, fresh, dup, sizeof(dup));
 	if (code != CLI_ARGS_GO) {
 		if (code == CLI_OK && !wait && json)
-			printf(
-			    "{\"task_id\":\"%s\",\"duplicate\":true}\n", dup);
+			submit_json(dup, true);
 		else if (code == CLI_OK && !wait)
 			printf("%s\n", dup);
 		if (code == CLI_OK && wait)
@@ -369,8 +379,7 @@ cli_submit(int argc, char **argv)
 			code = CLI_FAIL; /* the bundle, not the command line */
 	} else {
 		if (!wait && json)
-			printf("{\"task_id\":\"%s\",\"duplicate\":false}\n",
-			    resp->task_id);
+			submit_json(resp->task_id, false);
 		else if (!wait)
 			printf("%s\n", resp->task_id);
 		code = wait ? submit_wait(&c, resp->task_id, json) : CLI_OK;

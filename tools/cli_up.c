@@ -230,6 +230,57 @@ up_check_llm(const kc_config *cfg, const sup_options *opt, char *who, size_t n,
 	    cfg->config_path, rec);
 }
 
+/*
+ * After start-up, the processes that died already (a crash loop starts at
+ * once): watched for UP_SETTLE_MS, then one warning each with the last
+ * error line of its log. Returns how many.
+ */
+#define UP_SETTLE_MS 1200
+
+static int
+up_check_processes(const kc_config *cfg)
+{
+	Kclaw__HealthRequest req = KCLAW__HEALTH_REQUEST__INIT;
+	Kclaw__HealthResponse *h = NULL;
+	uint64_t end = kc_mono_ms() + UP_SETTLE_MS;
+	orch_client c;
+	int n = 0;
+
+	if (orch_client_open(&c, cfg) != 0) {
+		kc_clearerr();
+		return 0;
+	}
+	while (kc_mono_ms() < end) {
+		kc_sleep_ms(200);
+		if (h != NULL)
+			kclaw__health_response__free_unpacked(h, NULL);
+		h = NULL;
+		if (orch_client_call(&c, "Health", &req.base,
+		        &kclaw__health_response__descriptor,
+		        (ProtobufCMessage **)&h) != 0) {
+			kc_clearerr();
+			h = NULL;
+		}
+	}
+	orch_client_close(&c);
+	for (size_t i = 0; h != NULL && i < h->n_processes; i++) {
+		const Kclaw__ProcessInfo *p = h->processes[i];
+		if (p->restarts == 0 && strcmp(p->state, "running") == 0)
+			continue;
+		printf("  warning: %s %s (restarted %u times)%s%s; its log: "
+		       "%s/%s.log\n",
+		    p->name,
+		    strcmp(p->state, "running") == 0 ? "died since start-up"
+		                                     : "is crash-looping",
+		    p->restarts, *p->last_error ? ": " : "", p->last_error,
+		    cfg->run_dir, p->name);
+		n++;
+	}
+	if (h != NULL)
+		kclaw__health_response__free_unpacked(h, NULL);
+	return n;
+}
+
 /* What `up --detach` says once the service answers: the dashboard, who
  * answers the agents, and what will not work on this host. */
 static void
@@ -258,6 +309,10 @@ up_summary(const kc_config *cfg, pid_t pid, const char *who, bool model)
 		printf("  warning: no LLM model configured: only tasks the "
 		       "recordings cover get answers (set KCLAW_LLM_MODEL and "
 		       "KCLAW_LLM_BASE_URL for a model)\n");
+	fflush(stdout);
+	if (up_check_processes(cfg) > 0)
+		printf("  `kclaw status` shows them; `kclaw up --stop` stops "
+		       "the deployment\n");
 }
 
 int

@@ -66,8 +66,8 @@ watch_print(const Kclaw__Event *ev, bool json)
 		return;
 	}
 	if (json) {
-		char *s = kc_pb_to_json_text(&ev->base);
-		printf("%s\n", s ? s : "null");
+		char *s = kc_pb_to_json_public_text(&ev->base);
+		cli_json_print(stdout, s);
 		free(s);
 	} else {
 		time_t t = (time_t)(ev->time_unix_ms / 1000);
@@ -288,6 +288,7 @@ cli_watch(int argc, char **argv)
 			return CLI_OK;
 		} else if (strcmp(argv[i], "--json") == 0) {
 			json = true;
+			cli_json_stream();
 		} else if (strcmp(argv[i], "--view") == 0) {
 			mode = 1;
 		} else if (strcmp(argv[i], "--log") == 0) {

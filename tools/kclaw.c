@@ -64,9 +64,11 @@ cli_version(int argc, char **argv)
 			return CLI_OK;
 		}
 	}
-	if (json)
-		printf("{\"version\":\"%s\"}\n", KCLAW_VERSION);
-	else
+	if (json) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddStringToObject(o, "version", KCLAW_VERSION);
+		cli_json_print_obj(stdout, o);
+	} else
 		printf("kclaw %s\n", KCLAW_VERSION);
 	return CLI_OK;
 }
@@ -120,7 +122,9 @@ main(int argc, char **argv)
 	}
 	for (size_t c = 0; c < sizeof(cli_cmds) / sizeof(cli_cmds[0]); c++)
 		if (strcmp(argv[i], cli_cmds[c].name) == 0) {
-			int code = cli_cmds[c].fn(argc - i, argv + i);
+			int code;
+			cli_json_begin(argc - i, argv + i);
+			code = cli_json_end(cli_cmds[c].fn(argc - i, argv + i));
 			/* NNG closes sockets asynchronously (a reaper thread
 			 * frees dialers and pipes): wait for it before exiting,
 			 * so nothing a command opened is still being freed

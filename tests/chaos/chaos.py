@@ -57,7 +57,7 @@ DEFAULT_TASKS = ("bias_gelu,softmax_rows,layernorm,sum_reduce,"
                  "matmul_bias_relu,conv2d_5x5")
 BUNDLE = {}  # task id -> bundle name
 CLASSES = ("orchestrator", "agent", "sandbox", "child")
-FINAL = ("DONE", "FAILED", "CANCELLED")
+FINAL = ("done", "failed", "cancelled")
 # For every task to end: both runs and the checks fit ctest's 240 s.
 WAIT_S = {"chaos": 120, "calm": 60}
 
@@ -71,7 +71,7 @@ KNOWN = {}
 # another attempt, a restarted worker another pid).
 VOLATILE = {"created_unix_ms", "finished_unix_ms", "time_unix_ms",
             "wall_ms", "latency_ms", "since_unix_ms", "worker",
-            "worker_id", "job_id", "pid", "fsm"}
+            "worker_id", "job_id", "pid", "fsm", "fsm_bytes"}
 
 
 def fail(msg):
@@ -381,7 +381,7 @@ def events(home):
 
 
 def crashes(home):
-    return [e for e in events(home) if e.get("kind") == "PROCESS_CRASHED"]
+    return [e for e in events(home) if e.get("kind") == "process_crashed"]
 
 
 # ------------------------------------------------------------ comparing
@@ -419,13 +419,13 @@ def task_story(evs, task):
         if e.get("task_id") != task:
             continue
         k = e.get("kind")
-        if k in ("STATE_CHANGED", "ROUND_FINISHED", "BASE_PROMOTED",
-                 "TASK_FINISHED", "TASK_SUBMITTED"):
+        if k in ("state_changed", "round_finished", "base_promoted",
+                 "task_finished", "task_submitted"):
             story.append("%s %s %s" % (k, e.get("candidate_id", ""),
                                        e.get("detail", "")))
-        elif k == "EVAL_FINISHED":
+        elif k == "eval_finished":
             evals.append("%s %s" % (e.get("candidate_id", ""),
-                                    e.get("detail", "").split(" ")[0]))
+                                    (e.get("detail") or "").split(" ")[0]))
     return story, evals
 
 
@@ -443,13 +443,13 @@ def implied(run_):
         for h in hist:
             c, plan = h["candidate"], h.get("plan")
             if c.get("origin") != "optimizer" or not plan or \
-                    OUTSIDE in plan.get("rationale", ""):
+                    OUTSIDE in (plan.get("rationale") or ""):
                 continue
             base = byid.get(c.get("parent_id"), {})
-            sigs = {m.get("signature") for m in base.get("methods", [])}
+            sigs = {m.get("signature") for m in base.get("methods") or []}
             if not sigs:
                 continue  # planned without recommendations: not learned
-            ok = h.get("eval", {}).get("status") == "OK"
+            ok = (h.get("eval") or {}).get("status") == "ok"
             for sig in (sigs.pop(), "*"):
                 n = want.setdefault((sig, c.get("method")), [0, 0])
                 n[0] += 1
@@ -478,7 +478,7 @@ def check_learned(c, name, run_):
 def outside_marks(run_):
     return {h["candidate"]["id"] for task in run_["tasks"]
             for h in run_["results"][task].get("history", [])
-            if OUTSIDE in (h.get("plan") or {}).get("rationale", "")}
+            if OUTSIDE in ((h.get("plan") or {}).get("rationale") or "")}
 
 
 def diff(a, b, path=""):
@@ -535,7 +535,7 @@ def check_rounds(c, name, evs, tasks):
     for task in tasks:
         rounds = [e["detail"].split(":")[0] for e in evs
                   if e.get("task_id") == task and
-                  e.get("kind") == "ROUND_FINISHED"]
+                  e.get("kind") == "round_finished"]
         want = ["round %d" % (i + 1) for i in range(len(rounds))]
         c.expect("%s: %s rounds counted once each" % (name, task),
                  rounds == want, "ROUND_FINISHED %s" % rounds)
@@ -608,7 +608,7 @@ def check_crashes(c, chaos):
     killer = chaos["killer"]
     got = {}
     for e in chaos["events"]:
-        if e.get("kind") == "PROCESS_CRASHED":
+        if e.get("kind") == "process_crashed":
             got[e["detail"]] = got.get(e["detail"], 0) + 1
     twice = [d for d, n in got.items() if n > 1]
     c.expect("PROCESS_CRASHED recorded once per death", not twice,
@@ -629,7 +629,7 @@ def check_model(c, calm, t, tasks):
         e = exp[bundle(task)]
         r = [x for x in calm["report"]["tasks"] if x["id"] == task]
         got = r[0] if r else {}
-        want = {"state": "DONE", "rounds": e["rounds"],
+        want = {"state": "done", "rounds": e["rounds"],
                 "repairs": e["repairs"]}
         ok = all(got.get(k) == v for k, v in want.items()) and all(
             abs(got.get(k, 0) - e[k]) <= 1e-6 * max(1, e[k])
@@ -700,9 +700,9 @@ def main():
             kinds[e.get("kind")] = kinds.get(e.get("kind"), 0) + 1
         log("chaos run's log: %d events, %d PROCESS_CRASHED, %d "
             "PROCESS_RESTARTED, %d JOB_RETRIED; undisturbed: %d events" % (
-                len(chaos["events"]), kinds.get("PROCESS_CRASHED", 0),
-                kinds.get("PROCESS_RESTARTED", 0),
-                kinds.get("JOB_RETRIED", 0), len(calm["events"])))
+                len(chaos["events"]), kinds.get("process_crashed", 0),
+                kinds.get("process_restarted", 0),
+                kinds.get("job_retried", 0), len(calm["events"])))
         c = Checks()
         check_model(c, calm, t, tasks)
         for name, r in (("calm", calm), ("chaos", chaos)):
@@ -721,7 +721,7 @@ def main():
                                             len(k.supervised)))
         for task in tasks:
             c.expect("%s ended DONE" % task,
-                     chaos["results"][task]["task"]["state"] == "DONE",
+                     chaos["results"][task]["task"]["state"] == "done",
                      "%s: %s" % (chaos["results"][task]["task"]["state"],
                                  chaos["results"][task]["task"].get(
                                      "error", "")))

@@ -154,7 +154,7 @@ a, e, f = tasks["L1_1_A"], tasks["L2_7_E"], tasks["L2_9_F"]
 assert close(a["usage"][0]["cost_usd"], 0.75 + 0.05 + 1.5 + 1.0), a
 assert a["usage"][1]["cost_usd"] is None and a["cost_usd"] is None, a
 assert a["unpriced"] == ["local-qwen"], a
-assert a["usage"][0]["role"] == "GENERATOR" and a["usage"][0]["failed_calls"] == 1
+assert a["usage"][0]["role"] == "generator" and a["usage"][0]["failed_calls"] == 1
 assert close(e["usage"][0]["cost_usd"], 0.5 + 0.2), e
 assert close(e["usage"][1]["cost_usd"], 0.0625 + 10), e
 assert close(e["cost_usd"], 10.7625) and e["unpriced"] == [], e
@@ -165,7 +165,7 @@ assert tasks["19_ReLU"]["usage"] == [] and tasks["19_ReLU"]["cost_usd"] is None
 s = rep["set"]
 u = {(x["role"], x["model"]): x for x in s["usage"]}
 assert len(u) == 4, s["usage"]
-g = u[("GENERATOR", "gpt-5-mini")]
+g = u[("generator", "gpt-5-mini")]
 assert (g["prompt_tokens"], g["completion_tokens"], g["calls"], g["failed_calls"]) == \
     (3000000, 100000, 3, 1), g
 assert close(g["cost_usd"], 0.95), g
@@ -219,7 +219,7 @@ grep -q "^  detail     7 of 8 tensor files, 175 MB of 200 MB$" "$T/t8.txt" ||
 import json, sys
 t = json.load(sys.stdin)
 assert t["id"] == "t5" and abs(t["cost_usd"] - 10.7625) < 1e-9, t
-assert [u["role"] for u in t["usage"]] == ["GENERATOR", "OPTIMIZER"], t
+assert [u["role"] for u in t["usage"]] == ["generator", "optimizer"], t
 assert abs(t["usage"][0]["cost_usd"] - 0.7) < 1e-9 and t["unpriced"] == [], t' ||
 	fail "status t5 --json"
 

@@ -78,7 +78,7 @@ import json, sys, os
 d, tid = sys.argv[1], sys.argv[2]
 r = json.load(open(os.path.join(d, "result.json")))
 h = json.load(open(os.path.join(d, "history.json")))
-assert r["task"]["id"] == tid and r["task"]["state"] == "DONE", r["task"]
+assert r["task"]["id"] == tid and r["task"]["state"] == "done", r["task"]
 assert r["task"]["name"] == "result_copy"
 assert r["status"] == "ok", r["status"]
 assert r["timing"]["median_ms"] == 0.5, r["timing"]

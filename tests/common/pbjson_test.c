@@ -73,10 +73,80 @@ test_bytes_and_repeated_scalars(void)
 	free(text);
 }
 
+/* The public convention of every `kclaw --json` (docs/cli.md). */
+static void
+test_public_convention(void)
+{
+	Kclaw__TaskRecord t = KCLAW__TASK_RECORD__INIT;
+	Kclaw__RoleUsage u = KCLAW__ROLE_USAGE__INIT, *us[] = {&u};
+	Kclaw__TensorData td = KCLAW__TENSOR_DATA__INIT;
+	Kclaw__EvalResult r = KCLAW__EVAL_RESULT__INIT;
+	Kclaw__Timing tm = KCLAW__TIMING__INIT;
+	uint8_t fsm[] = {1, 2, 3};
+	cJSON *j, *e;
+
+	t.id = "t1";
+	t.state = "OPTIMIZING";
+	t.round = 0;
+	t.best_ms = 0;
+	t.reference_ms = 2.5;
+	t.fsm.data = fsm;
+	t.fsm.len = 3;
+	u.role = KCLAW__ROLE__GENERATOR;
+	t.usage = us;
+	t.n_usage = 1;
+	char *text = kc_pb_to_json_public_text(&t.base);
+	KT_ASSERT(text != NULL);
+	KT_ASSERT(strstr(text, "AAEC") == NULL); /* no base64 */
+	j = cJSON_Parse(text);
+	KT_EQ_STR(cJSON_GetObjectItem(j, "state")->valuestring, "optimizing");
+	KT_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(j, "best_ms")));
+	KT_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(j, "speedup")));
+	KT_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(j, "finished_unix_ms")));
+	KT_ASSERT(cJSON_GetObjectItem(j, "reference_ms")->valuedouble == 2.5);
+	/* A count of 0 is a count. */
+	KT_ASSERT(cJSON_IsNumber(cJSON_GetObjectItem(j, "round")));
+	KT_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(j, "error")));
+	KT_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(j, "spec")));
+	KT_ASSERT(cJSON_GetObjectItem(j, "fsm") == NULL);
+	KT_EQ_INT(cJSON_GetObjectItem(j, "fsm_bytes")->valueint, 3);
+	e = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "usage"), 0);
+	KT_EQ_STR(cJSON_GetObjectItem(e, "role")->valuestring, "generator");
+	cJSON_Delete(j);
+	free(text);
+
+	td.name = "x";
+	text = kc_pb_to_json_public_text(&td.base);
+	KT_CONTAINS(text, "\"data_bytes\":null");
+	free(text);
+
+	r.status = KCLAW__EVAL_STATUS__WRONG_RESULT;
+	tm.median_ms = 1.5;
+	tm.stddev_ms = 0; /* a spread of 0 is a measurement */
+	r.timing = &tm;
+	text = kc_pb_to_json_public_text(&r.base);
+	j = cJSON_Parse(text);
+	KT_EQ_STR(
+	    cJSON_GetObjectItem(j, "status")->valuestring, "wrong_result");
+	e = cJSON_GetObjectItem(j, "timing");
+	KT_ASSERT(cJSON_GetObjectItem(e, "stddev_ms")->valuedouble == 0);
+	KT_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(j, "baseline")));
+	KT_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(j, "mismatch")));
+	cJSON_Delete(j);
+	free(text);
+
+	/* UNSPECIFIED is no value. */
+	r.status = KCLAW__EVAL_STATUS__EVAL_STATUS_UNSPECIFIED;
+	text = kc_pb_to_json_public_text(&r.base);
+	KT_CONTAINS(text, "\"status\":null");
+	free(text);
+}
+
 int
 main(void)
 {
 	KT_RUN(test_eval_result);
 	KT_RUN(test_bytes_and_repeated_scalars);
+	KT_RUN(test_public_convention);
 	return 0;
 }

@@ -97,7 +97,7 @@ python3 - "$T/out" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 t = r["tasks"][0]
-assert t["state"] == "FAILED" and t["speedup"] is None, t
+assert t["state"] == "failed" and t["speedup"] is None, t
 assert "no GPU" in t["error"], t
 s = r["set"]
 assert s["tasks"] == 1 and s["success"] == 0 and s["fast_1"] == 0, s

@@ -193,9 +193,9 @@ def cmd_replies(events_path):
         if not line.strip():
             continue
         ev = json.loads(line)
-        if ev.get("kind") not in ("AGENT_REPLIED", "EVAL_FINISHED"):
+        if ev.get("kind") not in ("agent_replied", "eval_finished"):
             continue
-        cand = ev.get("candidate_id", "").rsplit("-", 1)[-1]
+        cand = (ev.get("candidate_id") or "").rsplit("-", 1)[-1]
         out.append("%s %s %s %s" % (ev["kind"], ev.get("role", ""), cand,
                                     ev.get("detail", "")))
     for line in sorted(out):

@@ -37,8 +37,8 @@ python3 - "$H/events.jsonl" "$TASK" <<'PY' || fail "--json output"
 import json, sys
 evs = [json.loads(l) for l in open(sys.argv[1])]
 kinds = [e["kind"] for e in evs]
-assert kinds[0] == "TASK_SUBMITTED", kinds
-assert "TASK_CANCELLED" in kinds, kinds
+assert kinds[0] == "task_submitted", kinds
+assert "task_cancelled" in kinds, kinds
 assert all(e["task_id"] == sys.argv[2] for e in evs)
 seqs = [e["seq"] for e in evs]
 assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), seqs

@@ -72,7 +72,7 @@ grep -q "TASK_FINISHED" "$H/watch.txt" || fail "watch did not end with the task"
 "$K" --home "$H" result "$id" --json | python3 -c '
 import json, sys
 r = json.load(sys.stdin)
-assert r["task"]["state"] == "DONE", r["task"]
+assert r["task"]["state"] == "done", r["task"]
 assert len(r["history"]) == 5, len(r["history"])' || fail "result --json"
 "$K" --home "$H" result "$id" --out "$H/best" >/dev/null || fail "result --out"
 grep -q "KC:ok:0.5" "$H/best/kernel.cu" && [ -s "$H/best/plan.json" ] ||
@@ -94,7 +94,7 @@ for i in $(seq 100); do
 done
 [ "$new" != "$old" ] || fail "agent-planner-1 was not restarted"
 procs | grep -q "^agent-planner-1 $new running 1$" || fail "restart count"
-"$K" --home "$H" watch --no-follow --json | grep -q '"PROCESS_RESTARTED"' ||
+"$K" --home "$H" watch --no-follow --json | grep -q '"process_restarted"' ||
 	fail "no PROCESS_RESTARTED event"
 
 # So is a killed orchestrator; the task survives it.

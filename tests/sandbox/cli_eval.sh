@@ -17,7 +17,7 @@ echo "$out" | grep -q "^kernel .*registers" || fail "no kernel report: $out"
 
 json=$("$kclaw" eval --json --compile-only --arch sm_90 "$ex") ||
 	fail "the reference does not compile: $json"
-echo "$json" | grep -q '"status": *"OK"' || fail "json: $json"
+echo "$json" | grep -q '"status": *"ok"' || fail "json: $json"
 echo "$json" | grep -q '"compile_cached": *true' && fail "reference cached?"
 
 mkdir -p "$tmp/bad"

@@ -21,8 +21,8 @@ summary() {
 import json, sys
 r = json.load(sys.stdin)
 t = r.get("timing") or {}
-print("%-14s %8.4f ms  speed-up %6.2f  %s" % (r.get("status"), t.get("median_ms", 0),
-      r.get("speedup", 0), (r.get("message") or "")[:150].replace("\n", " ")))'
+print("%-14s %8.4f ms  speed-up %6.2f  %s" % ((r.get("status") or "").upper(), t.get("median_ms") or 0,
+      r.get("speedup") or 0, (r.get("message") or "")[:150].replace("\n", " ")))'
 }
 
 for e in examples/*/; do
@@ -35,7 +35,7 @@ for e in examples/*/; do
 		printf "%s\n" "$out" >>"$log"
 		printf '%-18s %-12s ' "$name" "$kind"
 		printf "%s\n" "$out" | summary
-		status=$(printf "%s\n" "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("status"))')
+		status=$(printf "%s\n" "$out" | python3 -c 'import json,sys; print((json.load(sys.stdin).get("status") or "").upper())')
 		case "$kind" in
 		candidates/*) [ "$status" = OK ] || fail=1 ;;
 		broken/*) [ "$status" != OK ] || fail=1 ;;
@@ -61,7 +61,7 @@ CU
 	printf '%-18s %-12s ' 1_relu kb-candidate
 	out=$("$kclaw" eval --json --home "$home" "$kb" "$home/relu_cand" 2>/dev/null)
 	printf "%s\n" "$out" | summary
-	status=$(printf "%s\n" "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("status"))')
+	status=$(printf "%s\n" "$out" | python3 -c 'import json,sys; print((json.load(sys.stdin).get("status") or "").upper())')
 	[ "$status" = OK ] || fail=1
 else
 	echo "PyTorch is not installed: the KernelBench part is skipped"

@@ -3,6 +3,7 @@
  * measurements (result.json), the history (history.json), a README, and
  * the two ways to run the kernel (export_c.c, export_py.c).
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -287,7 +288,7 @@ kx_result_json(const Kclaw__ResultResponse *r)
 	const Kclaw__Candidate *c = r->best->candidate;
 	const Kclaw__EvalResult *e = r->best->eval;
 	cJSON *o = cJSON_CreateObject(), *x, *v;
-	char st[32];
+	char st[32], state[32];
 	double ref_ms = e && e->reference_ms > 0 ? e->reference_ms
 	                                         : (t ? t->reference_ms : 0);
 	double tc_ms = e && e->torch_compile_ms > 0 ? e->torch_compile_ms : 0;
@@ -302,7 +303,11 @@ kx_result_json(const Kclaw__ResultResponse *r)
 	kx_add_str(x, "id", t ? t->id : NULL);
 	kx_add_str(x, "name", spec ? spec->name : NULL);
 	kx_add_str(x, "description", spec ? spec->description : NULL);
-	kx_add_str(x, "state", t ? t->state : NULL);
+	/* Lower case, as every --json prints it ("done"). */
+	snprintf(state, sizeof(state), "%s", t && t->state ? t->state : "");
+	for (char *p = state; *p; p++)
+		*p = (char)tolower((unsigned char)*p);
+	kx_add_str(x, "state", state);
 	kx_add_str(x, "error", t ? t->error : NULL);
 	kx_add_str(x, "reference", kx_ref_kind(spec));
 	if (t)

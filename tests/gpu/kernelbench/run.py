@@ -84,7 +84,7 @@ def main(argv=None):
                   flush=True)
             bad += 1
             continue
-        st = res.get("status", "?")
+        st = (res.get("status") or "?").upper()  # --json: lower case
         ok = st in e["status"]
         sp = res.get("speedup", 0) or 0
         if ok and st == "OK" and "speedup_min" in e and sp < e["speedup_min"]:
