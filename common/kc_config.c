@@ -107,6 +107,21 @@ kc_config_price(const kc_config *cfg, const char *model)
 	return NULL;
 }
 
+double
+kc_price_usd(const kc_price *p, uint64_t prompt, uint64_t completion,
+    uint64_t reasoning, uint64_t cached)
+{
+	if (cached > prompt)
+		cached = prompt;
+	if (reasoning > completion)
+		reasoning = completion;
+	return ((double)(prompt - cached) * p->prompt +
+	           (double)cached * p->cached_prompt +
+	           (double)(completion - reasoning) * p->completion +
+	           (double)reasoning * p->reasoning) /
+	    1e6;
+}
+
 int
 kc_config_load(kc_config *cfg, const char *home)
 {

@@ -53,6 +53,11 @@ int kc_config_load(kc_config *cfg, const char *home);
 /* The price of model: the first of cfg's prices whose glob matches it, or
  * NULL when none does (or model is NULL or empty). Points into cfg. */
 const kc_price *kc_config_price(const kc_config *cfg, const char *model);
+/* The USD cost of tokens at price p: cached (of prompt) at cached_prompt,
+ * reasoning (of completion) at reasoning, the rest at prompt and
+ * completion. */
+double kc_price_usd(const kc_price *p, uint64_t prompt, uint64_t completion,
+    uint64_t reasoning, uint64_t cached);
 /* Creates home, run/ and db/ with owner-only permissions. */
 int kc_config_prepare(const kc_config *cfg);
 

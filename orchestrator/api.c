@@ -289,14 +289,15 @@ api_list(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 	/* Newest first. */
 	for (size_t i = o->nall; i-- > 0 && n < limit;) {
 		struct orch_task *t = o->all[i];
-		char *err = NULL;
+		Kclaw__TaskSpec *nospec;
 		if (req->state && *req->state &&
 		    (strcmp(req->state, "active") == 0
 		            ? orch_state_final(t->fsm.state)
 		            : strcmp(req->state,
 		                  orch_state_name(t->fsm.state)) != 0))
 			continue;
-		orch_task_record(o, t, &recs[n], &err);
+		/* With the stored error: the list says why a task ended. */
+		orch_api_record(o, t, false, &recs[n], &nospec);
 		/* Lists carry names, not whole specs. */
 		recs[n].spec = malloc(sizeof(Kclaw__TaskSpec));
 		if (recs[n].spec) {

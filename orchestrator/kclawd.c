@@ -94,7 +94,8 @@ main(int argc, char **argv)
 		mon_opts mo = {.http_url = cfg.http_url,
 		    .api_url = cfg.api_url,
 		    .events_url = cfg.events_url,
-		    .token = cfg.token};
+		    .token = cfg.token,
+		    .config = &cfg};
 		if ((rv = mon_start(&dashboard, &mo)) != 0) {
 			fprintf(
 			    stderr, "kclawd: dashboard: %s\n", kc_lasterr());

@@ -555,6 +555,8 @@ orch_task_record(orch *o, const struct orch_task *t, Kclaw__TaskRecord *rec,
 	rec->torch_compile_ms = t->compile_ms;
 	rec->compile_speedup = t->compile_speedup;
 	rec->state_detail = strdup(t->detail ? t->detail : "");
+	rec->max_rounds = t->fsm.p.max_rounds;
+	rec->token_budget = t->fsm.p.token_budget;
 	if (orch_usage_record(t, rec) != 0)
 		return KC_ENOMEM;
 	rec->created_unix_ms = t->created_ms;

@@ -215,15 +215,25 @@ watch_view_draw(orch_client *c, struct watch_view *v, const char *task)
 		const Kclaw__TaskRecord *t = list->tasks[i];
 		const Kclaw__Budget *b = t->spec ? t->spec->budget : NULL;
 		char rb[16], tb[16], rounds[40], tokens[48], last[48] = "-";
-		double rounds_max = b && b->rounds ? b->rounds : 15;
+		/* The budgets in effect (the orchestrator's defaults where
+		 * the spec sets none); an older kclawd sends only the spec. */
+		double rounds_max = t->max_rounds ? t->max_rounds
+		    : b && b->rounds              ? b->rounds
+		                                  : 0;
+		double tokens_max = t->token_budget ? (double)t->token_budget
+		    : b                             ? (double)b->tokens
+		                                    : 0;
 		if (task != NULL && strcmp(t->id, task) != 0)
 			continue;
 		watch_bar(rb, sizeof(rb), t->round, rounds_max);
-		snprintf(rounds, sizeof(rounds), "%s %u/%.0f", rb, t->round,
-		    rounds_max);
-		watch_bar(tb, sizeof(tb), (double)t->tokens,
-		    b ? (double)b->tokens : 0);
-		if (b && b->tokens)
+		if (rounds_max > 0)
+			snprintf(rounds, sizeof(rounds), "%s %u/%.0f", rb,
+			    t->round, rounds_max);
+		else
+			snprintf(
+			    rounds, sizeof(rounds), "%s %u/?", rb, t->round);
+		watch_bar(tb, sizeof(tb), (double)t->tokens, tokens_max);
+		if (tokens_max > 0)
 			snprintf(tokens, sizeof(tokens), "%s %llu", tb,
 			    (unsigned long long)t->tokens);
 		else

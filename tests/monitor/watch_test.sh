@@ -8,10 +8,28 @@ set -u
 B="$KCLAW_BIN"
 H=$(mktemp -d /tmp/kc-watch-XXXXXX)
 export KCLAW_HOME="$H"
+ORCH=
 cleanup() { kill "$ORCH" 2>/dev/null; wait 2>/dev/null; rm -rf "$H"; }
 fail() { echo "FAIL: $*" >&2; cat "$H/view.txt" >&2 2>/dev/null; cleanup; exit 1; }
 command -v script >/dev/null || { echo "SKIP: no script(1)"; exit 77; }
 
+# The orchestrator's default round budget (kclaw.json) differs from the
+# examples' 15: a task whose spec sets none is drawn against 4, one that
+# sets 7 against 7.
+printf '{"orchestrator": {"rounds": 4}}\n' >"$H/kclaw.json"
+cp -r "$KCLAW_SRC/examples/sum_reduce" "$H/nobudget"
+cp -r "$KCLAW_SRC/examples/sum_reduce" "$H/seven"
+python3 - "$H" <<'PY' || fail "bundle copies"
+import json, sys
+for d, name, budget in (("nobudget", "sum_nobudget", None), ("seven", "sum_seven", 7)):
+    p = f"{sys.argv[1]}/{d}/task.json"
+    t = json.load(open(p))
+    t["name"] = name
+    t.pop("budget", None)
+    if budget:
+        t["budget"] = {"rounds": budget}
+    json.dump(t, open(p, "w"))
+PY
 "$B/kclawd" --home "$H" >"$H/kclawd.log" 2>&1 &
 ORCH=$!
 i=0
@@ -20,6 +38,10 @@ until "$B/kclaw" status --json >/dev/null 2>&1; do
 done
 TASK=$("$B/kclaw" submit "$KCLAW_SRC/examples/sum_reduce" --json |
 	python3 -c 'import json,sys; print(json.load(sys.stdin)["task_id"])') || fail submit
+
+for d in nobudget seven; do
+	"$B/kclaw" submit "$H/$d" >/dev/null || fail "submit $d"
+done
 
 # The live view on a pseudo-terminal, for 3 s; the task is cancelled
 # after 1.5 s and the view must show both states.
@@ -30,6 +52,10 @@ grep -q "sum_reduce" "$H/view.txt" || fail "the task's name is not shown"
 grep -q "SEEDING" "$H/view.txt" || fail "the task's running state is not shown"
 grep -q "CANCELLED" "$H/view.txt" || fail "the view did not follow the cancel"
 grep -q '\[----------\] 0/' "$H/view.txt" || fail "no round bar"
+# Each task's bar against its own budget, not a fixed 15.
+grep -a 'sum_reduce' "$H/view.txt" | grep -q ' 0/15 ' || fail "sum_reduce's bar is not against its 15 rounds"
+grep -a 'sum_nobudget' "$H/view.txt" | grep -q ' 0/4 ' || fail "a task without a budget is not drawn against kclaw.json's 4 rounds"
+grep -a 'sum_seven' "$H/view.txt" | grep -q ' 0/7 ' || fail "sum_seven's bar is not against its 7 rounds"
 
 # --json: the log from the start, as JSON lines a program reads.
 "$B/kclaw" watch "$TASK" --json --no-follow >"$H/events.jsonl" || fail "watch --json"

@@ -26,9 +26,9 @@
 
 #define MON_API_TIMEOUT_MS 5000
 
-/* Upper bounds (ms) of the evaluation latency histogram's buckets. */
+/* Upper bounds (seconds) of the evaluation duration histogram's buckets. */
 static const double mon_lat_buckets[] = {
-    10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000};
+    0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
 #define MON_NBUCKETS (sizeof(mon_lat_buckets) / sizeof(mon_lat_buckets[0]))
 #define MON_NROLES 8
 #define MON_NSTATUS 16
@@ -51,15 +51,22 @@ struct mon_metrics {
 	uint64_t lat_bucket[MON_NBUCKETS];
 	uint64_t lat_count;
 	double lat_sum;
-	uint64_t llm_calls[MON_NROLES];
-	uint64_t llm_tokens[MON_NROLES];
-	double llm_latency_sum[MON_NROLES];
+	uint64_t llm_replies[MON_NROLES];
+	double llm_seconds[MON_NROLES];
 	struct mon_task *tasks;
 	size_t ntasks, cap_tasks;
 	struct mon_proc procs[64];
 	size_t nprocs;
 	uint64_t last_seq;
 	uint64_t gaps_recovered;
+};
+
+/* LLM usage per role summed over the task records (failed and re-asked
+ * calls included), as of the last List that answered. */
+struct mon_usage {
+	uint64_t prompt, completion, reasoning, cached;
+	uint64_t calls, failed_calls;
+	double usd; /* of the calls whose model has a price */
 };
 
 struct mon {
@@ -76,7 +83,7 @@ struct mon {
 		const unsigned char *data;
 		size_t len;
 		const char *ctype;
-	} assets[2];
+	} assets[3];
 
 	pthread_t event_thread, http_thread;
 	bool threads_started;
@@ -87,6 +94,9 @@ struct mon {
 	size_t nqueue, cap_queue;
 
 	struct mon_metrics m;
+	kc_config cfg; /* prices (kclaw.json) */
+	struct mon_usage usage[MON_NROLES];
+	bool usage_known, priced[MON_NROLES];
 };
 
 /* ------------------------------------------------------------ metrics */
@@ -133,16 +143,16 @@ mon_account(struct mon_metrics *mm, const Kclaw__Event *e)
 		/* EVAL_FINISHED carries the evaluation's wall time in ms
 		 * (and the kernel's median in value). */
 		for (size_t b = 0; b < MON_NBUCKETS; b++)
-			if (e->latency_ms <= mon_lat_buckets[b])
+			if (e->latency_ms / 1000 <= mon_lat_buckets[b])
 				mm->lat_bucket[b]++;
 		mm->lat_count++;
-		mm->lat_sum += e->latency_ms;
+		mm->lat_sum += e->latency_ms / 1000;
 		break;
 	case KCLAW__EVENT_KIND__AGENT_REPLIED:
+		/* value: the job's LLM time in ms. */
 		if ((unsigned)e->role < MON_NROLES) {
-			mm->llm_calls[e->role]++;
-			mm->llm_tokens[e->role] += e->tokens;
-			mm->llm_latency_sum[e->role] += e->value;
+			mm->llm_replies[e->role]++;
+			mm->llm_seconds[e->role] += e->value / 1000;
 		}
 		break;
 	case KCLAW__EVENT_KIND__PROCESS_RESTARTED: {
@@ -174,17 +184,122 @@ mon_enum_name(const ProtobufCEnumDescriptor *d, int v, char *buf, size_t n)
 	return buf;
 }
 
+/* A label value, escaped as the text format wants (\\, \", \n). */
+static void
+mon_label(kc_str *s, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			kc_str_printf(s, "\\%c", *v);
+		else if (*v == '\n')
+			kc_str_append(s, "\\n");
+		else
+			kc_str_appendn(s, v, 1);
+	}
+}
+
+/* A metric family's HELP and TYPE lines: every sample of the family follows
+ * at once, before the next family's. */
+static void
+mon_family(kc_str *s, const char *name, const char *type, const char *help)
+{
+	kc_str_printf(
+	    s, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* The LLM roles: every Role but the sandbox. */
+static bool
+mon_llm_role(int r)
+{
+	return r > KCLAW__ROLE__ROLE_UNSPECIFIED && r < MON_NROLES &&
+	    r != KCLAW__ROLE__SANDBOX &&
+	    protobuf_c_enum_descriptor_get_value(&kclaw__role__descriptor, r) !=
+	    NULL;
+}
+
+/* The cost of one role's usage in a record: false when its model has no
+ * price. */
+static bool
+mon_role_cost(const mon *m, const Kclaw__RoleUsage *u, double *usd)
+{
+	const kc_price *p = kc_config_price(&m->cfg, u->model);
+
+	*usd = p ? kc_price_usd(p, u->prompt_tokens, u->completion_tokens,
+	               u->reasoning_tokens, u->cached_tokens)
+	         : 0;
+	return p != NULL;
+}
+
+/*
+ * Sums the usage of every task record (List); on the HTTP thread, which
+ * owns http_api. Counters must not go down: a series keeps the larger of
+ * its old and new value (a List that failed keeps the old ones).
+ */
+static void
+mon_usage_refresh(mon *m)
+{
+	Kclaw__ListRequest lr = KCLAW__LIST_REQUEST__INIT;
+	Kclaw__ListResponse *list;
+	struct mon_usage u[MON_NROLES];
+	bool priced[MON_NROLES];
+
+	if (kc_api_call(m->http_api, "List", &lr.base, m->token,
+	        MON_API_TIMEOUT_MS, &kclaw__list_response__descriptor,
+	        (ProtobufCMessage **)&list) != 0) {
+		kc_clearerr();
+		return;
+	}
+	memset(u, 0, sizeof(u));
+	memset(priced, 0, sizeof(priced));
+	for (size_t i = 0; i < list->n_tasks; i++)
+		for (size_t k = 0; k < list->tasks[i]->n_usage; k++) {
+			const Kclaw__RoleUsage *ru = list->tasks[i]->usage[k];
+			struct mon_usage *x;
+			double usd;
+			if (!mon_llm_role(ru->role))
+				continue;
+			x = &u[ru->role];
+			x->prompt += ru->prompt_tokens;
+			x->completion += ru->completion_tokens;
+			x->reasoning += ru->reasoning_tokens;
+			x->cached += ru->cached_tokens;
+			x->calls += ru->calls;
+			x->failed_calls += ru->failed_calls;
+			if (mon_role_cost(m, ru, &usd)) {
+				x->usd += usd;
+				priced[ru->role] = true;
+			}
+		}
+	kclaw__list_response__free_unpacked(list, NULL);
+	pthread_mutex_lock(&m->mu);
+	for (int r = 0; r < MON_NROLES; r++) {
+		struct mon_usage *o = &m->usage[r];
+#define MON_MAX(f) o->f = u[r].f > o->f ? u[r].f : o->f
+		MON_MAX(prompt);
+		MON_MAX(completion);
+		MON_MAX(reasoning);
+		MON_MAX(cached);
+		MON_MAX(calls);
+		MON_MAX(failed_calls);
+		MON_MAX(usd);
+#undef MON_MAX
+		m->priced[r] |= priced[r];
+	}
+	m->usage_known = true;
+	pthread_mutex_unlock(&m->mu);
+}
+
 char *
 mon_metrics_text(mon *m)
 {
 	struct mon_metrics *mm = &m->m;
 	char name[64];
 	kc_str s = {0};
+	int npriced = 0;
 
+	mon_usage_refresh(m);
 	pthread_mutex_lock(&m->mu);
-	kc_str_append(&s,
-	    "# HELP kclaw_tasks Tasks by state.\n"
-	    "# TYPE kclaw_tasks gauge\n");
+	mon_family(&s, "kclaw_tasks", "gauge", "Tasks by state.");
 	/* Count tasks per distinct state. */
 	for (size_t i = 0; i < mm->ntasks; i++) {
 		bool seen = false;
@@ -197,17 +312,15 @@ mon_metrics_text(mon *m)
 		for (size_t j = i; j < mm->ntasks; j++)
 			n +=
 			    strcmp(mm->tasks[j].state, mm->tasks[i].state) == 0;
-		kc_str_printf(&s, "kclaw_tasks{state=\"%s\"} %zu\n",
-		    mm->tasks[i].state, n);
+		kc_str_append(&s, "kclaw_tasks{state=\"");
+		mon_label(&s, mm->tasks[i].state);
+		kc_str_printf(&s, "\"} %zu\n", n);
 	}
-	kc_str_printf(&s,
-	    "# HELP kclaw_rounds_total Rounds finished.\n"
-	    "# TYPE kclaw_rounds_total counter\n"
-	    "kclaw_rounds_total %llu\n",
-	    (unsigned long long)mm->rounds);
-	kc_str_append(&s,
-	    "# HELP kclaw_evaluations_total Evaluations by "
-	    "status.\n# TYPE kclaw_evaluations_total counter\n");
+	mon_family(&s, "kclaw_rounds_total", "counter", "Rounds finished.");
+	kc_str_printf(
+	    &s, "kclaw_rounds_total %llu\n", (unsigned long long)mm->rounds);
+	mon_family(
+	    &s, "kclaw_evaluations_total", "counter", "Evaluations by status.");
 	for (int st = 1; st < MON_NSTATUS; st++)
 		if (protobuf_c_enum_descriptor_get_value(
 		        &kclaw__eval_status__descriptor, st) != NULL)
@@ -216,51 +329,107 @@ mon_metrics_text(mon *m)
 			    mon_enum_name(&kclaw__eval_status__descriptor, st,
 			        name, sizeof(name)),
 			    (unsigned long long)mm->evals[st]);
-	kc_str_append(&s,
-	    "# HELP kclaw_evaluation_latency_ms Evaluation "
-	    "wall time.\n"
-	    "# TYPE kclaw_evaluation_latency_ms histogram\n");
+	/* Buckets are cumulative: each counts every evaluation at most its
+	 * bound (mon_account adds one to every bucket it fits). */
+	mon_family(&s, "kclaw_evaluation_duration_seconds", "histogram",
+	    "Evaluation wall time (compile, verify, time) in seconds.");
 	for (size_t b = 0; b < MON_NBUCKETS; b++)
 		kc_str_printf(&s,
-		    "kclaw_evaluation_latency_ms_bucket{le=\"%g\"} %llu\n",
+		    "kclaw_evaluation_duration_seconds_bucket{le=\"%g\"} "
+		    "%llu\n",
 		    mon_lat_buckets[b], (unsigned long long)mm->lat_bucket[b]);
 	kc_str_printf(&s,
-	    "kclaw_evaluation_latency_ms_bucket{le=\"+Inf\"} %llu\n"
-	    "kclaw_evaluation_latency_ms_sum %g\n"
-	    "kclaw_evaluation_latency_ms_count %llu\n",
+	    "kclaw_evaluation_duration_seconds_bucket{le=\"+Inf\"} %llu\n"
+	    "kclaw_evaluation_duration_seconds_sum %.6f\n"
+	    "kclaw_evaluation_duration_seconds_count %llu\n",
 	    (unsigned long long)mm->lat_count, mm->lat_sum,
 	    (unsigned long long)mm->lat_count);
-	kc_str_append(&s,
-	    "# HELP kclaw_llm_calls_total LLM calls by agent role.\n"
-	    "# TYPE kclaw_llm_calls_total counter\n"
-	    "# HELP kclaw_llm_tokens_total LLM tokens by agent role.\n"
-	    "# TYPE kclaw_llm_tokens_total counter\n"
-	    "# HELP kclaw_llm_latency_ms_sum LLM latency by agent role.\n"
-	    "# TYPE kclaw_llm_latency_ms_sum counter\n");
+	mon_family(&s, "kclaw_agent_llm_duration_seconds", "summary",
+	    "Time an agent job spent in LLM calls (retries included), in "
+	    "seconds, by role; _count is the jobs that replied.");
 	for (int r = 1; r < MON_NROLES; r++) {
-		if (r == KCLAW__ROLE__SANDBOX)
+		if (!mon_llm_role(r))
 			continue;
 		mon_enum_name(&kclaw__role__descriptor, r, name, sizeof(name));
 		kc_str_printf(&s,
-		    "kclaw_llm_calls_total{role=\"%s\"} %llu\n"
-		    "kclaw_llm_tokens_total{role=\"%s\"} %llu\n"
-		    "kclaw_llm_latency_ms_sum{role=\"%s\"} %g\n",
-		    name, (unsigned long long)mm->llm_calls[r], name,
-		    (unsigned long long)mm->llm_tokens[r], name,
-		    mm->llm_latency_sum[r]);
+		    "kclaw_agent_llm_duration_seconds_sum{role=\"%s\"} %.6f\n"
+		    "kclaw_agent_llm_duration_seconds_count{role=\"%s\"} "
+		    "%llu\n",
+		    name, mm->llm_seconds[r], name,
+		    (unsigned long long)mm->llm_replies[r]);
 	}
-	kc_str_append(&s,
-	    "# HELP kclaw_process_restarts_total Processes "
-	    "restarted by the supervisor.\n"
-	    "# TYPE kclaw_process_restarts_total counter\n");
-	for (size_t i = 0; i < mm->nprocs; i++)
-		kc_str_printf(&s,
-		    "kclaw_process_restarts_total{process=\"%s\"} %llu\n",
-		    mm->procs[i].name,
-		    (unsigned long long)mm->procs[i].restarts);
-	kc_str_append(&s,
-	    "# HELP kclaw_events_total Events by kind.\n"
-	    "# TYPE kclaw_events_total counter\n");
+	if (m->usage_known) {
+		static const char *const kinds[] = {
+		    "prompt", "completion", "reasoning", "cached"};
+		mon_family(&s, "kclaw_llm_calls_total", "counter",
+		    "LLM calls by agent role, failed and re-asked ones "
+		    "included (over the task records).");
+		for (int r = 1; r < MON_NROLES; r++)
+			if (mon_llm_role(r))
+				kc_str_printf(&s,
+				    "kclaw_llm_calls_total{role=\"%s\"} %llu\n",
+				    mon_enum_name(&kclaw__role__descriptor, r,
+				        name, sizeof(name)),
+				    (unsigned long long)m->usage[r].calls);
+		mon_family(&s, "kclaw_llm_failed_calls_total", "counter",
+		    "LLM calls that failed, by agent role.");
+		for (int r = 1; r < MON_NROLES; r++)
+			if (mon_llm_role(r))
+				kc_str_printf(&s,
+				    "kclaw_llm_failed_calls_total{role=\"%s\"} "
+				    "%llu\n",
+				    mon_enum_name(&kclaw__role__descriptor, r,
+				        name, sizeof(name)),
+				    (unsigned long long)m->usage[r]
+				        .failed_calls);
+		mon_family(&s, "kclaw_tokens_total", "counter",
+		    "LLM tokens by agent role and kind (reasoning tokens are "
+		    "part of completion, cached part of prompt).");
+		for (int r = 1; r < MON_NROLES; r++) {
+			const struct mon_usage *u = &m->usage[r];
+			const uint64_t v[] = {
+			    u->prompt, u->completion, u->reasoning, u->cached};
+			if (!mon_llm_role(r))
+				continue;
+			mon_enum_name(
+			    &kclaw__role__descriptor, r, name, sizeof(name));
+			for (size_t k = 0; k < KC_ARRAY_LEN(kinds); k++)
+				kc_str_printf(&s,
+				    "kclaw_tokens_total{role=\"%s\",kind=\"%"
+				    "s\"}"
+				    " %llu\n",
+				    name, kinds[k], (unsigned long long)v[k]);
+		}
+		for (int r = 1; r < MON_NROLES; r++)
+			npriced += m->priced[r];
+		if (npriced > 0) {
+			mon_family(&s, "kclaw_cost_usd_total", "counter",
+			    "Cost of the LLM tokens in USD at kclaw.json's "
+			    "prices, by agent role (models without a price "
+			    "count nothing).");
+			for (int r = 1; r < MON_NROLES; r++)
+				if (mon_llm_role(r) && m->priced[r])
+					kc_str_printf(&s,
+					    "kclaw_cost_usd_total{role=\"%s\"} "
+					    "%.6f\n",
+					    mon_enum_name(
+					        &kclaw__role__descriptor, r,
+					        name, sizeof(name)),
+					    m->usage[r].usd);
+		}
+	}
+	if (mm->nprocs > 0) {
+		mon_family(&s, "kclaw_process_restarts_total", "counter",
+		    "Processes restarted by the supervisor.");
+		for (size_t i = 0; i < mm->nprocs; i++) {
+			kc_str_append(
+			    &s, "kclaw_process_restarts_total{process=\"");
+			mon_label(&s, mm->procs[i].name);
+			kc_str_printf(&s, "\"} %llu\n",
+			    (unsigned long long)mm->procs[i].restarts);
+		}
+	}
+	mon_family(&s, "kclaw_events_total", "counter", "Events by kind.");
 	for (int k = 1; k < MON_NKINDS; k++)
 		if (protobuf_c_enum_descriptor_get_value(
 		        &kclaw__event_kind__descriptor, k) != NULL)
@@ -269,15 +438,13 @@ mon_metrics_text(mon *m)
 			    mon_enum_name(&kclaw__event_kind__descriptor, k,
 			        name, sizeof(name)),
 			    (unsigned long long)mm->events[k]);
-	kc_str_printf(&s,
-	    "# HELP kclaw_last_event_seq Highest event sequence seen.\n"
-	    "# TYPE kclaw_last_event_seq gauge\n"
-	    "kclaw_last_event_seq %llu\n"
-	    "# HELP kclaw_event_gaps_recovered_total Event gaps filled from "
-	    "the event log.\n"
-	    "# TYPE kclaw_event_gaps_recovered_total counter\n"
-	    "kclaw_event_gaps_recovered_total %llu\n",
-	    (unsigned long long)mm->last_seq,
+	mon_family(&s, "kclaw_last_event_seq", "gauge",
+	    "Highest event sequence seen.");
+	kc_str_printf(&s, "kclaw_last_event_seq %llu\n",
+	    (unsigned long long)mm->last_seq);
+	mon_family(&s, "kclaw_event_gaps_recovered_total", "counter",
+	    "Event gaps filled from the event log.");
+	kc_str_printf(&s, "kclaw_event_gaps_recovered_total %llu\n",
 	    (unsigned long long)mm->gaps_recovered);
 	pthread_mutex_unlock(&m->mu);
 	return kc_str_take(&s);
@@ -375,11 +542,14 @@ mon_event_main(void *arg)
 
 /* --------------------------------------------------------------- HTTP */
 
+/* A response of len bytes; a download (attachment named file) when file is
+ * not NULL. */
 static void
-mon_http_respond(
-    nng_aio *aio, uint16_t status, const char *ctype, const char *body)
+mon_http_respond_n(nng_aio *aio, uint16_t status, const char *ctype,
+    const void *body, size_t len, const char *file)
 {
 	nng_http_res *res;
+	char disp[160];
 
 	if (nng_http_res_alloc(&res) != 0) {
 		nng_aio_finish(aio, NNG_ENOMEM);
@@ -388,9 +558,21 @@ mon_http_respond(
 	nng_http_res_set_status(res, status);
 	nng_http_res_set_header(res, "Content-Type", ctype);
 	nng_http_res_set_header(res, "Cache-Control", "no-store");
-	nng_http_res_copy_data(res, body, strlen(body));
+	if (file != NULL) {
+		snprintf(
+		    disp, sizeof(disp), "attachment; filename=\"%s\"", file);
+		nng_http_res_set_header(res, "Content-Disposition", disp);
+	}
+	nng_http_res_copy_data(res, body, len);
 	nng_aio_set_output(aio, 0, res);
 	nng_aio_finish(aio, 0);
+}
+
+static void
+mon_http_respond(
+    nng_aio *aio, uint16_t status, const char *ctype, const char *body)
+{
+	mon_http_respond_n(aio, status, ctype, body, strlen(body), NULL);
 }
 
 /*
@@ -503,11 +685,153 @@ mon_valid_id(const char *id)
 	return true;
 }
 
+/* Adds "cost_usd" to a task record's JSON and to each of its usage
+ * entries: the USD at the configured prices, null where a model has no
+ * price (the task's: null unless every entry is priced). */
+static void
+mon_json_cost(const mon *m, cJSON *j, const Kclaw__TaskRecord *rec)
+{
+	cJSON *usage = cJSON_GetObjectItemCaseSensitive(j, "usage");
+	bool all = rec->n_usage > 0;
+	double total = 0, usd;
+
+	for (size_t i = 0; i < rec->n_usage; i++) {
+		bool priced = mon_role_cost(m, rec->usage[i], &usd);
+		cJSON *u = cJSON_GetArrayItem(usage, (int)i);
+		all &= priced;
+		total += usd;
+		if (u != NULL)
+			cJSON_AddItemToObject(u, "cost_usd",
+			    priced ? cJSON_CreateNumber(usd)
+			           : cJSON_CreateNull());
+	}
+	cJSON_AddItemToObject(j, "cost_usd",
+	    all ? cJSON_CreateNumber(total) : cJSON_CreateNull());
+}
+
+/* An API answer as JSON text, with the cost in every task record. */
+static char *
+mon_api_json(const mon *m, const ProtobufCMessage *resp)
+{
+	cJSON *j = kc_pb_to_json(resp), *t;
+	char *text;
+
+	if (j == NULL)
+		return NULL;
+	if (resp->descriptor == &kclaw__list_response__descriptor) {
+		const Kclaw__ListResponse *l =
+		    (const Kclaw__ListResponse *)resp;
+		cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "tasks");
+		for (size_t i = 0; i < l->n_tasks; i++)
+			if ((t = cJSON_GetArrayItem(arr, (int)i)) != NULL)
+				mon_json_cost(m, t, l->tasks[i]);
+	} else if (resp->descriptor == &kclaw__status_response__descriptor ||
+	    resp->descriptor == &kclaw__result_response__descriptor) {
+		/* Both start with their TaskRecord task. */
+		const Kclaw__TaskRecord *rec =
+		    resp->descriptor == &kclaw__status_response__descriptor
+		    ? ((const Kclaw__StatusResponse *)resp)->task
+		    : ((const Kclaw__ResultResponse *)resp)->task;
+		if (rec != NULL &&
+		    (t = cJSON_GetObjectItemCaseSensitive(j, "task")) != NULL)
+			mon_json_cost(m, t, rec);
+	}
+	text = cJSON_PrintUnformatted(j);
+	cJSON_Delete(j);
+	return text;
+}
+
+/* One file of a ustar archive: header, data, padding to 512 bytes. */
+static void
+mon_tar_add(kc_str *s, const char *name, const char *data, uint64_t mtime)
+{
+	unsigned char h[512];
+	size_t n = strlen(data);
+	unsigned sum = 0;
+	static const char zero[512];
+
+	memset(h, 0, sizeof(h));
+	snprintf((char *)h, 100, "%s", name);
+	memcpy(h + 100, "0000644", 8);
+	memcpy(h + 108, "0000000", 8);
+	memcpy(h + 116, "0000000", 8);
+	snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)n);
+	snprintf((char *)h + 136, 12, "%011llo", (unsigned long long)mtime);
+	memset(h + 148, ' ', 8);
+	h[156] = '0';
+	memcpy(h + 257, "ustar", 6);
+	memcpy(h + 263, "00", 2);
+	snprintf((char *)h + 265, 32, "kclaw");
+	snprintf((char *)h + 297, 32, "kclaw");
+	for (size_t i = 0; i < sizeof(h); i++)
+		sum += h[i];
+	snprintf((char *)h + 148, 8, "%06o", sum);
+	h[155] = ' ';
+	kc_str_appendn(s, (const char *)h, sizeof(h));
+	kc_str_appendn(s, data, n);
+	if (n % 512)
+		kc_str_appendn(s, zero, 512 - n % 512);
+}
+
+/* The best kernel of a Result as kernel.cu, plan.json or a tar of both in
+ * a folder kclaw-ID/. */
+static void
+mon_download(nng_aio *aio, const Kclaw__ResultResponse *r, const char *file)
+{
+	const Kclaw__CandidateRecord *b = r->best;
+	const char *id = r->task && r->task->id ? r->task->id : "task";
+	const char *source, *plan;
+	char name[160];
+
+	if (b == NULL || b->candidate == NULL) {
+		mon_http_error(aio, 404,
+		    "the task has no correct kernel (yet): nothing to "
+		    "download");
+		return;
+	}
+	/* A candidate with tunables was measured in its tuned configuration:
+	 * that source and plan are the ones verified (as kclaw result
+	 * --out writes them). */
+	source = b->candidate->source ? b->candidate->source : "";
+	plan = b->candidate->plan_json ? b->candidate->plan_json : "";
+	if (b->eval && b->eval->tuned_source && *b->eval->tuned_source &&
+	    b->eval->tuned_plan && *b->eval->tuned_plan) {
+		source = b->eval->tuned_source;
+		plan = b->eval->tuned_plan;
+	}
+	if (strcmp(file, "kernel.cu") == 0) {
+		snprintf(name, sizeof(name), "kclaw-%s-kernel.cu", id);
+		mon_http_respond_n(aio, 200, "text/plain; charset=utf-8",
+		    source, strlen(source), name);
+	} else if (strcmp(file, "plan.json") == 0) {
+		snprintf(name, sizeof(name), "kclaw-%s-plan.json", id);
+		mon_http_respond_n(
+		    aio, 200, "application/json", plan, strlen(plan), name);
+	} else {
+		kc_str s = {0};
+		static const char end[1024];
+		uint64_t mtime = r->task ? r->task->finished_unix_ms / 1000 : 0;
+		snprintf(name, sizeof(name), "kclaw-%s/kernel.cu", id);
+		mon_tar_add(&s, name, source, mtime);
+		snprintf(name, sizeof(name), "kclaw-%s/plan.json", id);
+		mon_tar_add(&s, name, plan, mtime);
+		kc_str_appendn(&s, end, sizeof(end));
+		if (s.buf == NULL) {
+			mon_http_error(aio, 500, "out of memory");
+			return;
+		}
+		snprintf(name, sizeof(name), "kclaw-%s.tar", id);
+		mon_http_respond_n(
+		    aio, 200, "application/x-tar", s.buf, s.len, name);
+		kc_str_free(&s);
+	}
+}
+
 static void
 mon_http_api(mon *m, nng_aio *aio, const char *uri)
 {
 	char path[256], id[80] = "", buf[32];
-	const char *method;
+	const char *method, *file = NULL;
 	ProtobufCMessage *req, *resp = NULL;
 	const ProtobufCMessageDescriptor *rd;
 	Kclaw__HealthRequest hr = KCLAW__HEALTH_REQUEST__INIT;
@@ -527,7 +851,25 @@ mon_http_api(mon *m, nng_aio *aio, const char *uri)
 	} else if (sscanf(path, "/api/tasks/%79s", id) == 1) {
 		method = "Status", req = &sr.base, sr.task_id = id;
 		rd = &kclaw__status_response__descriptor;
-	} else if (sscanf(path, "/api/result/%79s", id) == 1) {
+	} else if (strncmp(path, "/api/result/", 12) == 0 && path[12] != '\0') {
+		/* /api/result/ID or /api/result/ID/FILE (a download) */
+		const char *p = path + 12, *slash = strchr(p, '/');
+		size_t n = slash ? (size_t)(slash - p) : strlen(p);
+		snprintf(id, sizeof(id), "%.*s", (int)(n < 79 ? n : 79), p);
+		if (n >= sizeof(id))
+			id[0] = '!'; /* too long: refused below */
+		if (slash != NULL) {
+			file = slash + 1;
+			if (strcmp(file, "kernel.cu") != 0 &&
+			    strcmp(file, "plan.json") != 0 &&
+			    strcmp(file, "kernel.tar") != 0) {
+				mon_http_error(aio, 404,
+				    "no such download: use "
+				    "/api/result/ID/kernel.cu, plan.json or "
+				    "kernel.tar");
+				return;
+			}
+		}
 		method = "Result", req = &rr.base, rr.task_id = id;
 		rd = &kclaw__result_response__descriptor;
 	} else if (strcmp(path, "/api/events") == 0) {
@@ -559,7 +901,12 @@ mon_http_api(mon *m, nng_aio *aio, const char *uri)
 		    kc_lasterr());
 		return;
 	}
-	char *t = kc_pb_to_json_text(resp);
+	if (file != NULL) {
+		mon_download(aio, (const Kclaw__ResultResponse *)resp, file);
+		protobuf_c_message_free_unpacked(resp, NULL);
+		return;
+	}
+	char *t = mon_api_json(m, resp);
 	protobuf_c_message_free_unpacked(resp, NULL);
 	if (t == NULL) {
 		mon_http_error(aio, 500, "out of memory");
@@ -679,11 +1026,12 @@ mon_static_cb(nng_aio *aio)
 	nng_aio_finish(aio, 0);
 }
 
+/* Serves data at path (and below it where tree: /task/ID is the page). */
 static int
-mon_add_static(mon *m, const char *path, const unsigned char *data, size_t len,
-    const char *ctype)
+mon_add_static(mon *m, int slot, const char *path, bool tree,
+    const unsigned char *data, size_t len, const char *ctype)
 {
-	struct mon_asset *a = &m->assets[path[1] != '\0'];
+	struct mon_asset *a = &m->assets[slot];
 	nng_http_handler *h;
 	int nrv;
 
@@ -691,6 +1039,8 @@ mon_add_static(mon *m, const char *path, const unsigned char *data, size_t len,
 	if ((nrv = nng_http_handler_alloc(&h, path, mon_static_cb)) != 0)
 		return nrv;
 	nng_http_handler_set_data(h, a, NULL);
+	if (tree)
+		nng_http_handler_set_tree(h);
 	if ((nrv = nng_http_server_add_handler(m->http, h)) != 0)
 		nng_http_handler_free(h);
 	return nrv;
@@ -740,11 +1090,13 @@ mon_http_start(mon *m, const char *http_url)
 	if (nrv != 0)
 		return kc_seterr(KC_EBUS, "monitor: HTTP server on %s: %s",
 		    http_url, nng_strerror(nrv));
-	if ((nrv = mon_add_static(m, "/", mon_asset_index_html,
+	if ((nrv = mon_add_static(m, 0, "/", false, mon_asset_index_html,
 	         mon_asset_index_html_len, "text/html; charset=utf-8")) != 0 ||
-	    (nrv = mon_add_static(m, "/app.js", mon_asset_app_js,
+	    (nrv = mon_add_static(m, 1, "/app.js", false, mon_asset_app_js,
 	         mon_asset_app_js_len, "text/javascript; charset=utf-8")) !=
 	        0 ||
+	    (nrv = mon_add_static(m, 2, "/task", true, mon_asset_index_html,
+	         mon_asset_index_html_len, "text/html; charset=utf-8")) != 0 ||
 	    (nrv = mon_add_handler(m, "/api", true)) != 0 ||
 	    (nrv = mon_add_handler(m, "/metrics", false)) != 0)
 		return kc_seterr(
@@ -776,6 +1128,8 @@ mon_start(mon **out, const mon_opts *o)
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_cond_init(&m->cv, NULL);
 	kc_strlcpy(m->token, o->token ? o->token : "", sizeof(m->token));
+	if (o->config != NULL)
+		m->cfg = *o->config;
 	if ((rv = bus_client_open(&m->api, o->api_url, 0)) != 0 ||
 	    (rv = bus_client_open(&m->http_api, o->api_url, 0)) != 0 ||
 	    (rv = bus_sub_open(&m->sub, o->events_url, 0)) != 0 ||

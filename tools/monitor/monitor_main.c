@@ -52,7 +52,8 @@ main(int argc, char **argv)
 	mon_opts o = {.http_url = http,
 	    .api_url = cfg.api_url,
 	    .events_url = cfg.events_url,
-	    .token = cfg.token};
+	    .token = cfg.token,
+	    .config = &cfg};
 	if ((rv = mon_start(&m, &o)) != 0) {
 		fprintf(stderr, "kclaw-monitor: %s\n", kc_lasterr());
 		return 1;
