@@ -316,6 +316,28 @@ agent_converse(const agent_ctx *ctx, const agent_role *role,
 		}
 		rv = llm_chat(ctx->llm, &req, &resp);
 		agent_usage_add(r->usage, &resp, rv != 0);
+		if (rv != 0 && rv != KC_ENOMEM && r->plan != NULL) {
+			/* The Planner's screening ask went unanswered (a
+			 * replay recorded without screening, a failed call):
+			 * the plan bound to the retrieved methods stands. */
+			KC_WARN("job %s: the %s's screening ask got no answer "
+			        "(%s); its plan is bound to %s",
+			    job->job_id, role->name, kc_lasterr(),
+			    r->plan->method);
+			kc_clearerr();
+			llm_response_free(&resp);
+			/* A replay's calls are the exchanges it has: a
+			 * lookup that finds none is no call. */
+			if (rv == KC_ENOENT &&
+			    strcmp(llm_provider_name(ctx->llm), "replay") ==
+			        0) {
+				r->usage->calls--;
+				r->usage->failed_calls--;
+			}
+			r->ok = true;
+			rv = 0;
+			break;
+		}
 		if (rv != 0) {
 			llm_response_free(&resp);
 			if (rv == KC_ENOMEM)

@@ -524,6 +524,12 @@ agent_job_vars(const Kclaw__AgentJob *job, agent_vars *vars)
 	    (rv = agent_put(vars, "methods", &s)) != 0 ||
 	    (rv = agent_put(vars, "method_names", &names)) != 0)
 		goto out;
+	/* Binding screening: an exploration round may leave the list. */
+	if ((rv = agent_put_str(vars, "explore",
+	         job->explore && job->n_methods ? "yes" : "")) != 0 ||
+	    (rv = agent_put_str(vars, "bound",
+	         !job->explore && job->n_methods ? "yes" : "")) != 0)
+		goto out;
 	for (size_t i = 0; rv == 0 && i < job->n_lessons; i++)
 		rv = kc_str_printf(&s, "- %s\n", job->lessons[i]);
 	if (rv != 0 || (rv = agent_put(vars, "lessons", &s)) != 0)

@@ -300,37 +300,99 @@ agent_planner_prepare(const Kclaw__AgentJob *job, agent_vars *vars)
 	    job->base_kernel, job->job_id, "planner", "base_kernel");
 }
 
+/*
+ * Binding screening (docs/orchestrator.md "Screening"). A method outside
+ * the retrieved list is taken only in an exploration round (job->explore).
+ * Otherwise the Planner is asked once more, naming the list; its reply
+ * stands if it chooses among them. If it insists, or the ask cannot be
+ * answered (a failed call, a replay recorded without it), or this was the
+ * last ask, the plan is bound to the best retrieved method: the first,
+ * with the Planner's steps replaced (they were for another method). The
+ * bound plan waits in reply->plan meanwhile, so agent_converse keeps it.
+ */
+static int
+agent_plan_bound(const Kclaw__AgentJob *job, const char *chosen,
+    const char *rationale, const char *effect, Kclaw__OptPlan **out)
+{
+	const Kclaw__Recommendation *best = job->methods[0];
+	Kclaw__OptPlan *p = malloc(sizeof(*p));
+	kc_str step = {0}, why = {0};
+	const char *know = best->knowledge ? best->knowledge : "";
+	size_t kn = strcspn(know, "\n");
+	int rv = KC_ENOMEM;
+
+	if (p == NULL)
+		return KC_ENOMEM;
+	kclaw__opt_plan__init(p);
+	if (kn > 300)
+		kn = 300;
+	if (kc_str_printf(&step,
+	        "1. Apply %s to the base kernel%s%.*s (the Planner's steps "
+	        "were for %s, which is not among the retrieved methods, and "
+	        "are not used).",
+	        best->method, kn ? ": " : "", (int)kn, know, chosen) != 0 ||
+	    kc_str_printf(&why,
+	        "%s [screened: %s is outside the retrieved methods in a "
+	        "round that does not explore; bound to %s, the best "
+	        "retrieved method]",
+	        rationale, chosen, best->method) != 0 ||
+	    (p->steps = calloc(1, sizeof(char *))) == NULL)
+		goto out;
+	p->steps[0] = kc_str_take(&step);
+	p->n_steps = 1;
+	p->rationale = kc_str_take(&why);
+	p->exploration = false;
+	if (agent_pb_setstr(&p->method, best->method) != 0 ||
+	    agent_pb_setstr(&p->expected_effect, effect) != 0 ||
+	    agent_pb_setstr(&p->screening, "bound") != 0 ||
+	    agent_pb_setstr(&p->planner_method, chosen) != 0)
+		goto out;
+	*out = p;
+	p = NULL;
+	rv = 0;
+out:
+	kc_str_free(&step);
+	kc_str_free(&why);
+	if (p != NULL)
+		kclaw__opt_plan__free_unpacked(p, NULL);
+	return rv;
+}
+
+/* The names of the retrieved methods, ", "-separated, into err's text. */
+static void
+agent_screen_error(const Kclaw__AgentJob *job, const char *method, kc_str *err)
+{
+	kc_str_printf(err,
+	    "\"%s\" is not among the methods retrieved from long-term memory, "
+	    "and this round is not an exploration round: choose one of ",
+	    method);
+	for (size_t i = 0; i < job->n_methods; i++)
+		kc_str_printf(
+		    err, "%s%s", i ? ", " : "", job->methods[i]->method);
+	kc_str_printf(err,
+	    " and write the plan for it (otherwise the plan is bound to %s)",
+	    job->methods[0]->method);
+}
+
 static int
 agent_planner_accept(const Kclaw__AgentJob *job, const char *text, bool last,
     Kclaw__AgentReply *reply, kc_str *err)
 {
-	const char *method, *rationale;
+	const char *method, *rationale, *screening = "";
 	const cJSON *steps, *st;
-	Kclaw__OptPlan *p = NULL;
+	Kclaw__OptPlan *p = NULL, *bound = reply->plan;
 	cJSON *root;
 	size_t i;
 	int rv, n;
 	bool outside;
 
-	(void)last;
+	/* A reply to the screening ask that is not usable: the bound plan
+	 * stands. */
 	if ((rv = agent_parse_json(text, &root, err)) != 0)
-		return rv;
+		return bound ? 0 : rv;
 	if ((rv = agent_json_text(root, "method", &method, err)) != 0 ||
 	    (rv = agent_json_text(root, "rationale", &rationale, err)) != 0)
 		goto out;
-	for (i = 0; i < job->n_methods; i++)
-		if (agent_same_method(job->methods[i]->method, method))
-			break;
-	if (i < job->n_methods)
-		method = job->methods[i]->method; /* the memory's spelling */
-	/*
-	 * A method outside the retrieved list is accepted, not re-asked: the
-	 * list depends on measured metrics and learned statistics, so a
-	 * recorded session (or a model that knows better) must not fail on
-	 * it. The plan says so, the orchestrator records the attempt, and
-	 * the learned memory scores the method like any other.
-	 */
-	outside = job->n_methods > 0 && i == job->n_methods;
 	steps = cJSON_GetObjectItemCaseSensitive(root, "steps");
 	n = cJSON_GetArraySize(steps);
 	if (!cJSON_IsArray(steps) || n < 1 || n > AGENT_PLAN_MAX_STEPS) {
@@ -354,6 +416,31 @@ agent_planner_accept(const Kclaw__AgentJob *job, const char *text, bool last,
 		}
 		i++;
 	}
+	for (i = 0; i < job->n_methods; i++)
+		if (agent_same_method(job->methods[i]->method, method))
+			break;
+	if (i < job->n_methods)
+		method = job->methods[i]->method; /* the memory's spelling */
+	/* Without recommendations there is nothing to screen against. */
+	outside = job->n_methods > 0 && i == job->n_methods;
+	if (outside && job->explore) {
+		screening = "explored";
+	} else if (outside && bound) {
+		rv = 0; /* it insists: bound */
+		goto out;
+	} else if (outside) {
+		if ((rv = agent_plan_bound(job, method, rationale,
+		         agent_json_opt(root, "expected_effect"),
+		         &reply->plan)) != 0)
+			goto out;
+		if (!last) {
+			agent_screen_error(job, method, err);
+			rv = KC_EINVAL;
+		}
+		goto out;
+	} else if (bound) {
+		screening = "asked again";
+	}
 	if ((p = malloc(sizeof(*p))) == NULL) {
 		rv = KC_ENOMEM;
 		goto out;
@@ -372,30 +459,32 @@ agent_planner_accept(const Kclaw__AgentJob *job, const char *text, bool last,
 		}
 		p->n_steps = ++i;
 	}
-	if (outside) {
-		kc_str note = {0};
-		if (kc_str_printf(&note,
-		        "%s [chosen outside the retrieved "
-		        "methods]",
-		        rationale) != 0) {
-			rv = KC_ENOMEM;
-			goto out;
-		}
-		p->rationale = kc_str_take(&note);
-	}
+	p->exploration = job->explore;
 	if (agent_pb_setstr(&p->method, method) != 0 ||
-	    (!outside && agent_pb_setstr(&p->rationale, rationale) != 0) ||
+	    agent_pb_setstr(&p->rationale, rationale) != 0 ||
 	    agent_pb_setstr(&p->expected_effect,
-	        agent_json_opt(root, "expected_effect")) != 0) {
+	        agent_json_opt(root, "expected_effect")) != 0 ||
+	    agent_pb_setstr(&p->screening, screening) != 0 ||
+	    agent_pb_setstr(&p->planner_method,
+	        bound ? bound->planner_method : method) != 0) {
 		rv = KC_ENOMEM;
 		goto out;
 	}
+	if (bound)
+		kclaw__opt_plan__free_unpacked(bound, NULL);
 	reply->plan = p;
 	p = NULL;
 out:
 	if (p != NULL)
 		kclaw__opt_plan__free_unpacked(p, NULL);
 	cJSON_Delete(root);
+	/* A malformed screening answer: the bound plan stands. */
+	if (rv == KC_EINVAL && bound && reply->plan == bound) {
+		err->len = 0;
+		if (err->buf != NULL)
+			err->buf[0] = '\0';
+		rv = 0;
+	}
 	return rv;
 }
 

@@ -815,9 +815,12 @@ static int
 bundle_parse_params(struct bundle_loader *l, const cJSON *root)
 {
 	static const char *const keys[] = {"seeds", "rt", "at", "max_repairs",
-	    "job_retries", "agent_timeout_s", "eval_timeout_s", NULL};
+	    "job_retries", "agent_timeout_s", "eval_timeout_s", "explore_share",
+	    "sol_stop", NULL};
+	static const char *const shares[] = {"explore_share", "sol_stop"};
 	const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, "params");
 	Kclaw__FsmParams *p = &l->params;
+	double *share[] = {&p->explore_share, &p->sol_stop};
 	int rv;
 
 	kclaw__fsm_params__init(p);
@@ -841,6 +844,17 @@ bundle_parse_params(struct bundle_loader *l, const cJSON *root)
 	    (rv = bundle_get_u32(l->file, j, "params", "eval_timeout_s",
 	         &p->eval_timeout_s)) != 0)
 		return rv;
+	/* Shares in [0, 1], where 0 is off; on the wire 0 is the default and
+	 * a negative value off (proto/kclaw.proto FsmParams). */
+	for (size_t i = 0; i < 2; i++) {
+		if (cJSON_GetObjectItemCaseSensitive(j, shares[i]) == NULL)
+			continue;
+		if ((rv = bundle_get_num(l->file, j, "params", shares[i], 0, 0,
+		         0, 1, share[i])) != 0)
+			return rv;
+		if (*share[i] == 0)
+			*share[i] = -1;
+	}
 	return 0;
 }
 

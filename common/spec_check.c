@@ -326,6 +326,13 @@ kc_spec_check(const Kclaw__TaskSpec *spec)
 	    ((rv = spec_check_num("params.rt", spec->params->rt)) != 0 ||
 	        (rv = spec_check_num("params.at", spec->params->at)) != 0))
 		return rv;
+	if (spec->params != NULL &&
+	    (!(spec->params->explore_share <= 1) ||
+	        !(spec->params->sol_stop <= 1)))
+		return kc_seterr(KC_EINVAL,
+		    "spec: params.explore_share is %g and params.sol_stop %g; "
+		    "each must be at most 1 (0: the default; negative: off)",
+		    spec->params->explore_share, spec->params->sol_stop);
 	if (spec->params != NULL && spec->params->seeds > SPEC_MAX_SEEDS)
 		return kc_seterr(KC_EINVAL,
 		    "spec: params.seeds is %u; at most %u", spec->params->seeds,

@@ -4,6 +4,8 @@
  */
 #include "fsm.h"
 
+#include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #define ORCH_ANY_ACTIVE ORCH_ST_COUNT /* a row that applies while active */
@@ -153,7 +155,7 @@ fsm_result_speedup(const orch_fsm *f, double ms, double ref_ms)
  * reference), by time where a speedup is unknown; ties to the lower
  * number, so the outcome never depends on the order of answers. */
 static void
-fsm_best(orch_fsm *f, uint32_t cand, double ms, double sp)
+fsm_best(orch_fsm *f, uint32_t cand, double ms, double sp, double sol)
 {
 	bool better;
 
@@ -170,6 +172,7 @@ fsm_best(orch_fsm *f, uint32_t cand, double ms, double sp)
 		f->best_ms = ms;
 		f->best_speedup = sp;
 		f->best_ref_ms = sp > 0 ? sp * ms : 0;
+		f->best_sol = sol > 0 ? sol : 0;
 	}
 }
 
@@ -211,6 +214,11 @@ fsm_budget_spent(const orch_fsm *f)
 {
 	if (f->p.target_speedup > 0 && f->best_speedup >= f->p.target_speedup)
 		return ORCH_STOP_TARGET;
+	/* Near the speed of light little is left to gain: the bound is a
+	 * lower one (docs/plan.md), so a fraction of 0.9 is at least 0.9 of
+	 * what the GPU allows. */
+	if (f->p.sol_stop > 0 && f->best_sol >= f->p.sol_stop - FSM_EPS)
+		return ORCH_STOP_SOL;
 	if (f->round >= f->p.max_rounds)
 		return ORCH_STOP_ROUNDS;
 	if (f->p.token_budget && f->tokens >= f->p.token_budget)
@@ -411,7 +419,7 @@ fsm_seed_reply(orch_fsm *f, const orch_input *in, orch_actions *a)
  * base; else the most promising is repaired. */
 static void
 fsm_seed_result(orch_fsm *f, orch_actions *a, uint32_t i, Kclaw__EvalStatus st,
-    double ms, double ref_ms)
+    double ms, double ref_ms, double sol)
 {
 	uint32_t gens = (uint32_t)((1ull << f->p.seeds) - 1), seed;
 	uint32_t got = (uint32_t)__builtin_popcount(f->seed_got);
@@ -420,7 +428,7 @@ fsm_seed_result(orch_fsm *f, orch_actions *a, uint32_t i, Kclaw__EvalStatus st,
 	fsm_ref_sample(f, ref_ms);
 	if (st == KCLAW__EVAL_STATUS__OK)
 		fsm_best(f, f->seed_first + i, ms,
-		    fsm_result_speedup(f, ms, ref_ms));
+		    fsm_result_speedup(f, ms, ref_ms), sol);
 	else
 		f->seed_rank[i] = (uint8_t)fsm_repair_rank(st);
 	if (st == KCLAW__EVAL_STATUS__NO_DEVICE)
@@ -442,8 +450,8 @@ fsm_seed_result(orch_fsm *f, orch_actions *a, uint32_t i, Kclaw__EvalStatus st,
 static void
 fsm_seed_done(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
-	fsm_seed_result(
-	    f, a, in->job - f->await_first, in->status, in->ms, in->ref_ms);
+	fsm_seed_result(f, a, in->job - f->await_first, in->status, in->ms,
+	    in->ref_ms, in->sol);
 }
 
 static void
@@ -461,7 +469,7 @@ fsm_repair(orch_fsm *f, const orch_input *in, orch_actions *a)
  */
 static void
 fsm_judge(orch_fsm *f, orch_actions *a, Kclaw__EvalStatus st, double ms,
-    double ref_ms, bool spend)
+    double ref_ms, double sol, bool spend)
 {
 	bool ok = st == KCLAW__EVAL_STATUS__OK;
 	double sp = ok ? fsm_result_speedup(f, ms, ref_ms) : 0;
@@ -496,7 +504,7 @@ fsm_judge(orch_fsm *f, orch_actions *a, Kclaw__EvalStatus st, double ms,
 			r->status = st;
 			r->value = f->base_ms > 0 ? f->base_ms / ms : 0;
 		}
-		fsm_best(f, f->cur, ms, sp);
+		fsm_best(f, f->cur, ms, sp, sol);
 		f->chain = 0;
 		if (fsm_promotes(f, ms, sp)) {
 			fsm_promote(f, a, f->cur, ms, sp);
@@ -566,14 +574,14 @@ fsm_review(orch_fsm *f, const orch_input *in, orch_actions *a)
 	    in->status == KCLAW__EVAL_STATUS__OK ? in->ms : 0)
 	    ->aux = in->reuse;
 	f->state = ORCH_ST_REVIEW;
-	fsm_judge(f, a, in->status, in->ms, in->ref_ms, spend);
+	fsm_judge(f, a, in->status, in->ms, in->ref_ms, in->sol, spend);
 }
 
 static void
 fsm_reviewed(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
 	fsm_ref_sample(f, in->ref_ms);
-	fsm_judge(f, a, in->status, in->ms, in->ref_ms, true);
+	fsm_judge(f, a, in->status, in->ms, in->ref_ms, in->sol, true);
 }
 
 static void
@@ -617,7 +625,7 @@ fsm_job_failed(orch_fsm *f, const orch_input *in, orch_actions *a)
 	}
 	if (f->state == ORCH_ST_REVIEW_SEEDS) {
 		fsm_seed_result(
-		    f, a, i, KCLAW__EVAL_STATUS__INTERNAL_ERROR, 0, 0);
+		    f, a, i, KCLAW__EVAL_STATUS__INTERNAL_ERROR, 0, 0, 0);
 		return;
 	}
 	fsm_round_failed(f, a);
@@ -693,6 +701,54 @@ orch_fsm_resume(const orch_fsm *f, orch_actions *acts)
 	}
 }
 
+bool
+orch_fsm_explores(const orch_fsm *f)
+{
+	double r = (double)f->round + 1, s = f->p.explore_share;
+
+	if (!(s > 0))
+		return false;
+	return floor(r * s + FSM_EPS) > floor((r - 1) * s + FSM_EPS);
+}
+
+/* KCF2 had orch_params without explore_share and sol_stop (their 16
+ * bytes), and no best_sol at the end. */
+#define FSM_KCF2_PARAMS (sizeof(orch_params) - 2 * sizeof(double))
+
+bool
+orch_fsm_load(
+    const void *data, size_t len, const orch_params *defaults, orch_fsm *f)
+{
+	const unsigned char *b = data;
+	size_t head = offsetof(orch_fsm, p) + FSM_KCF2_PARAMS;
+	uint32_t magic;
+
+	if (len < sizeof(magic))
+		return false;
+	memcpy(&magic, b, sizeof(magic));
+	if (magic == ORCH_FSM_MAGIC && len == sizeof(*f)) {
+		memcpy(f, b, sizeof(*f));
+		return true;
+	}
+	if (magic != ORCH_FSM_MAGIC_KCF2 || len != ORCH_FSM_KCF2_SIZE)
+		return false;
+	memset(f, 0, sizeof(*f));
+	memcpy(f, b, head);
+	memcpy(&f->round, b + head, len - head);
+	f->magic = ORCH_FSM_MAGIC;
+	f->p.explore_share = defaults->explore_share;
+	f->p.sol_stop = defaults->sol_stop;
+	f->best_sol = 0; /* unknown until a new best */
+	return true;
+}
+
+_Static_assert(
+    offsetof(orch_fsm, round) == offsetof(orch_fsm, p) + sizeof(orch_params),
+    "orch_fsm_load: the fields after p follow it directly");
+_Static_assert(
+    offsetof(orch_fsm, best_sol) + sizeof(double) == sizeof(orch_fsm),
+    "orch_fsm_load: best_sol is the last field");
+
 double
 orch_fsm_ref_median(const orch_fsm *f)
 {
@@ -723,6 +779,8 @@ orch_params_default(orch_params *p)
 	p->max_duplicates = 3;
 	p->rt = 0.3;
 	p->at = 0.3;
+	p->explore_share = ORCH_EXPLORE_SHARE_DEFAULT;
+	p->sol_stop = ORCH_SOL_STOP_DEFAULT;
 }
 
 void
@@ -738,6 +796,12 @@ orch_fsm_init(orch_fsm *f, const orch_params *p)
 		f->p.seeds = ORCH_MAX_SEEDS;
 	if (f->p.max_repairs == 0)
 		f->p.max_repairs = 1;
+	if (!(f->p.explore_share >= 0))
+		f->p.explore_share = 0;
+	if (f->p.explore_share > 1)
+		f->p.explore_share = 1;
+	if (!(f->p.sol_stop >= 0))
+		f->p.sol_stop = 0;
 	f->next_cand = 1;
 	f->next_job = 1;
 }
@@ -798,6 +862,9 @@ orch_stop_text(uint32_t stop)
 	case ORCH_STOP_IMPORT_FAILED:
 		return "import failed: the task's tensors could not be read "
 		       "into the store; fix the bundle and submit it again";
+	case ORCH_STOP_SOL:
+		return "near the speed of light: the best kernel reached "
+		       "params.sol_stop of the fastest the GPU allows";
 	default: return "";
 	}
 }

@@ -15,6 +15,7 @@
 #define ORCH_FSM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kclaw.pb-c.h"
@@ -69,7 +70,8 @@ enum orch_stop {
 	ORCH_STOP_NO_DEVICE,    /* the sandbox has no GPU */
 	ORCH_STOP_JOB_FAILED,   /* every Generator or seed evaluation failed */
 	ORCH_STOP_NO_CANDIDATE, /* no Generator answered with a candidate */
-	ORCH_STOP_IMPORT_FAILED /* the task's tensors could not be imported */
+	ORCH_STOP_IMPORT_FAILED, /* the task's tensors could not be imported */
+	ORCH_STOP_SOL            /* the best is within sol_stop of light */
 };
 
 /* Every parameter a task may set (TaskSpec.params and .budget). */
@@ -85,7 +87,15 @@ typedef struct {
 	double target_speedup;
 	uint64_t token_budget; /* 0: unlimited */
 	uint64_t deadline_ms;  /* unix ms; 0: none */
+	/* Binding screening: the share of rounds whose Planner may choose a
+	 * method outside the retrieved ones (orch_fsm_explores); 0: none. */
+	double explore_share;
+	/* Stop when the best kernel's sol_fraction >= sol_stop; 0: never. */
+	double sol_stop;
 } orch_params;
+
+#define ORCH_EXPLORE_SHARE_DEFAULT 0.2
+#define ORCH_SOL_STOP_DEFAULT 0.9
 
 #define ORCH_MAX_SEEDS 16
 
@@ -139,13 +149,18 @@ typedef struct {
 	double base_ms, base_speedup;
 	double best_ms, best_speedup, best_ref_ms;
 	double ref_ring[ORCH_REF_SAMPLES];
+	double best_sol; /* sol_fraction of best; 0: unknown */
 } orch_fsm;
 
 _Static_assert(sizeof(orch_fsm) ==
-        56 + 34 * 4 + ORCH_MAX_SEEDS + 8 + (5 + ORCH_REF_SAMPLES) * 8,
+        72 + 34 * 4 + ORCH_MAX_SEEDS + 8 + (6 + ORCH_REF_SAMPLES) * 8,
     "orch_fsm must have no padding");
 
-#define ORCH_FSM_MAGIC 0x4b434632u /* "KCF2" */
+#define ORCH_FSM_MAGIC 0x4b434633u /* "KCF3" */
+/* The previous layout: orch_params without its last two doubles, no
+ * best_sol. orch_fsm_load migrates it. */
+#define ORCH_FSM_MAGIC_KCF2 0x4b434632u
+#define ORCH_FSM_KCF2_SIZE (sizeof(orch_fsm) - 3 * sizeof(double))
 
 typedef struct {
 	enum orch_input_kind kind;
@@ -161,6 +176,7 @@ typedef struct {
 	double ms;                /* EVALUATED: median time */
 	double ref_ms;   /* EVALUATED: the reference's median in the same
 	                  * evaluation; 0 when it was not timed */
+	double sol;      /* EVALUATED (and a reuse): its sol_fraction */
 	uint64_t now_ms; /* TICK */
 } orch_input;
 
@@ -222,6 +238,23 @@ void orch_fsm_init(orch_fsm *f, const orch_params *p);
  */
 bool orch_fsm_step(const orch_fsm *f, const orch_input *in, orch_fsm *next,
     orch_actions *acts);
+
+/*
+ * A stored machine (TaskRecord.fsm) into *f: this layout, or the previous
+ * one (KCF2), whose task gets the screening and speed-of-light parameters
+ * of defaults. false: neither (another version, or not a machine).
+ */
+bool orch_fsm_load(
+    const void *data, size_t len, const orch_params *defaults, orch_fsm *f);
+
+/*
+ * Whether the Planner of the coming round (round + 1) may explore: a
+ * method outside the retrieved ones. Round r explores when
+ * floor(r * explore_share) > floor((r - 1) * explore_share): one round in
+ * 1 / share, the first at round ceil(1 / share) (0.2: rounds 5, 10, 15).
+ * A function of the state alone, so a replay or a restart decides alike.
+ */
+bool orch_fsm_explores(const orch_fsm *f);
 
 /* What a resumed task must redo that is not a job (RETRIEVE, IMPORT). */
 void orch_fsm_resume(const orch_fsm *f, orch_actions *acts);

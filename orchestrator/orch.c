@@ -94,7 +94,7 @@ orch_options_json(orch_options *opt, const char *path)
 	    {"wall_seconds", 0, 1e9}, {"target_speedup", 0, 1e6},
 	    {"profile", 0, 1}, {"max_duplicates", 0, 1000},
 	    {"retry_backoff_ms", 0, 36e5}, {"retry_backoff_max_ms", 0, 36e5},
-	    {"sm_count", 0, 1e5}};
+	    {"sm_count", 0, 1e5}, {"explore_share", 0, 1}, {"sol_stop", 0, 1}};
 	double v[KC_ARRAY_LEN(keys)];
 	const cJSON *obj;
 	cJSON *root;
@@ -129,6 +129,8 @@ orch_options_json(orch_options *opt, const char *path)
 	v[15] = opt->retry_backoff_ms;
 	v[16] = opt->retry_backoff_max_ms;
 	v[17] = opt->sm_count;
+	v[18] = opt->defaults.explore_share;
+	v[19] = opt->defaults.sol_stop;
 	for (size_t i = 0; i < KC_ARRAY_LEN(keys); i++)
 		if (!orch_json_num(
 		        obj, keys[i].key, keys[i].lo, keys[i].hi, &v[i])) {
@@ -159,6 +161,8 @@ orch_options_json(orch_options *opt, const char *path)
 	opt->retry_backoff_ms = (uint32_t)v[15];
 	opt->retry_backoff_max_ms = (uint32_t)v[16];
 	opt->sm_count = (uint32_t)v[17];
+	opt->defaults.explore_share = v[18];
+	opt->defaults.sol_stop = v[19];
 	rv = orch_options_role_timeouts(opt, obj, path);
 out:
 	cJSON_Delete(root);
@@ -600,6 +604,12 @@ orch_task_error(const struct orch_task *t, const char *detail)
 		kc_str_printf(&s, "stopped: %s", orch_stop_text(t->fsm.stop));
 	else
 		kc_str_append(&s, orch_stop_text(t->fsm.stop));
+	if (t->fsm.stop == ORCH_STOP_SOL)
+		kc_str_printf(&s,
+		    " (its sol_fraction %.3f >= sol_stop %.3f: within %.0f%% "
+		    "of the speed of light)",
+		    t->fsm.best_sol, t->fsm.p.sol_stop,
+		    100 * (1 - t->fsm.p.sol_stop));
 	if (detail && *detail)
 		kc_str_printf(&s, ": %s", detail);
 	return kc_str_take(&s);
@@ -753,7 +763,7 @@ struct orch_dup_scan {
 	const char *hash;
 	uint32_t found;
 	Kclaw__EvalStatus status;
-	double ms, ref_ms;
+	double ms, ref_ms, sol;
 };
 
 static int
@@ -781,6 +791,7 @@ orch_dup_visit(
 		d->ref_ms = e->reference_ms > 0 ? e->reference_ms
 		    : e->baseline               ? e->baseline->median_ms
 		                                : 0;
+		d->sol = e->sol_fraction;
 	}
 	kclaw__candidate_record__free_unpacked(r, NULL);
 	return 0;
@@ -814,6 +825,7 @@ orch_find_duplicate(orch *o, const struct orch_task *t,
 		in->status = d.status;
 		in->ms = d.ms;
 		in->ref_ms = d.ref_ms;
+		in->sol = d.sol;
 	}
 }
 
@@ -1006,19 +1018,23 @@ orch_record(orch *o, struct orch_task *t, const orch_action *a,
 	}
 	rv = m->record(o->opt.memory_arg, o->db, o->batch, t->id, &r);
 	o->staged++;
-	/* Learn from optimisation attempts on a base whose retrieval
-	 * recommended the method. */
+	/* Learn from optimisation attempts on a base that had a retrieval:
+	 * its method was among the recommendations (screening binds it
+	 * there), or an exploration round chose one outside them, which is
+	 * learned under the same evidence signature. */
 	if (rv == 0 && r.kind == 2 && m->learn && r.method && *r.method &&
-	    orch_cand_get(o, t->id, a->aux, &base) == 0) {
-		for (size_t i = 0; i < base->n_methods; i++) {
-			Kclaw__Recommendation *rec = base->methods[i];
-			if (strcmp(rec->method, r.method) != 0)
-				continue;
-			rv = m->learn(o->opt.memory_arg, o->db, o->batch,
-			    rec->signature, r.method, kid,
-			    a->status == KCLAW__EVAL_STATUS__OK, a->value);
-			break;
-		}
+	    orch_cand_get(o, t->id, a->aux, &base) == 0 &&
+	    base->n_methods > 0) {
+		const char *sig = NULL;
+		for (size_t i = 0; i < base->n_methods && !sig; i++)
+			if (strcmp(base->methods[i]->method, r.method) == 0)
+				sig = base->methods[i]->signature;
+		if (sig == NULL && cur->plan && cur->plan->exploration)
+			sig = base->methods[0]->signature;
+		if (sig != NULL)
+			rv = m->learn(o->opt.memory_arg, o->db, o->batch, sig,
+			    r.method, kid, a->status == KCLAW__EVAL_STATUS__OK,
+			    a->value);
 	}
 out:
 	free(plan_text);
@@ -1297,6 +1313,12 @@ orch_params_from_spec(
 			p->max_repairs = f->max_repairs;
 		if (f->max_duplicates)
 			p->max_duplicates = f->max_duplicates;
+		/* 0: the default; negative: off. */
+		if (f->explore_share != 0)
+			p->explore_share =
+			    f->explore_share > 0 ? f->explore_share : 0;
+		if (f->sol_stop != 0)
+			p->sol_stop = f->sol_stop > 0 ? f->sol_stop : 0;
 	}
 	if (spec->budget) {
 		const Kclaw__Budget *b = spec->budget;
@@ -1369,6 +1391,13 @@ orch_spec_check(const Kclaw__TaskSpec *spec)
 		return kc_seterr(KC_EINVAL,
 		    "task %s: params out of range: seeds 0..%d, rt and at >= 0",
 		    spec->name, ORCH_MAX_SEEDS);
+	if (spec->params &&
+	    (!(spec->params->explore_share <= 1) ||
+	        !(spec->params->sol_stop <= 1)))
+		return kc_seterr(KC_EINVAL,
+		    "task %s: params.explore_share and params.sol_stop must "
+		    "be at most 1 (0: the default; negative: off)",
+		    spec->name);
 	if (spec->budget && spec->budget->target_speedup < 0)
 		return kc_seterr(KC_EINVAL,
 		    "task %s: budget.target_speedup must be >= 0", spec->name);
@@ -1452,6 +1481,7 @@ orch_load_task(
 	Kclaw__TaskRecord *rec;
 	Kclaw__TaskSpec *spec = NULL;
 	struct orch_task *t;
+	orch_fsm fsm;
 	char id[ORCH_ID_LEN + 1];
 	int rv;
 
@@ -1460,8 +1490,11 @@ orch_load_task(
 	memcpy(id, key, klen);
 	id[klen] = '\0';
 	if ((rec = kclaw__task_record__unpack(NULL, vlen, val)) == NULL ||
-	    rec->fsm.len != sizeof(orch_fsm)) {
-		KC_ERROR("task %s: record does not decode; skipped", id);
+	    !orch_fsm_load(
+	        rec->fsm.data, rec->fsm.len, &o->opt.defaults, &fsm)) {
+		KC_ERROR("task %s: record does not decode, or its state is of "
+		         "another version; skipped",
+		    id);
 		if (rec)
 			kclaw__task_record__free_unpacked(rec, NULL);
 		return 0;
@@ -1475,7 +1508,7 @@ orch_load_task(
 		kclaw__task_record__free_unpacked(rec, NULL);
 		return rv;
 	}
-	memcpy(&t->fsm, rec->fsm.data, sizeof(orch_fsm));
+	t->fsm = fsm;
 	t->created_ms = rec->created_unix_ms;
 	t->finished_ms = rec->finished_unix_ms;
 	t->compile_ms = rec->torch_compile_ms;
@@ -1484,9 +1517,7 @@ orch_load_task(
 	if (!orch_state_final(t->fsm.state))
 		o->nactive++;
 	kclaw__task_record__free_unpacked(rec, NULL);
-	return t->fsm.magic == ORCH_FSM_MAGIC
-	    ? 0
-	    : kc_seterr(KC_EPROTO, "task %s: state of another version", id);
+	return 0;
 }
 
 static int

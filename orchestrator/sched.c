@@ -381,6 +381,7 @@ orch_eval_result(orch *o, const Kclaw__EvalResult *r)
 	in.ref_ms = r->reference_ms > 0 ? r->reference_ms
 	    : r->baseline               ? r->baseline->median_ms
 	                                : 0;
+	in.sol = r->sol_fraction;
 	if (in.status == KCLAW__EVAL_STATUS__OK && !(in.ms > 0)) {
 		orch_job_failed(o, j, "sandbox: OK without a timing");
 		return;
@@ -687,6 +688,10 @@ orch_build_job(orch *o, struct orch_job *j, uint8_t **buf, size_t *len)
 		aj.replay_key = key;
 		if ((rv = orch_build_agent(o, j, spec, &aj, &cand, &text)) != 0)
 			goto out;
+		/* Binding screening: whether this round's Planner may leave
+		 * the retrieved methods (the state decides: PLAN awaits it). */
+		if (j->role == KCLAW__ROLE__PLANNER)
+			aj.explore = orch_fsm_explores(&t->fsm);
 		if (j->role == KCLAW__ROLE__OPTIMIZER)
 			aj.plan = plan = (Kclaw__OptPlan *)orch_task_aux_msg(
 			    o, t->id, "plan", &kclaw__opt_plan__descriptor);

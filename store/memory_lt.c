@@ -211,6 +211,7 @@ memlt_evidence_add_eval(memlt_evidence *ev, const Kclaw__EvalResult *r)
 int
 memlt_evidence_add_task(memlt_evidence *ev, const Kclaw__TaskSpec *task)
 {
+	bool wide = false, narrow = false;
 	int rv = 0;
 
 	if (task == NULL || task->tolerance == NULL)
@@ -219,6 +220,17 @@ memlt_evidence_add_task(memlt_evidence *ev, const Kclaw__TaskSpec *task)
 		rv = memlt_set_runtime(ev, "rtol", task->tolerance->rtol);
 	if (rv == 0 && task->tolerance->atol > 0)
 		rv = memlt_set_runtime(ev, "atol", task->tolerance->atol);
+	/* Whether its floating-point data is all 32 or 64 bits wide: tensor
+	 * cores would then compute in TF32 (a veto for a tight rtol). */
+	for (size_t i = 0; rv == 0 && i < task->n_tensors; i++) {
+		Kclaw__DType d = task->tensors[i]->dtype;
+		if (d == KCLAW__DTYPE__F16 || d == KCLAW__DTYPE__BF16)
+			narrow = true;
+		else if (d == KCLAW__DTYPE__F32 || d == KCLAW__DTYPE__F64)
+			wide = true;
+	}
+	if (rv == 0 && (wide || narrow))
+		rv = memlt_set_runtime(ev, "wide_floats", narrow ? 0 : 1);
 	return rv;
 }
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "agent.h"
 #include "agent_testlib.h"
@@ -410,6 +411,59 @@ planner_job(const char *key)
 	"bound\", "                                                            \
 	"\"expected_effect\": \"1.5x\"}\n```"
 
+#define PLAN_OUTSIDE                                                           \
+	"{\"method\": \"loop_unroll\", \"steps\": [\"a\"], "                   \
+	"\"rationale\": \"r\", \"expected_effect\": \"e\"}"
+
+/* A plan bound by screening: the best retrieved method (the first),
+ * one step naming it and the Planner's choice, after calls calls. */
+static void
+bound_plan(const Kclaw__AgentReply *r, unsigned calls)
+{
+	KT_EQ_STR(r->plan->method, "vectorize_memory");
+	KT_EQ_STR(r->plan->screening, "bound");
+	KT_EQ_STR(r->plan->planner_method, "loop_unroll");
+	KT_ASSERT(!r->plan->exploration);
+	KT_EQ_INT(r->plan->n_steps, 1);
+	KT_CONTAINS(r->plan->steps[0],
+	    "Apply vectorize_memory to the base kernel: use float4 loads");
+	KT_CONTAINS(r->plan->steps[0], "were for loop_unroll");
+	KT_CONTAINS(r->plan->rationale, "r [screened: loop_unroll is outside");
+	KT_CONTAINS(r->plan->rationale, "bound to vectorize_memory");
+	KT_EQ_STR(r->plan->expected_effect, "e");
+	KT_EQ_INT(r->usage->calls, calls);
+}
+
+/* The shipped recordings hold no screening asks: replayed, the ask finds
+ * no recording, which is no call, and the bound plan stands. */
+static void
+test_planner_replay_bound(void)
+{
+	char dir[256], path[512];
+	Kclaw__AgentJob j = planner_job("vec_add/planner/0");
+	Kclaw__AgentReply *r;
+	llm_client *c;
+	FILE *f;
+
+	kt_tmpdir(dir, "kc-screen");
+	snprintf(path, sizeof(path), "%s/vec_add", dir);
+	KT_ASSERT(mkdir(path, 0700) == 0);
+	snprintf(path, sizeof(path), "%s/vec_add/planner", dir);
+	KT_ASSERT(mkdir(path, 0700) == 0);
+	snprintf(path, sizeof(path), "%s/vec_add/planner/0.txt", dir);
+	KT_ASSERT((f = fopen(path, "w")) != NULL);
+	fputs(PLAN_OUTSIDE, f);
+	fclose(f);
+	KT_OK(llm_replay_open(&c, dir, false));
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	bound_plan(r, 1);
+	KT_EQ_INT(r->usage->failed_calls, 0);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+	kt_rmtree(dir);
+}
+
 static void
 test_planner(void)
 {
@@ -444,19 +498,76 @@ test_planner(void)
 	cJSON_Delete(log);
 	kclaw__agent_reply__free_unpacked(r, NULL);
 
-	/* A method outside the retrieved list is taken at once (retrieval
-	 * depends on measurements; a recorded session must still replay),
-	 * and the plan says it was outside. */
-	kt_llm_script(&srv,
-	    kt_reply("{\"method\": \"loop_unroll\", \"steps\": [\"a\"], "
-	             "\"rationale\": \"r\"}"),
-	    NULL);
+	/* Binding screening, a round that does not explore: the prompt says
+	 * so; a method outside the retrieved list is asked again once,
+	 * naming the list, and a retrieved choice then stands. */
+	KT_ASSERT(!j.explore);
+	kt_llm_script(&srv, kt_reply(PLAN_OUTSIDE), kt_reply(PLAN_OK), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_STR(r->plan->method, "vectorize_memory");
+	KT_EQ_STR(r->plan->screening, "asked again");
+	KT_EQ_STR(r->plan->planner_method, "loop_unroll");
+	KT_ASSERT(!r->plan->exploration);
+	KT_EQ_INT(r->plan->n_steps, 2);
+	KT_EQ_INT(r->usage->calls, 2);
+	log = kt_llm_log(&srv);
+	KT_CONTAINS(logged_msg(log, 0, 1), "not accepted in this round");
+	KT_ASSERT(strstr(logged_msg(log, 0, 1), "exploration round") == NULL);
+	KT_CONTAINS(logged_msg(log, 1, 3),
+	    "\"loop_unroll\" is not among the methods retrieved");
+	KT_CONTAINS(logged_msg(log, 1, 3),
+	    "choose one of vectorize_memory, grid_stride");
+	cJSON_Delete(log);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+
+	/* It insists: the plan is bound to the best retrieved method, its
+	 * steps replaced, and the record says what happened. */
+	kt_llm_script(
+	    &srv, kt_reply(PLAN_OUTSIDE), kt_reply(PLAN_OUTSIDE), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	bound_plan(r, 2);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+
+	/* The ask fails (HTTP 500 three times) or is not usable: bound. */
+	kt_llm_script(&srv, kt_reply(PLAN_OUTSIDE), kt_status(500, NULL),
+	    kt_status(500, NULL), kt_status(500, NULL), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	bound_plan(r, 2);
+	KT_EQ_INT(r->usage->failed_calls, 1);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	kt_llm_script(&srv, kt_reply(PLAN_OUTSIDE), kt_reply("no json"), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	bound_plan(r, 2);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+
+	/* An exploration round: the prompt says so, and the method outside
+	 * is taken at once and marked as explored. */
+	j.explore = true;
+	kt_llm_script(&srv, kt_reply(PLAN_OUTSIDE), NULL);
 	r = run(c, &j);
 	KT_ASSERT(r->ok);
 	KT_EQ_STR(r->plan->method, "loop_unroll");
+	KT_ASSERT(r->plan->exploration);
+	KT_EQ_STR(r->plan->screening, "explored");
+	KT_EQ_STR(r->plan->planner_method, "loop_unroll");
+	KT_EQ_STR(r->plan->rationale, "r");
 	KT_EQ_INT(r->usage->calls, 1);
-	KT_CONTAINS(r->plan->rationale, "outside the retrieved methods");
+	log = kt_llm_log(&srv);
+	KT_CONTAINS(logged_msg(log, 0, 1), "This is an exploration round");
+	cJSON_Delete(log);
 	kclaw__agent_reply__free_unpacked(r, NULL);
+	/* ... where a retrieved method is no exploration of screening's. */
+	kt_llm_script(&srv, kt_reply(PLAN_OK), NULL);
+	r = run(c, &j);
+	KT_EQ_STR(r->plan->method, "vectorize_memory");
+	KT_ASSERT(r->plan->exploration);
+	KT_EQ_STR(r->plan->screening, "");
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	j.explore = false;
 
 	/* The method is matched loosely and answered in memory's spelling. */
 	kt_llm_script(&srv, kt_reply(PLAN_LOOSE), NULL);
@@ -1034,6 +1145,7 @@ main(void)
 	KT_RUN(test_llm_failure);
 	KT_RUN(test_feature);
 	KT_RUN(test_planner);
+	KT_RUN(test_planner_replay_bound);
 	KT_RUN(test_optimizer);
 	KT_RUN(test_diagnoser);
 	KT_RUN(test_repairer);

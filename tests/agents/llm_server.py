@@ -59,8 +59,9 @@ the system message's "You are the <Role title> of kclaw", the task from the
 user message's "# Task: <name>"), and the n-th job of that role and task
 gets the reply text DIR/<task>/<role>/<n>.txt (e.g. examples/recordings).
 A request repeats the job whose last answer was a fault (an HTTP retry, a
-re-ask after a malformed or cut-off reply); otherwise it starts the next
-job. The concurrent Generator jobs of a task share one prompt, so which of
+re-ask after a malformed or cut-off reply), and so does one that goes on
+a conversation (more than two messages: the Planner asked again by binding
+screening, which gets the same reply); otherwise it starts the next job. The concurrent Generator jobs of a task share one prompt, so which of
 them gets which reply is the order of their calls. Faults:
   {"task": T, "role": R, "job": n, "try": k, "name": N, "action": ACTION}
 answers try k (0: the first request) of that job with ACTION instead:
@@ -266,9 +267,13 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             st = STATE["model"].setdefault((task, role),
                                            {"next": 0, "pending": None,
-                                            "tries": {}})
+                                            "tries": {}, "last": None})
             if st["pending"] is not None:
                 n = st["pending"]
+            elif nmsgs > 2 and st["last"] is not None:
+                # A conversation that goes on (the Planner asked again
+                # by screening): the same job, answered the same way.
+                n = st["last"]
             else:
                 n = st["next"]
                 st["next"] += 1
@@ -283,6 +288,7 @@ class Handler(BaseHTTPRequestHandler):
             answer = action is None or "think" in action or \
                 "reasoning_content" in action
             st["pending"] = None if answer else n
+            st["last"] = n
         entry = {"task": task, "role": role, "job": n, "try": k,
                  "fault": name, "status": 200,
                  "prompt_tokens": 0, "completion_tokens": 0,

@@ -28,9 +28,12 @@ tests/mainjob/mainjob.py's model of the recordings.
 What a task's result may depend on (docs/chaos.md): its spec, the
 recorded replies and the knowledge, never a crash; retrieval's ranking
 over learned statistics depends on the order other tasks finished in, so
-what follows from it (a candidate's `methods`, the Planner rationale's
-"[chosen outside the retrieved methods]" and which attempts are learned)
-is checked for consistency within each run rather than compared.
+what follows from it (a candidate's `methods`, and whether screening
+marked the Planner's choice "explored") is checked for consistency within
+each run rather than compared. Both runs make every round an exploration
+round (explore_share 1), so screening never binds a recorded choice to a
+ranking-dependent method; every attempt on a base with recommendations
+is learned, so the learned statistics compare exactly.
 
 The seed is printed; `chaos.py --seed N` replays the same choices of
 victims and pauses (the moments they land on still depend on the load).
@@ -287,7 +290,13 @@ def run(t, name, bundles, tasks=None, seed=None, kills=0, max_copies=30):
     home = os.path.join(t, name)
     os.makedirs(home)
     with open(home + "/kclaw.json", "w") as f:
-        json.dump({"orchestrator": {"poll_ms": 1000}}, f)
+        # Every round an exploration round (binding screening's
+        # explore_share, docs/orchestrator.md "Screening"): the recorded
+        # Planner choices stand whatever retrieval's ranking, which
+        # follows the order other tasks finished in, so the two runs'
+        # plans compare exactly.
+        json.dump({"orchestrator": {"poll_ms": 1000,
+                                    "explore_share": 1}}, f)
     t0 = time.monotonic()
     kclaw(home, "up", "--detach")
     with open(home + "/run/up.pid") as f:
@@ -392,13 +401,13 @@ def crashes(home):
 # crash. Retrieval (CandidateRecord.methods) is a UCB ranking over the
 # statistics every task had learned before it ran, cut to the best eight,
 # so which methods make the cut depends on the order other tasks finished
-# in, crashes or not, and so do the two things that follow from the cut:
-# the Planner's rationale is marked OUTSIDE when its method missed it, and
-# only a method that made it is learned. Those are checked within each
-# run (check_learned), not compared; the Planner's choice, its steps and
-# its rationale without the mark are compared.
-RANKED = {"methods"}
-OUTSIDE = " [chosen outside the retrieved methods]"
+# in, crashes or not, and so does what screening says of a choice
+# (OptPlan.screening: "explored" when the method missed the cut). Every
+# round explores (explore_share 1 in kclaw.json), so the choice itself,
+# its steps and rationale are the recording's and are compared; the cut
+# and the mark are checked within each run (check_learned).
+RANKED = {"methods", "screening"}
+EXPLORED = "explored"
 
 
 def strip(x):
@@ -407,8 +416,6 @@ def strip(x):
                 if k not in VOLATILE and k not in RANKED}
     if isinstance(x, list):
         return [strip(v) for v in x]
-    if isinstance(x, str):
-        return x.replace(OUTSIDE, "")
     return x
 
 
@@ -432,23 +439,26 @@ def task_story(evs, task):
 def implied(run_):
     """The learned statistics a run's own candidates imply: one attempt
     under (the base's signature, the plan's method) for every optimiser
-    candidate whose method was among its base's retrieved methods (its
-    rationale has no OUTSIDE mark), correct when it evaluated OK; the
-    "*" rows sum them over signatures. {(signature, method): [attempts,
-    correct]}."""
+    candidate whose base had recommendations (its method among them, or
+    chosen outside them in an exploration round: screening "explored"),
+    correct when it evaluated OK; the "*" rows sum them over signatures.
+    {(signature, method): [attempts, correct]}."""
     want = {}
     for task in run_["tasks"]:
         hist = run_["results"][task].get("history", [])
         byid = {h["candidate"]["id"]: h for h in hist}
         for h in hist:
             c, plan = h["candidate"], h.get("plan")
-            if c.get("origin") != "optimizer" or not plan or \
-                    OUTSIDE in (plan.get("rationale") or ""):
+            if c.get("origin") != "optimizer" or not plan:
                 continue
             base = byid.get(c.get("parent_id"), {})
-            sigs = {m.get("signature") for m in base.get("methods") or []}
+            recs = base.get("methods") or []
+            sigs = {m.get("signature") for m in recs}
             if not sigs:
                 continue  # planned without recommendations: not learned
+            inside = c.get("method") in {m.get("method") for m in recs}
+            if not inside and not plan.get("exploration"):
+                continue  # bound by screening: cannot be outside
             ok = (h.get("eval") or {}).get("status") == "ok"
             for sig in (sigs.pop(), "*"):
                 n = want.setdefault((sig, c.get("method")), [0, 0])
@@ -478,7 +488,33 @@ def check_learned(c, name, run_):
 def outside_marks(run_):
     return {h["candidate"]["id"] for task in run_["tasks"]
             for h in run_["results"][task].get("history", [])
-            if OUTSIDE in ((h.get("plan") or {}).get("rationale") or "")}
+            if (h.get("plan") or {}).get("screening") == EXPLORED}
+
+
+def check_screening(c, name, run_):
+    """Every plan is marked "explored" exactly when its method missed its
+    base's retrieved methods, and was planned in an exploration round;
+    none was bound or asked again (every round explores)."""
+    bad = []
+    for task in run_["tasks"]:
+        hist = run_["results"][task].get("history", [])
+        byid = {h["candidate"]["id"]: h for h in hist}
+        for h in hist:
+            cand, plan = h["candidate"], h.get("plan")
+            if cand.get("origin") != "optimizer" or not plan:
+                continue
+            recs = byid.get(cand.get("parent_id"), {}).get("methods") or []
+            outside = bool(recs) and cand.get("method") not in {
+                m.get("method") for m in recs}
+            if not plan.get("exploration") or \
+                    (plan.get("screening") == EXPLORED) != outside or \
+                    plan.get("screening") not in (None, "", EXPLORED):
+                bad.append("%s: exploration %s, screening %r, outside %s"
+                           % (cand["id"], plan.get("exploration"),
+                              plan.get("screening"), outside))
+    c.expect("%s: screening marks exactly the plans outside the "
+             "retrieved methods, all in exploration rounds" % name,
+             not bad, "; ".join(bad[:4]))
 
 
 def diff(a, b, path=""):
@@ -710,6 +746,7 @@ def main():
             check_rounds(c, name, r["events"], tasks)
             check_records(c, name, r)
             check_learned(c, name, r)
+            check_screening(c, name, r)
         c.expect("%d kills landed, every class hit" % args.kills, k.done(),
                  "only %s in %d tasks: the tasks ran out (raise "
                  "--max-copies)" % (k.kills, len(tasks)))
@@ -727,14 +764,15 @@ def main():
                                      "error", "")))
         compare(c, calm, chaos, tasks)
         ma, mb = outside_marks(calm), outside_marks(chaos)
-        log("plans outside the retrieved methods: %d undisturbed, %d "
-            "chaos, %d differ (retrieval follows the finishing order)" % (
+        log("plans explored outside the retrieved methods: %d undisturbed, "
+            "%d chaos, %d differ (retrieval follows the finishing order)" % (
                 len(ma), len(mb), len(ma ^ mb)))
-        if ma == mb:
-            la, lb = learned(calm["learned"]), learned(chaos["learned"])
-            c.expect("learned statistics (retrieval agreed)", la == lb,
-                     diff({str(k): v for k, v in la.items()},
-                          {str(k): v for k, v in lb.items()}))
+        # Every attempt on a base with recommendations is learned, inside
+        # the cut or explored outside it: the statistics compare exactly.
+        la, lb = learned(calm["learned"]), learned(chaos["learned"])
+        c.expect("learned statistics equal in both runs", la == lb,
+                 diff({str(k): v for k, v in la.items()},
+                      {str(k): v for k, v in lb.items()}))
         for x in c.known:
             log("known failure: " + x)
         for x in c.failed:

@@ -359,6 +359,66 @@ test_evidence_from_eval(void)
 	memlt_evidence_free(ev);
 }
 
+/* The task's tolerance and dtypes reach retrieval as the orchestrator
+ * passes them (memlt_evidence_add_task): a compute-bound f32 matmul at
+ * rtol 1e-4 is offered neither mixed precision nor TF32 tensor cores;
+ * at rtol 1e-2 both; with f16 data tensor cores but no lower precision. */
+static void
+test_tolerance_screening(void)
+{
+	static const struct {
+		double rtol;
+		Kclaw__DType dtype;
+		bool mixed, tensor;
+	} cases[] = {
+	    {1e-4, KCLAW__DTYPE__F32, false, false},
+	    {1e-2, KCLAW__DTYPE__F32, true, true},
+	    {1e-4, KCLAW__DTYPE__F16, false, true},
+	};
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		Kclaw__TaskSpec task = KCLAW__TASK_SPEC__INIT;
+		Kclaw__Tolerance tol = KCLAW__TOLERANCE__INIT;
+		Kclaw__TensorSpec a = KCLAW__TENSOR_SPEC__INIT;
+		Kclaw__TensorSpec y = KCLAW__TENSOR_SPEC__INIT;
+		Kclaw__TensorSpec *ts[] = {&a, &y};
+		memlt_evidence *ev;
+		memlt_result res;
+
+		tol.rtol = cases[c].rtol;
+		tol.atol = 1e-5;
+		task.tolerance = &tol;
+		a.dtype = cases[c].dtype;
+		y.dtype = cases[c].dtype;
+		task.tensors = ts;
+		task.n_tensors = 2;
+		KT_OK(memlt_evidence_new(&ev));
+		KT_OK(memlt_evidence_add_json(ev,
+		    "{\"metrics\": {\"dram_throughput_pct\": 20, "
+		    "\"sm_throughput_pct\": 85}, \"runtime\": {\"arch_sm\": "
+		    "90}, \"features\": {\"is_matmul\": 1, \"tensor_core\": 0, "
+		    "\"k_loop\": 1}}"));
+		KT_OK(memlt_evidence_add_task(ev, &task));
+		KT_OK(memlt_retrieve(NULL, shipped, ev, NULL, &res));
+		if ((rec_of(&res, "mixed_precision") != NULL) !=
+		        cases[c].mixed ||
+		    (rec_of(&res, "tensor_core_mma") != NULL) !=
+		        cases[c].tensor) {
+			fprintf(stderr, "%s\n", res.trace);
+			KT_FAIL("case %zu (rtol %g, dtype %d): mixed_precision "
+			        "%s, tensor_core_mma %s offered",
+			    c, cases[c].rtol, (int)cases[c].dtype,
+			    rec_of(&res, "mixed_precision") ? "" : "not",
+			    rec_of(&res, "tensor_core_mma") ? "" : "not");
+		}
+		KT_ASSERT(rec_of(&res, "library_gemm") != NULL);
+		if (!cases[c].tensor)
+			KT_CONTAINS(res.trace, "tight_tolerance_tf32");
+		memlt_result_free(&res);
+		memlt_evidence_free(ev);
+	}
+}
+
 static void
 test_evidence_json_errors(void)
 {
@@ -546,6 +606,7 @@ main(void)
 	KT_RUN(test_every_rule_and_veto);
 	KT_RUN(test_trace);
 	KT_RUN(test_evidence_from_eval);
+	KT_RUN(test_tolerance_screening);
 	KT_RUN(test_evidence_json_errors);
 	KT_RUN(test_learning_across_reopen);
 	kb_free(shipped);

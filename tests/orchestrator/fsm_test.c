@@ -4,9 +4,12 @@
  * optimisation loop with its exact outcome: base promotion (1 + rt times
  * the base, or at more speedup), the speedup over the reference of the
  * same evaluation, duplicates reused, k independent seeds and their
- * repairs, repaired attempts in short-term memory, failed rounds.
+ * repairs, repaired attempts in short-term memory, failed rounds, the
+ * speed-of-light stop, screening's exploration rounds, the previous
+ * layout's migration.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -953,6 +956,188 @@ test_budgets(void)
 	KT_EQ_INT(f.state, ORCH_ST_FAILED);
 }
 
+/* An evaluation whose kernel reached sol of the speed of light. */
+static orch_input
+in_eval_sol(uint32_t job, Kclaw__EvalStatus st, double ms, double sol)
+{
+	orch_input in = in_eval(job, st, ms);
+
+	in.sol = sol;
+	return in;
+}
+
+/* params.sol_stop: the task ends once its best kernel is within the
+ * fraction of the speed of light (sol_fraction >= sol_stop); 0 never. */
+static void
+test_sol_stop(void)
+{
+	orch_fsm f = fsm_to_features();
+	uint32_t e, e1;
+
+	KT_NEAR(f.p.sol_stop, ORCH_SOL_STOP_DEFAULT);
+	/* 0.89 of light: on. */
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval_sol(e, OK, 1.0, 0.89));
+	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
+	KT_NEAR(f.best_sol, 0.89);
+	/* A slower kernel closer to light is not the best: on. */
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval_sol(e, OK, 1.2, 0.95));
+	KT_EQ_INT(f.state, ORCH_ST_PLAN);
+	KT_NEAR(f.best_sol, 0.89);
+	/* A new best at exactly 0.9: stopped, DONE, with the best. */
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval_sol(e, OK, 0.95, 0.9));
+	KT_EQ_INT(f.state, ORCH_ST_DONE);
+	KT_EQ_INT(f.stop, ORCH_STOP_SOL);
+	KT_EQ_INT(f.best, f.cur);
+	KT_ASSERT(find_event(KCLAW__EVENT_KIND__TASK_FINISHED) != NULL);
+	KT_CONTAINS(orch_stop_text(f.stop), "speed of light");
+	KT_EQ_INT(f.round, 3);
+
+	/* 0 disables: the same kernel goes on. */
+	f = fsm_to_features();
+	f.p.sol_stop = 0;
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval_sol(e, OK, 1.0, 0.99));
+	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
+
+	/* A reused result (a duplicate answer) carries its sol too. */
+	f = fsm_to_features();
+	f.p.sol_stop = 0.5;
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval_sol(e, OK, 1.9, 0.3)); /* 1.05x: stays in PLAN */
+	KT_EQ_INT(f.state, ORCH_ST_PLAN);
+	{
+		uint32_t j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__PLANNER);
+		orch_input dup = in_n(ORCH_IN_CANDIDATE, 0, 1);
+		step(&f, in_n(ORCH_IN_PLANNED, j, 0));
+		dup.job = issued(ORCH_ACT_AGENT, KCLAW__ROLE__OPTIMIZER);
+		dup.reuse = 2; /* the seed's (2.0 ms) result, nearer light */
+		dup.status = OK;
+		dup.ms = 1.0;
+		dup.ref_ms = 4.0;
+		dup.sol = 0.6;
+		step(&f, dup);
+		KT_EQ_INT(f.state, ORCH_ST_DONE);
+		KT_EQ_INT(f.stop, ORCH_STOP_SOL);
+	}
+
+	/* The seeds alone: the best seed already near light ends the task
+	 * before any optimisation round. */
+	f = fsm_new(2, 15);
+	e1 = fsm_generated(&f);
+	step(&f, in_eval_sol(e1, OK, 2.0, 0.95));
+	step(&f, in_eval_sol(e1 + 1, OK, 3.0, 0.2));
+	KT_EQ_INT(f.state, ORCH_ST_DONE);
+	KT_EQ_INT(f.stop, ORCH_STOP_SOL);
+	KT_EQ_INT(f.round, 0);
+	KT_EQ_INT(f.best, f.seed_first);
+}
+
+/* Binding screening's exploration rounds: a function of the coming round
+ * and params.explore_share alone (replays and restarts decide alike). */
+static void
+test_explore_rounds(void)
+{
+	static const struct {
+		double share;
+		const char *rounds; /* 'x': round r + 1 explores */
+	} cases[] = {
+	    {0.2, "....x....x....x....x"},
+	    {0.0, "...................."},
+	    {1.0, "xxxxxxxxxxxxxxxxxxxx"},
+	    {0.5, ".x.x.x.x.x.x.x.x.x.x"},
+	    {1.0 / 3, "..x..x..x..x..x..x.."},
+	    {0.25, "...x...x...x...x...x"},
+	};
+	orch_fsm f, g;
+	uint32_t e, j;
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		f = fsm_new(1, 100);
+		f.p.explore_share = cases[c].share;
+		for (uint32_t r = 0; r < 20; r++) {
+			f.round = r;
+			if (orch_fsm_explores(&f) !=
+			    (cases[c].rounds[r] == 'x'))
+				KT_FAIL("share %g, round %u: explores %d",
+				    cases[c].share, r + 1,
+				    orch_fsm_explores(&f));
+		}
+	}
+	/* Clamped to [0, 1] at init; the default explores round 5. */
+	{
+		orch_params p;
+		orch_params_default(&p);
+		KT_NEAR(p.explore_share, ORCH_EXPLORE_SHARE_DEFAULT);
+		p.explore_share = 7;
+		orch_fsm_init(&f, &p);
+		KT_NEAR(f.p.explore_share, 1);
+		p.explore_share = -1;
+		orch_fsm_init(&f, &p);
+		KT_NEAR(f.p.explore_share, 0);
+	}
+	/* Along a task: the fifth round's Planner explores, the others
+	 * not; a copy of the state (a restart) decides the same. */
+	f = fsm_to_features();
+	for (uint32_t r = 0; r < 6; r++) {
+		KT_EQ_INT(f.round, r);
+		if (f.state == ORCH_ST_FEATURES) {
+			j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__FEATURE);
+			step(&f, in_n(ORCH_IN_FEATURES, j, 0));
+			step(&f,
+			    in_job(ORCH_IN_RETRIEVED,
+			        find(ORCH_ACT_RETRIEVE, 0)->job));
+		}
+		KT_EQ_INT(f.state, ORCH_ST_PLAN);
+		g = f;
+		KT_EQ_INT(orch_fsm_explores(&f), r == 4);
+		KT_EQ_INT(orch_fsm_explores(&g), r == 4);
+		e = fsm_optimize_round(&f);
+		step(&f, in_eval(e, OK, 1.9)); /* kept: PLAN again */
+	}
+}
+
+/* A state stored by the previous layout (KCF2: no explore_share,
+ * sol_stop, best_sol) is migrated, the new parameters from the
+ * defaults; anything else is refused. */
+static void
+test_load_previous_layout(void)
+{
+	orch_fsm f = fsm_to_features(), g;
+	orch_params d;
+	unsigned char old[ORCH_FSM_KCF2_SIZE];
+	size_t head = offsetof(orch_fsm, p) + sizeof(orch_params) - 16;
+	uint32_t magic = ORCH_FSM_MAGIC_KCF2;
+
+	orch_params_default(&d);
+	d.explore_share = 0.5;
+	d.sol_stop = 0.7;
+	f.best_sol = 0; /* KCF2 did not know it */
+	memcpy(old, &f, head);
+	memcpy(old + head, &f.round, sizeof(old) - head);
+	memcpy(old, &magic, sizeof(magic));
+	KT_ASSERT(orch_fsm_load(old, sizeof(old), &d, &g));
+	KT_EQ_INT(g.magic, ORCH_FSM_MAGIC);
+	KT_NEAR(g.p.explore_share, 0.5);
+	KT_NEAR(g.p.sol_stop, 0.7);
+	f.p.explore_share = 0.5;
+	f.p.sol_stop = 0.7;
+	KT_ASSERT(memcmp(&f, &g, sizeof(f)) == 0);
+	/* This layout loads as it is. */
+	f.best_sol = 0.25;
+	KT_ASSERT(orch_fsm_load(&f, sizeof(f), &d, &g));
+	KT_ASSERT(memcmp(&f, &g, sizeof(f)) == 0);
+	/* Wrong sizes or magics are refused. */
+	KT_ASSERT(!orch_fsm_load(&f, sizeof(f) - 8, &d, &g));
+	KT_ASSERT(!orch_fsm_load(old, sizeof(old) - 8, &d, &g));
+	magic = 0x12345678;
+	memcpy(old, &magic, sizeof(magic));
+	KT_ASSERT(!orch_fsm_load(old, sizeof(old), &d, &g));
+	KT_ASSERT(!orch_fsm_load(old, 2, &d, &g));
+}
+
 static void
 test_cancel_everywhere(void)
 {
@@ -1152,6 +1337,9 @@ main(void)
 	KT_RUN(test_no_device);
 	KT_RUN(test_no_seeds);
 	KT_RUN(test_budgets);
+	KT_RUN(test_sol_stop);
+	KT_RUN(test_explore_rounds);
+	KT_RUN(test_load_previous_layout);
 	KT_RUN(test_cancel_everywhere);
 	KT_RUN(test_seed_eval_failed);
 	KT_RUN(test_ignored_inputs);

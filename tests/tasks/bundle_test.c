@@ -37,7 +37,8 @@ static const char cuda_task[] =
     " \"tolerance\":{\"atol\":1e-5,\"rtol\":1e-4,\"max_rel_norm\":1e-3},\n"
     " \"budget\":{\"rounds\":15,\"tokens\":100000,\"wall_seconds\":600,"
     "\"target_speedup\":2.5},\n"
-    " \"params\":{\"seeds\":3,\"rt\":0.3,\"at\":0.25},"
+    " \"params\":{\"seeds\":3,\"rt\":0.3,\"at\":0.25,"
+    "\"explore_share\":0,\"sol_stop\":0.5},"
     " \"trials\":4, \"seed\":7,\n"
     " \"reference\":{\"kind\":\"cuda\",\"source\":\"reference.cu\","
     "\"plan\":\"reference.plan.json\"},\n"
@@ -214,6 +215,9 @@ test_cuda_bundle(void)
 	KT_EQ_INT(s->params->seeds, 3);
 	KT_ASSERT(s->params->rt == 0.3 && s->params->at == 0.25);
 	KT_EQ_INT(s->params->max_repairs, 0);
+	/* task.json's 0 is off: negative on the wire, where 0 is default. */
+	KT_ASSERT(s->params->explore_share < 0);
+	KT_ASSERT(s->params->sol_stop == 0.5);
 	KT_EQ_INT(s->trials, 4);
 	KT_EQ_INT(s->seed, 7);
 
@@ -466,6 +470,8 @@ test_refusals(void)
 	m = refused_edit("\"tensors\":[\n", "\"tensors\":[,\n");
 	KT_CONTAINS(m, "not valid JSON near line 2");
 
+	m = refused_edit("\"sol_stop\":0.5", "\"sol_stop\":1.5");
+	KT_CONTAINS(m, "'sol_stop' is 1.5; it must be a number from 0 to 1");
 	m = refused_edit("\"trials\":4", "\"trails\":4");
 	KT_CONTAINS(m, "unknown field 'trails'");
 	KT_CONTAINS(m, "trials");
