@@ -63,6 +63,8 @@ int orch_blobs_materialize(
  * worker's call times out and it asks again).
  */
 #define ORCH_BLOB_CHUNK_MAX ((size_t)8 << 20)
+/* The work socket's receive limit (requests carry results, not data). */
+#define ORCH_WORK_MAX_MSG ((size_t)16 << 20)
 #define ORCH_BLOB_THREADS 2
 #define ORCH_BLOB_QUEUE 256
 

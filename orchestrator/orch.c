@@ -1666,8 +1666,12 @@ orch_open(orch **out, const orch_options *opt)
 	/* Listen last: a worker's request is only taken once every task is
 	 * loaded. */
 	if ((rv = bus_pub_open(&o->pub, opt->cfg.events_url)) != 0 ||
-	    (rv = bus_server_open(
-	         &o->work, opt->cfg.work_url, 512, 0, orch_on_work, o)) != 0 ||
+	    /* Work requests are results and Blob requests, never tensors
+	     * (blobs travel from kclawd in chunks): a smaller limit keeps
+	     * what unproven connections may make NNG buffer at 4 x 16 MiB
+	     * (bus.h). */
+	    (rv = bus_server_open(&o->work, opt->cfg.work_url, 512,
+	         ORCH_WORK_MAX_MSG, orch_on_work, o)) != 0 ||
 	    (rv = bus_server_open(&o->api, opt->cfg.api_url, 64, 64u << 20,
 	         orch_on_api, o)) != 0)
 		goto fail;
