@@ -127,8 +127,8 @@ else:
     sets = []
     for s in range(2):
         os.makedirs(os.path.join(d, "set%d" % s), exist_ok=True)
-        base = seed * 1000 + s
-        x = array.array("f", [float((i * 7 + base) % 1000) for i in range(1024)]) * (n // 1024)
+        base = seed * 131 + s * 17
+        x = array.array("f", [float((i * 7 + base) % 100003) for i in range(1024)]) * (n // 1024)
         npy("set%d/x.npy" % s, x)
         npy("set%d/y.npy" % s, array.array("f", [v * 2 for v in x[:1024]]) * (n // 1024))
         sets.append({"seed": s + 1, "inputs": {"x": "set%d/x.npy" % s},
