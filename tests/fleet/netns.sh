@@ -101,6 +101,7 @@ fleet_state() {
 # fleet_bundle DIR NAME ELEMS SEED [cuda]: a task bundle whose context
 # scripts the test-double agents; a `tensors` reference with two input
 # sets of ELEMS f32 each (.npy files, content from SEED), or a `cuda` one.
+# $FLEET_EVAL_TIMEOUT_S, when set, is the task's evaluation deadline.
 fleet_bundle() {
 	python3 - "$@" <<'PY'
 import array, json, os, struct, sys
@@ -118,6 +119,8 @@ t = {"name": name, "tensors": [
     {"name": "y", "kind": "output", "dtype": "f32", "shape": [n]}],
     "tolerance": {"atol": 1e-5, "rtol": 1e-5, "max_rel_norm": 1e-5},
     "budget": {"rounds": 1}, "context": "script.txt"}
+if os.environ.get("FLEET_EVAL_TIMEOUT_S"):
+    t["params"] = {"eval_timeout_s": int(os.environ["FLEET_EVAL_TIMEOUT_S"])}
 if kind == "cuda":
     t["tensors"][0]["init"] = {"dist": "normal", "mean": 0, "scale": 1}
     t["reference"] = {"kind": "cuda", "source": "ref.cu", "plan": "ref.plan.json"}

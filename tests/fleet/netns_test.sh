@@ -34,7 +34,7 @@ fleet_net a b c d || fail "cannot build the network"
 A=$(fleet_ip a)
 TOK="fleet-$$-$(date +%s)"
 fleet_home "$T/a" "$A" "$TOK" \
-	'"eval_timeout_ms": 3000, "poll_ms": 1000, "retry_backoff_ms": 100'
+	'"eval_timeout_ms": 60000, "poll_ms": 1000, "retry_backoff_ms": 100'
 for h in b c d; do fleet_home "$T/$h" "$A" "$TOK"; done
 : >"$T/fleet.log"
 
@@ -62,7 +62,10 @@ fleet_bg c "$T/c.log" env KCLAW_WORKER_HOST=hostc FLEET_HOME="$T/c" \
 # fetched in more than one chunk.
 fleet_bundle "$T/b/bundles/tens" tens 1048576 1
 fleet_bundle "$T/b/bundles/cu" cu 256 2 cuda
-fleet_bundle "$T/b/bundles/slow" slow_tens 262144 3
+# The task cut off mid-job has a short deadline: its re-issue waits for it.
+export FLEET_EVAL_TIMEOUT_S=4
+fleet_bundle "$T/b/bundles/slow" slow_tens 65536 3
+unset FLEET_EVAL_TIMEOUT_S
 id_t=$(fleet_on b "$BIN/kclaw" --home "$T/b" submit "$T/b/bundles/tens") ||
 	fail "submit tens: $id_t"
 id_c=$(fleet_on b "$BIN/kclaw" --home "$T/b" submit "$T/b/bundles/cu") ||
@@ -79,8 +82,8 @@ wait_done() { # HOST-HOME ID SECONDS
 	done
 	fail "task $2 not DONE within $3 s (state $s)"
 }
-wait_done "$T/b" "$id_t" 30
-wait_done "$T/b" "$id_c" 30
+wait_done "$T/b" "$id_t" 45
+wait_done "$T/b" "$id_c" 45
 grep -q "^BAD" "$T/fleet.log" && fail "the child saw a bad tensor: $(grep ^BAD "$T/fleet.log")"
 grep -q "^EVAL tens hostc 4$" "$T/fleet.log" ||
 	fail "no evaluation of tens on host c with 4 verified blobs"
@@ -104,7 +107,7 @@ fleet_cut c
 fleet_bg d "$T/d.log" env KCLAW_WORKER_HOST=hostd FLEET_HOME="$T/d" \
 	FLEET_LOG="$T/fleet.log" \
 	"$BIN/kclaw-sandbox" --home "$T/d" --child "$BIN/fleet_child"
-wait_done "$T/b" "$id_s" 30
+wait_done "$T/b" "$id_s" 40
 grep -q "^EVAL slow_tens hostd 4$" "$T/fleet.log" ||
 	fail "the job was not re-issued to host d"
 grep -q "^EVAL slow_tens hostc" "$T/fleet.log" &&
