@@ -39,45 +39,69 @@ kc_pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 	return false;
 }
 
-int
-kc_token_check(const void *msg, size_t len, unsigned field, const char *want)
+/* The last top-level length-delimited field number `field` of msg into
+ * *got (NULL when absent); false when msg is not a protobuf message. */
+static bool
+kc_pb_find(const void *msg, size_t len, unsigned field, const uint8_t **got,
+    size_t *glen)
 {
-	const uint8_t *p = msg, *end = p + len, *got = NULL;
-	size_t glen = 0, wlen = strlen(want);
-	unsigned char diff;
+	const uint8_t *p = msg, *end = p + len;
 	uint64_t key, n;
 
+	*got = NULL;
+	*glen = 0;
 	while (p < end) {
 		if (!kc_pb_varint(&p, end, &key))
-			return KC_EPERM;
+			return false;
 		switch (key & 7) {
 		case 0:
 			if (!kc_pb_varint(&p, end, &n))
-				return KC_EPERM;
+				return false;
 			break;
 		case 1:
 			if (end - p < 8)
-				return KC_EPERM;
+				return false;
 			p += 8;
 			break;
 		case 2:
 			if (!kc_pb_varint(&p, end, &n) ||
 			    n > (uint64_t)(end - p))
-				return KC_EPERM;
+				return false;
 			if (key >> 3 == field) {
-				got = p;
-				glen = (size_t)n;
+				*got = p;
+				*glen = (size_t)n;
 			}
 			p += n;
 			break;
 		case 5:
 			if (end - p < 4)
-				return KC_EPERM;
+				return false;
 			p += 4;
 			break;
-		default: return KC_EPERM;
+		default: return false;
 		}
 	}
+	return true;
+}
+
+bool
+kc_pb_has_field(const void *msg, size_t len, unsigned field)
+{
+	const uint8_t *got;
+	size_t glen;
+
+	return kc_pb_find(msg, len, field, &got, &glen) && got != NULL;
+}
+
+int
+kc_token_check(const void *msg, size_t len, unsigned field, const char *want)
+{
+	const uint8_t *got;
+	size_t glen, wlen = strlen(want);
+	unsigned char diff;
+
+	if (!kc_pb_find(msg, len, field, &got, &glen))
+		return KC_EPERM;
 	/* Constant time in the token's content: every byte of want is
 	 * compared, and a length that differs is a difference too. */
 	diff = glen != wlen;

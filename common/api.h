@@ -7,6 +7,7 @@
 #define KC_API_H
 
 #include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
 
 #include "bus.h"
 #include "kclaw.pb-c.h"
@@ -38,6 +39,9 @@ int kc_api_reply(bus_call *call, uint64_t request_id, Kclaw__ApiCode code,
  */
 int kc_token_check(
     const void *msg, size_t len, unsigned field, const char *want);
+/* Whether msg has a top-level length-delimited field number `field` (a
+ * cheap look at the wire before decoding, e.g. WorkRequest.blob = 9). */
+bool kc_pb_has_field(const void *msg, size_t len, unsigned field);
 
 /* Packs any message into a malloc'd buffer (caller frees). */
 int kc_pb_pack(const ProtobufCMessage *m, uint8_t **buf, size_t *len);

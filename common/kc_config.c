@@ -30,6 +30,24 @@ kc_config_env(const char *name, char *dst, size_t n)
 		kc_strlcpy(dst, v, n);
 }
 
+/* A size in bytes (a whole number >= 1 MiB), when v is present. */
+static int
+kc_config_bytes(kc_config *cfg, const cJSON *v, const char *what)
+{
+	if (v == NULL)
+		return 0;
+	if (!cJSON_IsNumber(v) || v->valuedouble < (1 << 20) ||
+	    v->valuedouble > 9e18 ||
+	    v->valuedouble != (double)(uint64_t)v->valuedouble)
+		return kc_seterr(KC_EINVAL,
+		    "%s must be a whole number of bytes, at least 1048576 "
+		    "(1 MiB), e.g. 17179869184 for 16 GiB (in %s or the "
+		    "environment)",
+		    what, cfg->config_path);
+	cfg->blob_cache_bytes = (uint64_t)v->valuedouble;
+	return 0;
+}
+
 /* One price's field: absent is def, else a number >= 0 (USD per million
  * tokens). */
 static int
@@ -147,6 +165,7 @@ kc_config_load(kc_config *cfg, const char *home)
 	snprintf(cfg->work_url, sizeof(cfg->work_url), "ipc://%s/work.ipc",
 	    cfg->run_dir);
 
+	cfg->blob_cache_bytes = KC_BLOB_CACHE_DEFAULT;
 	rv = kc_read_file(cfg->config_path, 1 << 20, &text, &len);
 	if (rv == 0) {
 		cJSON *root = cJSON_ParseWithLength(text, len);
@@ -167,6 +186,11 @@ kc_config_load(kc_config *cfg, const char *home)
 		kc_config_str(
 		    root, "http_url", cfg->http_url, sizeof(cfg->http_url));
 		rv = kc_config_prices(cfg, root);
+		if (rv == 0)
+			rv = kc_config_bytes(cfg,
+			    cJSON_GetObjectItemCaseSensitive(
+			        root, "blob_cache_bytes"),
+			    "\"blob_cache_bytes\"");
 		cJSON_Delete(root);
 		free(text);
 		if (rv != 0)
@@ -181,6 +205,16 @@ kc_config_load(kc_config *cfg, const char *home)
 	kc_config_env("KCLAW_WORK_URL", cfg->work_url, sizeof(cfg->work_url));
 	kc_config_env("KCLAW_TOKEN", cfg->token, sizeof(cfg->token));
 	kc_config_env("KCLAW_HTTP_URL", cfg->http_url, sizeof(cfg->http_url));
+	if (getenv("KCLAW_BLOB_CACHE_BYTES") &&
+	    *getenv("KCLAW_BLOB_CACHE_BYTES")) {
+		cJSON *n = cJSON_Parse(getenv("KCLAW_BLOB_CACHE_BYTES"));
+		cJSON bad = {.type = cJSON_NULL};
+		rv = kc_config_bytes(
+		    cfg, n ? n : &bad, "KCLAW_BLOB_CACHE_BYTES");
+		cJSON_Delete(n);
+		if (rv != 0)
+			return rv;
+	}
 	return 0;
 }
 

@@ -26,6 +26,7 @@
 #define KC_PATH_MAX 1024
 #define KC_URL_MAX 512
 #define KC_PRICES_MAX 32
+#define KC_BLOB_CACHE_DEFAULT ((uint64_t)16 << 30) /* 16 GiB */
 
 /* USD per million tokens of the models whose name matches the glob. */
 typedef struct {
@@ -43,6 +44,9 @@ typedef struct {
 	char token[128];             /* shared secret for tcp:// (optional) */
 	char http_url[KC_URL_MAX];   /* dashboard + metrics; "" = none */
 	char config_path[KC_PATH_MAX];
+	/* A worker's cache of fetched blobs (<home>/cache/blobs): its bound in
+	 * bytes, "blob_cache_bytes" / KCLAW_BLOB_CACHE_BYTES. */
+	uint64_t blob_cache_bytes;
 	kc_price prices[KC_PRICES_MAX]; /* kclaw.json's "prices" */
 	unsigned nprices;
 } kc_config;

@@ -239,46 +239,95 @@ kc_sha_block(uint32_t h[8], const uint8_t *p)
 }
 
 void
-kc_sha256(const void *data, size_t len, uint8_t out[32])
+kc_sha256_init(kc_sha256_ctx *c)
 {
-	uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-	    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-	const uint8_t *p = data;
-	uint8_t tail[128] = {0};
-	size_t full = len / 64, rest = len % 64, tlen;
-	uint64_t bits = (uint64_t)len * 8;
+	static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372,
+	    0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
 
-	for (size_t i = 0; i < full; i++)
-		kc_sha_block(h, p + 64 * i);
-	if (rest > 0)
-		memcpy(tail, p + 64 * full, rest);
-	tail[rest] = 0x80;
-	tlen = rest + 1 + 8 <= 64 ? 64 : 128;
+	memcpy(c->h, h0, sizeof(h0));
+	c->nbuf = 0;
+	c->len = 0;
+}
+
+void
+kc_sha256_update(kc_sha256_ctx *c, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+
+	c->len += len;
+	if (c->nbuf > 0) {
+		size_t take = 64 - c->nbuf < len ? 64 - c->nbuf : len;
+		memcpy(c->buf + c->nbuf, p, take);
+		c->nbuf += take;
+		p += take;
+		len -= take;
+		if (c->nbuf < 64)
+			return;
+		kc_sha_block(c->h, c->buf);
+		c->nbuf = 0;
+	}
+	for (; len >= 64; p += 64, len -= 64)
+		kc_sha_block(c->h, p);
+	if (len > 0)
+		memcpy(c->buf, p, len);
+	c->nbuf = len;
+}
+
+void
+kc_sha256_final(kc_sha256_ctx *c, uint8_t out[32])
+{
+	uint8_t tail[128] = {0};
+	uint64_t bits = c->len * 8;
+	size_t tlen;
+
+	memcpy(tail, c->buf, c->nbuf);
+	tail[c->nbuf] = 0x80;
+	tlen = c->nbuf + 1 + 8 <= 64 ? 64 : 128;
 	for (int i = 0; i < 8; i++)
 		tail[tlen - 1 - i] = (uint8_t)(bits >> (8 * i));
-	kc_sha_block(h, tail);
+	kc_sha_block(c->h, tail);
 	if (tlen == 128)
-		kc_sha_block(h, tail + 64);
+		kc_sha_block(c->h, tail + 64);
 	for (int i = 0; i < 8; i++) {
-		out[4 * i] = (uint8_t)(h[i] >> 24);
-		out[4 * i + 1] = (uint8_t)(h[i] >> 16);
-		out[4 * i + 2] = (uint8_t)(h[i] >> 8);
-		out[4 * i + 3] = (uint8_t)h[i];
+		out[4 * i] = (uint8_t)(c->h[i] >> 24);
+		out[4 * i + 1] = (uint8_t)(c->h[i] >> 16);
+		out[4 * i + 2] = (uint8_t)(c->h[i] >> 8);
+		out[4 * i + 3] = (uint8_t)c->h[i];
 	}
 }
 
 void
-kc_sha256_hex(const void *data, size_t len, char out[65])
+kc_sha256_final_hex(kc_sha256_ctx *c, char out[65])
 {
 	static const char hex[] = "0123456789abcdef";
 	uint8_t d[32];
 
-	kc_sha256(data, len, d);
+	kc_sha256_final(c, d);
 	for (int i = 0; i < 32; i++) {
 		out[2 * i] = hex[d[i] >> 4];
 		out[2 * i + 1] = hex[d[i] & 15];
 	}
 	out[64] = '\0';
+}
+
+void
+kc_sha256(const void *data, size_t len, uint8_t out[32])
+{
+	kc_sha256_ctx c;
+
+	kc_sha256_init(&c);
+	kc_sha256_update(&c, data, len);
+	kc_sha256_final(&c, out);
+}
+
+void
+kc_sha256_hex(const void *data, size_t len, char out[65])
+{
+	kc_sha256_ctx c;
+
+	kc_sha256_init(&c);
+	kc_sha256_update(&c, data, len);
+	kc_sha256_final_hex(&c, out);
 }
 
 /* ---- growable strings ---- */

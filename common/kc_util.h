@@ -34,6 +34,17 @@ void kc_new_id(char out[17]);
 /* SHA-256 of data as 64 lowercase hex characters (+ NUL). */
 void kc_sha256_hex(const void *data, size_t len, char out[65]);
 void kc_sha256(const void *data, size_t len, uint8_t out[32]);
+/* The same over data given in pieces (a blob streamed in chunks). */
+typedef struct {
+	uint32_t h[8];
+	uint8_t buf[64];
+	size_t nbuf;
+	uint64_t len;
+} kc_sha256_ctx;
+void kc_sha256_init(kc_sha256_ctx *c);
+void kc_sha256_update(kc_sha256_ctx *c, const void *data, size_t len);
+void kc_sha256_final(kc_sha256_ctx *c, uint8_t out[32]);
+void kc_sha256_final_hex(kc_sha256_ctx *c, char out[65]);
 
 /* FNV-1a 64-bit, for cheap non-cryptographic hashing (cache keys). */
 uint64_t kc_fnv1a64(const void *data, size_t len, uint64_t seed);

@@ -72,6 +72,77 @@ kc_worker_id(const kc_worker *w)
 	return w->id;
 }
 
+/* A fresh socket after a broken or timed-out call (see kc_worker_next). */
+static void
+kc_worker_reopen(kc_worker *w)
+{
+	bus_client *fresh;
+
+	if (bus_client_open(&fresh, w->url, 0) == 0) {
+		bus_client_close(w->client);
+		w->client = fresh;
+	}
+}
+
+int
+kc_worker_blob(kc_worker *w, const char *hash, uint64_t offset, uint32_t length,
+    int timeout_ms, Kclaw__BlobChunk **out)
+{
+	Kclaw__WorkRequest req = KCLAW__WORK_REQUEST__INIT;
+	Kclaw__BlobRequest br = KCLAW__BLOB_REQUEST__INIT;
+	Kclaw__WorkReply *rep;
+	uint8_t *buf;
+	size_t len, rlen;
+	void *rbuf;
+	int rv;
+
+	br.hash = (char *)hash;
+	br.offset = offset;
+	br.length = length;
+	req.worker_id = w->id;
+	req.role = w->role;
+	req.device = w->device;
+	req.host = w->host;
+	req.pid = (uint32_t)getpid();
+	req.token = w->token;
+	req.blob = &br;
+	if ((rv = kc_pb_pack(&req.base, &buf, &len)) != 0)
+		return rv;
+	rv = bus_client_call(w->client, buf, len, timeout_ms, &rbuf, &rlen);
+	free(buf);
+	if (rv == KC_EBUS || rv == KC_ECLOSED || rv == KC_ETIMEDOUT) {
+		kc_worker_reopen(w);
+		return kc_seterr(KC_ETIMEDOUT,
+		    "blob %.16s...: no answer from %s within %d ms", hash,
+		    w->url, timeout_ms);
+	}
+	if (rv != 0)
+		return rv;
+	rep = kclaw__work_reply__unpack(NULL, rlen, rbuf);
+	free(rbuf);
+	if (rep == NULL)
+		return kc_seterr(KC_EPROTO, "blob reply did not decode");
+	if (rep->error != NULL && *rep->error != '\0') {
+		rv = kc_seterr(KC_EPERM, "orchestrator refused worker %s: %s",
+		    w->id, rep->error);
+	} else if (rep->blob == NULL) {
+		rv = kc_seterr(KC_EPROTO,
+		    "the orchestrator at %s does not serve blobs (an older "
+		    "version?)",
+		    w->url);
+	} else if (rep->blob->error != NULL && *rep->blob->error != '\0') {
+		rv = kc_seterr(strstr(rep->blob->error, "not in this") != NULL
+		        ? KC_ENOENT
+		        : KC_EINVAL,
+		    "%s", rep->blob->error);
+	} else {
+		*out = rep->blob;
+		rep->blob = NULL;
+	}
+	kclaw__work_reply__free_unpacked(rep, NULL);
+	return rv;
+}
+
 int
 kc_worker_next(kc_worker *w, const Kclaw__AgentReply *agent_reply,
     const Kclaw__EvalResult *eval_result, int wait_ms, Kclaw__WorkReply **job)
@@ -110,11 +181,7 @@ kc_worker_next(kc_worker *w, const Kclaw__AgentReply *agent_reply,
 		 * redialling: start over with a fresh socket and tell the
 		 * caller to send its result again, as after a timeout.
 		 */
-		bus_client *fresh;
-		if (bus_client_open(&fresh, w->url, 0) == 0) {
-			bus_client_close(w->client);
-			w->client = fresh;
-		}
+		kc_worker_reopen(w);
 		kc_sleep_ms(100);
 		return kc_seterr(KC_ETIMEDOUT,
 		    "orchestrator at %s went away; asking again", w->url);

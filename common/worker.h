@@ -38,4 +38,15 @@ const char *kc_worker_id(const kc_worker *w);
 int kc_worker_next(kc_worker *w, const Kclaw__AgentReply *agent_reply,
     const Kclaw__EvalResult *eval_result, int wait_ms, Kclaw__WorkReply **job);
 
+/*
+ * The Blob rpc: up to length bytes of the blob `hash` from offset, within
+ * timeout_ms. *out (free with kclaw__blob_chunk__free_unpacked) has the
+ * blob's total size. KC_EPERM: bad token; KC_ENOENT: the orchestrator has
+ * no such blob; KC_EINVAL: the request was wrong (its message says how);
+ * KC_ETIMEDOUT: no answer (the socket is reopened; ask again). Between
+ * jobs only: a worker has one call at a time.
+ */
+int kc_worker_blob(kc_worker *w, const char *hash, uint64_t offset,
+    uint32_t length, int timeout_ms, Kclaw__BlobChunk **out);
+
 #endif

@@ -49,6 +49,22 @@ client_on_request(void *arg, bus_call *call)
 	pthread_mutex_unlock(&s->mtx);
 }
 
+static int client_reply(bus_call *c, const Kclaw__WorkReply *rep);
+
+/* A session holds no blob store: its tasks name tensors by path. */
+static void
+client_no_blobs(bus_call *c, const char *hash)
+{
+	Kclaw__WorkReply rep = KCLAW__WORK_REPLY__INIT;
+	Kclaw__BlobChunk bc = KCLAW__BLOB_CHUNK__INIT;
+
+	bc.hash = (char *)(hash ? hash : "");
+	bc.error = "blob is not in this orchestrator's store: `kclaw eval` "
+	           "serves no blobs; name the tensors by path";
+	rep.blob = &bc;
+	client_reply(c, &rep);
+}
+
 /* Waits for the sandbox's next request (decoded); checks it is alive. */
 static int
 client_next(
@@ -84,6 +100,11 @@ client_next(
 			*wr = kclaw__work_request__unpack(NULL, len, data);
 			if (*wr == NULL) {
 				bus_call_drop(c);
+				continue;
+			}
+			if ((*wr)->blob != NULL) {
+				client_no_blobs(c, (*wr)->blob->hash);
+				kclaw__work_request__free_unpacked(*wr, NULL);
 				continue;
 			}
 			*call = c;

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blobcache.h"
 #include "bus.h"
 #include "kc_config.h"
 #include "kc_err.h"
@@ -180,6 +181,7 @@ main(int argc, char **argv)
 	sbx_super_config scfg = {0};
 	sbx_super *sup = NULL;
 	kc_worker *w = NULL;
+	kc_blob_cache blobs;
 	kc_config cfg;
 	char name[64];
 	int device = 0, rv, code = 0;
@@ -255,6 +257,14 @@ main(int argc, char **argv)
 		sbx_super_close(sup);
 		return 1;
 	}
+	/* Tensors by hash come from the orchestrator into this home's cache:
+	 * no folder is shared with its host (common/blobcache.h). */
+	if ((rv = kc_blob_cache_init(&blobs, &cfg)) != 0) {
+		fprintf(stderr, "kclaw-sandbox: %s\n", kc_lasterr());
+		kc_worker_close(w);
+		sbx_super_close(sup);
+		return 1;
+	}
 	if (events_url == NULL)
 		events_url = cfg.events_url;
 	if (sandbox_ctl_open(&ctl, events_url) == 0) {
@@ -296,7 +306,18 @@ main(int argc, char **argv)
 			job->eval->job_id = job->job_id;
 		if (have_ctl)
 			sandbox_ctl_track(&ctl, job->eval->task_id);
-		sbx_super_eval(sup, job->eval, sandbox_timeout_ms(job), &last);
+		if (kc_blob_resolve_spec(&blobs, w, job->eval->task) != 0) {
+			/* The sandbox's failure, not the candidate's: the
+			 * orchestrator gives the job to a worker again. */
+			last = sbx_result_new(job->job_id);
+			sbx_result_status(last,
+			    KCLAW__EVAL_STATUS__INTERNAL_ERROR,
+			    "cannot fetch the task's tensors from %s: %s",
+			    work_url, kc_lasterr());
+		} else {
+			sbx_super_eval(
+			    sup, job->eval, sandbox_timeout_ms(job), &last);
+		}
 		if (have_ctl)
 			sandbox_ctl_track(&ctl, NULL);
 		if (strcmp(last->job_id, job->job_id) != 0)

@@ -2,12 +2,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "bundle.h"
 #include "kc_config.h"
 #include "kc_err.h"
@@ -190,4 +193,315 @@ orch_blobs_materialize(store *s, const char *cache_dir, Kclaw__TaskSpec *spec)
 	struct blobs_ctx ctx = {.s = s, .dir = cache_dir};
 
 	return kc_spec_each_tensor_data(spec, blobs_materialize_one, &ctx);
+}
+
+/* ------------------------------------------------------------- serving */
+
+struct blob_q {
+	bus_call *call;
+	struct blob_q *next;
+};
+
+struct orch_blob_server {
+	store *s;
+	char dir[KC_PATH_MAX];
+	char token[128];
+	pthread_mutex_t mtx;
+	pthread_cond_t cv;
+	pthread_mutex_t write_mtx; /* one materialisation at a time */
+	struct blob_q *head, *tail;
+	unsigned nq;
+	bool stopping;
+	pthread_t threads[ORCH_BLOB_THREADS];
+	unsigned nthreads;
+	uint64_t served_bytes;
+};
+
+static void
+blob_answer(bus_call *call, const Kclaw__WorkReply *wr)
+{
+	uint8_t *buf;
+	size_t len;
+
+	if (kc_pb_pack(&wr->base, &buf, &len) != 0) {
+		bus_call_drop(call);
+		return;
+	}
+	bus_call_reply(call, buf, len);
+	free(buf);
+}
+
+static void blob_refuse(bus_call *call, const char *hash, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Answers a valid-token request that cannot be served: what is wrong. */
+static void
+blob_refuse(bus_call *call, const char *hash, const char *fmt, ...)
+{
+	Kclaw__WorkReply wr = KCLAW__WORK_REPLY__INIT;
+	Kclaw__BlobChunk bc = KCLAW__BLOB_CHUNK__INIT;
+	char text[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	bc.hash = (char *)(hash ? hash : "");
+	bc.error = text;
+	wr.blob = &bc;
+	blob_answer(call, &wr);
+}
+
+static bool
+blob_hash_ok(const char *h)
+{
+	return h != NULL && strlen(h) == 64 &&
+	    strspn(h, "0123456789abcdef") == 64;
+}
+
+/* Opens dir/<hash>.npy, writing it from the store first when the run
+ * folder lost it. -1 with errno ENOENT when the store has no such blob. */
+static int
+blob_open(orch_blob_server *bs, const char *hash, char *path, size_t n)
+{
+	void *data;
+	size_t len;
+	int fd;
+
+	snprintf(path, n, "%s/%s.npy", bs->dir, hash);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) >= 0 ||
+	    errno != ENOENT)
+		return fd;
+	pthread_mutex_lock(&bs->write_mtx);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0 &&
+	    store_blob_get(bs->s, hash, &data, &len) == 0) {
+		if (kc_write_file(path, data, len) == 0)
+			fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		free(data);
+	}
+	pthread_mutex_unlock(&bs->write_mtx);
+	kc_clearerr();
+	if (fd < 0)
+		errno = ENOENT;
+	return fd;
+}
+
+static void
+blob_serve(orch_blob_server *bs, bus_call *call)
+{
+	Kclaw__WorkReply wr = KCLAW__WORK_REPLY__INIT;
+	Kclaw__BlobChunk bc = KCLAW__BLOB_CHUNK__INIT;
+	Kclaw__WorkRequest *req;
+	const Kclaw__BlobRequest *br;
+	char path[KC_PATH_MAX];
+	const void *data;
+	uint8_t *buf = NULL;
+	struct stat st;
+	size_t len, want, got = 0;
+	int fd;
+
+	data = bus_call_data(call, &len);
+	/* The token first, on the wire, like every work request. */
+	if (bs->token[0] && kc_token_check(data, len, 8, bs->token) != 0) {
+		wr.error =
+		    "bad or missing token: set KCLAW_TOKEN (or \"token\" "
+		    "in kclaw.json) to the orchestrator's";
+		blob_answer(call, &wr);
+		return;
+	}
+	if ((req = kclaw__work_request__unpack(NULL, len, data)) == NULL ||
+	    req->blob == NULL) {
+		if (req)
+			kclaw__work_request__free_unpacked(req, NULL);
+		blob_refuse(call, NULL,
+		    "the blob request did not decode; is the worker the same "
+		    "version as the orchestrator?");
+		return;
+	}
+	br = req->blob;
+	if (!blob_hash_ok(br->hash)) {
+		blob_refuse(call, NULL,
+		    "blob: the hash must be 64 lowercase hex digits (a "
+		    "sha256), not '%.80s'",
+		    br->hash ? br->hash : "");
+		goto out;
+	}
+	if ((fd = blob_open(bs, br->hash, path, sizeof(path))) < 0) {
+		blob_refuse(call, br->hash,
+		    "blob %s is not in this orchestrator's store (a task "
+		    "names it, but it was never imported)",
+		    br->hash);
+		goto out;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		blob_refuse(
+		    call, br->hash, "blob %s: cannot read %s", br->hash, path);
+		goto out;
+	}
+	if (br->offset > (uint64_t)st.st_size) {
+		close(fd);
+		blob_refuse(call, br->hash,
+		    "blob %s: offset %llu is past its end (%llu bytes)",
+		    br->hash, (unsigned long long)br->offset,
+		    (unsigned long long)st.st_size);
+		goto out;
+	}
+	want = br->length == 0 || br->length > ORCH_BLOB_CHUNK_MAX
+	    ? ORCH_BLOB_CHUNK_MAX
+	    : br->length;
+	if (want > (uint64_t)st.st_size - br->offset)
+		want = (size_t)((uint64_t)st.st_size - br->offset);
+	if ((buf = malloc(want ? want : 1)) == NULL) {
+		close(fd);
+		bus_call_drop(call);
+		goto out;
+	}
+	while (got < want) {
+		ssize_t r =
+		    pread(fd, buf + got, want - got, (off_t)(br->offset + got));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	close(fd);
+	if (got < want) {
+		blob_refuse(call, br->hash, "blob %s: short read of %s",
+		    br->hash, path);
+		goto out;
+	}
+	bc.hash = br->hash;
+	bc.offset = br->offset;
+	bc.total = (uint64_t)st.st_size;
+	bc.data.data = buf;
+	bc.data.len = got;
+	wr.blob = &bc;
+	blob_answer(call, &wr);
+	pthread_mutex_lock(&bs->mtx);
+	bs->served_bytes += got;
+	pthread_mutex_unlock(&bs->mtx);
+out:
+	free(buf);
+	kclaw__work_request__free_unpacked(req, NULL);
+}
+
+static void *
+blob_thread(void *arg)
+{
+	orch_blob_server *bs = arg;
+
+	for (;;) {
+		struct blob_q *q;
+
+		pthread_mutex_lock(&bs->mtx);
+		while (bs->head == NULL && !bs->stopping)
+			pthread_cond_wait(&bs->cv, &bs->mtx);
+		if (bs->stopping) {
+			pthread_mutex_unlock(&bs->mtx);
+			return NULL;
+		}
+		q = bs->head;
+		bs->head = q->next;
+		if (bs->head == NULL)
+			bs->tail = NULL;
+		bs->nq--;
+		pthread_mutex_unlock(&bs->mtx);
+		blob_serve(bs, q->call);
+		free(q);
+	}
+}
+
+int
+orch_blob_server_open(
+    orch_blob_server **out, store *s, const char *cache_dir, const char *token)
+{
+	orch_blob_server *bs;
+	int rv;
+
+	if ((bs = calloc(1, sizeof(*bs))) == NULL)
+		return KC_ENOMEM;
+	bs->s = s;
+	kc_strlcpy(bs->dir, cache_dir, sizeof(bs->dir));
+	kc_strlcpy(bs->token, token ? token : "", sizeof(bs->token));
+	pthread_mutex_init(&bs->mtx, NULL);
+	pthread_mutex_init(&bs->write_mtx, NULL);
+	pthread_cond_init(&bs->cv, NULL);
+	if ((rv = kc_mkdirs(cache_dir, 0700)) != 0) {
+		orch_blob_server_close(bs);
+		return rv;
+	}
+	for (unsigned i = 0; i < ORCH_BLOB_THREADS; i++) {
+		if (pthread_create(&bs->threads[i], NULL, blob_thread, bs) !=
+		    0) {
+			orch_blob_server_close(bs);
+			return kc_seterr(
+			    KC_ENOMEM, "blobs: cannot start a thread");
+		}
+		bs->nthreads++;
+	}
+	*out = bs;
+	return 0;
+}
+
+void
+orch_blob_server_post(orch_blob_server *bs, bus_call *call)
+{
+	struct blob_q *q = NULL;
+	bool busy;
+
+	pthread_mutex_lock(&bs->mtx);
+	busy = bs->stopping || bs->nq >= ORCH_BLOB_QUEUE;
+	if (!busy && (q = malloc(sizeof(*q))) != NULL) {
+		q->call = call;
+		q->next = NULL;
+		if (bs->tail)
+			bs->tail->next = q;
+		else
+			bs->head = q;
+		bs->tail = q;
+		bs->nq++;
+		pthread_cond_signal(&bs->cv);
+	}
+	pthread_mutex_unlock(&bs->mtx);
+	/* Full: the worker's call times out and it asks again. */
+	if (q == NULL)
+		bus_call_drop(call);
+}
+
+void
+orch_blob_server_stop(orch_blob_server *bs)
+{
+	struct blob_q *q, *next;
+
+	if (bs == NULL)
+		return;
+	pthread_mutex_lock(&bs->mtx);
+	bs->stopping = true;
+	pthread_cond_broadcast(&bs->cv);
+	q = bs->head;
+	bs->head = bs->tail = NULL;
+	bs->nq = 0;
+	pthread_mutex_unlock(&bs->mtx);
+	for (unsigned i = 0; i < bs->nthreads; i++)
+		pthread_join(bs->threads[i], NULL);
+	bs->nthreads = 0;
+	for (; q; q = next) {
+		next = q->next;
+		bus_call_drop(q->call);
+		free(q);
+	}
+}
+
+void
+orch_blob_server_close(orch_blob_server *bs)
+{
+	if (bs == NULL)
+		return;
+	orch_blob_server_stop(bs);
+	pthread_mutex_destroy(&bs->mtx);
+	pthread_mutex_destroy(&bs->write_mtx);
+	pthread_cond_destroy(&bs->cv);
+	free(bs);
 }

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "bus.h"
 #include "kclaw.pb-c.h"
 #include "store.h"
 
@@ -49,5 +50,33 @@ int orch_blobs_import(store *s, Kclaw__TaskSpec *spec, const char *cache_dir,
  * file from the store when it is missing. */
 int orch_blobs_materialize(
     store *s, const char *cache_dir, Kclaw__TaskSpec *spec);
+
+/*
+ * The Blob rpc (docs/orchestrator.md "Blobs"): a WorkRequest with `blob`
+ * set, on the work socket, asks for a piece of a blob by hash. Served by
+ * ORCH_BLOB_THREADS threads of its own, off the loop, from
+ * cache_dir/<hash>.npy (written from the store when missing), at most
+ * ORCH_BLOB_CHUNK_MAX bytes per reply, so memory stays bounded whatever
+ * the blob's size. The token is checked on the wire as for any work
+ * request; the hash format and the offset are checked before any file is
+ * named. At most ORCH_BLOB_QUEUE requests wait; more are dropped (the
+ * worker's call times out and it asks again).
+ */
+#define ORCH_BLOB_CHUNK_MAX ((size_t)8 << 20)
+/* The work socket's receive limit (requests carry results, not data). */
+#define ORCH_WORK_MAX_MSG ((size_t)16 << 20)
+#define ORCH_BLOB_THREADS 2
+#define ORCH_BLOB_QUEUE 256
+
+typedef struct orch_blob_server orch_blob_server;
+
+int orch_blob_server_open(
+    orch_blob_server **out, store *s, const char *cache_dir, const char *token);
+/* From the work socket's NNG thread: never blocks; takes call. */
+void orch_blob_server_post(orch_blob_server *bs, bus_call *call);
+/* Joins the threads and drops waiting calls (before the work socket
+ * closes); close also frees. */
+void orch_blob_server_stop(orch_blob_server *bs);
+void orch_blob_server_close(orch_blob_server *bs);
 
 #endif

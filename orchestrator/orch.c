@@ -24,6 +24,7 @@
 #include "kc_err.h"
 #include "kc_log.h"
 #include "kc_util.h"
+#include "api.h"
 #include "blobs.h"
 #include "orch_int.h"
 
@@ -1634,6 +1635,17 @@ orch_on_api(void *arg, bus_call *call)
 static void
 orch_on_work(void *arg, bus_call *call)
 {
+	orch *o = arg;
+	const void *data;
+	size_t len;
+
+	/* A Blob request (WorkRequest.blob) is served by the blob threads:
+	 * it asks for no work and must not wait for the loop. */
+	data = bus_call_data(call, &len);
+	if (o->blobsrv != NULL && kc_pb_has_field(data, len, 9)) {
+		orch_blob_server_post(o->blobsrv, call);
+		return;
+	}
 	orch_on_call(arg, call, ORCH_MSG_WORK);
 }
 
@@ -1677,11 +1689,22 @@ orch_open(orch **out, const orch_options *opt)
 	store_batch_free(o->batch);
 	o->batch = NULL;
 	o->staged = 0;
+	{
+		char blobs[KC_PATH_MAX];
+		snprintf(blobs, sizeof(blobs), "%s/blobs", opt->cfg.run_dir);
+		if ((rv = orch_blob_server_open(
+		         &o->blobsrv, o->db, blobs, opt->cfg.token)) != 0)
+			goto fail;
+	}
 	/* Listen last: a worker's request is only taken once every task is
 	 * loaded. */
 	if ((rv = bus_pub_open(&o->pub, opt->cfg.events_url)) != 0 ||
-	    (rv = bus_server_open(
-	         &o->work, opt->cfg.work_url, 512, 0, orch_on_work, o)) != 0 ||
+	    /* Work requests are results and Blob requests, never tensors
+	     * (blobs travel from kclawd in chunks): a smaller limit keeps
+	     * what unproven connections may make NNG buffer at 4 x 16 MiB
+	     * (bus.h). */
+	    (rv = bus_server_open(&o->work, opt->cfg.work_url, 512,
+	         ORCH_WORK_MAX_MSG, orch_on_work, o)) != 0 ||
 	    (rv = bus_server_open(&o->api, opt->cfg.api_url, 64, 64u << 20,
 	         orch_on_api, o)) != 0)
 		goto fail;
@@ -2000,9 +2023,13 @@ orch_close(orch *o)
 		return;
 	/* First: the importer posts inputs and reads the store. */
 	orch_import_close(o);
+	/* The blob threads hold calls of the work socket: they stop first. */
+	orch_blob_server_stop(o->blobsrv);
 	bus_server_close(o->api);
 	bus_server_close(o->work);
 	o->api = o->work = NULL;
+	orch_blob_server_close(o->blobsrv);
+	o->blobsrv = NULL;
 	orch_sched_close(o);
 	bus_pub_close(o->pub);
 	for (m = o->in_head; m; m = next) {

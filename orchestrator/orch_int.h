@@ -170,6 +170,7 @@ struct orch {
 	struct orch_task **to_import; /* imports after the commit */
 	size_t nto_import, capto_import;
 	struct orch_importer *importer;
+	struct orch_blob_server *blobsrv; /* the Blob rpc (blobs.c) */
 
 	uint64_t last_seq;      /* the last event's, maybe not committed yet */
 	uint64_t committed_seq; /* the last event in the store */

@@ -54,19 +54,20 @@ security_config(const kc_config *cfg, cJSON **root)
 	return 0;
 }
 
-/* An http:// address other hosts can reach: anything but a loopback host
- * (127.0.0.0/8, localhost, ::1). The address is parsed as NNG will bind
- * it, so "http://127.0.0.1@0.0.0.0:8470" (user info 127.0.0.1, host
- * 0.0.0.0) is public, and an address that does not parse is too. */
+/* An address other hosts can reach: a network transport whose host is not
+ * a loopback one (127.0.0.0/8, localhost, ::1). The address is parsed as
+ * NNG will bind it, so "http://127.0.0.1@0.0.0.0:8470" (user info
+ * 127.0.0.1, host 0.0.0.0) is public, so are a star or an empty host
+ * (every interface), and so is an address that does not parse. */
 static bool
-security_http_public(const char *url)
+security_addr_public(const char *url)
 {
 	struct in_addr a4;
 	struct in6_addr a6;
 	nng_url *u;
 	bool public = true;
 
-	if (url[0] == '\0')
+	if (url[0] == '\0' || !security_is_network(url))
 		return false;
 	if (nng_url_parse(&u, url) != 0)
 		return true;
@@ -103,9 +104,16 @@ orch_security_check(const kc_config *cfg)
 		url = NULL;
 	/* The dashboard answers reads (specs, kernel sources, events)
 	 * without a token. */
-	if (url == NULL && security_http_public(cfg->http_url)) {
+	if (url == NULL && security_addr_public(cfg->http_url)) {
 		what = "dashboard (http_url)";
 		url = cfg->http_url;
+	}
+	/* The events socket cannot ask for the token (NNG's PUB never reads
+	 * from a subscriber): other hosts may reach it only where the
+	 * deployment says its network is closed to strangers. */
+	if (url == NULL && security_addr_public(cfg->events_url)) {
+		what = "events";
+		url = cfg->events_url;
 	}
 	if (url == NULL)
 		return 0;
@@ -114,9 +122,33 @@ orch_security_check(const kc_config *cfg)
 	insecure = (env != NULL && strcmp(env, "1") == 0) ||
 	    cJSON_IsTrue(
 	        cJSON_GetObjectItemCaseSensitive(root, "insecure_tcp"));
+	if (url == cfg->events_url &&
+	    ((getenv("KCLAW_EVENTS_PUBLIC") &&
+	         strcmp(getenv("KCLAW_EVENTS_PUBLIC"), "1") == 0) ||
+	        cJSON_IsTrue(
+	            cJSON_GetObjectItemCaseSensitive(root, "events_public"))))
+		insecure = true;
 	cJSON_Delete(root);
 	if (insecure)
 		return 0;
+	if (url == cfg->events_url)
+		return kc_seterr(KC_EPERM,
+		    "refusing to start: the events address %s can be reached "
+		    "from other hosts, and the events socket cannot ask for "
+		    "the "
+		    "token (NNG's PUB never reads from a subscriber), so "
+		    "anyone "
+		    "who connects would read every task's events. Keep it on "
+		    "ipc:// (the default) or tcp://127.0.0.1:PORT; workers on "
+		    "other hosts need no events (a cancellation then waits for "
+		    "the job's deadline), and `kclaw watch` or the API's "
+		    "Events "
+		    "method read the event log with the token. Where the "
+		    "network is closed to strangers (a Kubernetes "
+		    "NetworkPolicy, "
+		    "a WireGuard mesh), set \"events_public\": true in %s or "
+		    "KCLAW_EVENTS_PUBLIC=1 (docs/security.md)",
+		    url, cfg->config_path);
 	if (url == cfg->http_url)
 		return kc_seterr(KC_EPERM,
 		    "refusing to start: the dashboard address %s can be "

@@ -9,7 +9,7 @@ SUDO=""
 
 PKGS="build-essential cmake pkg-config clang clang-format libnng-dev \
 libprotobuf-c-dev protobuf-c-compiler librocksdb-dev libcurl4-openssl-dev \
-libcjson-dev python3 procps"
+libcjson-dev python3 procps iproute2"
 # Optional: only the dashboard's browser test needs it (skipped without).
 OPT_PKGS="chromium"
 

@@ -453,6 +453,31 @@ test_tcp_start(void)
 	KT_OK(orch_security_check(&cfg));
 	kc_strlcpy(cfg.http_url, "http://localhost:8470", sizeof(cfg.http_url));
 	KT_OK(orch_security_check(&cfg));
+	/* The events socket cannot ask for the token: loopback only, unless
+	 * the deployment says its network is closed. */
+	kc_strlcpy(cfg.token, "t", sizeof(cfg.token));
+	kc_strlcpy(
+	    cfg.events_url, "tcp://0.0.0.0:8462", sizeof(cfg.events_url));
+	KT_EQ_INT(orch_security_check(&cfg), KC_EPERM);
+	KT_CONTAINS(kc_lasterr(), "events address");
+	KT_CONTAINS(kc_lasterr(), "events_public");
+	kc_strlcpy(cfg.events_url, "tcp://127.0.0.1@0.0.0.0:8462",
+	    sizeof(cfg.events_url));
+	KT_EQ_INT(orch_security_check(&cfg), KC_EPERM);
+	kc_strlcpy(cfg.events_url, "tcp://*:8462", sizeof(cfg.events_url));
+	KT_EQ_INT(orch_security_check(&cfg), KC_EPERM);
+	setenv("KCLAW_EVENTS_PUBLIC", "1", 1);
+	KT_OK(orch_security_check(&cfg));
+	unsetenv("KCLAW_EVENTS_PUBLIC");
+	KT_OK(kc_write_file(path, "{\"events_public\": true}", 23));
+	KT_OK(orch_security_check(&cfg));
+	KT_OK(kc_write_file(path, "{}", 2));
+	kc_strlcpy(
+	    cfg.events_url, "tcp://127.0.0.1:8462", sizeof(cfg.events_url));
+	KT_OK(orch_security_check(&cfg));
+	snprintf(cfg.events_url, sizeof(cfg.events_url), "ipc://%s/events.ipc",
+	    cfg.run_dir);
+	cfg.token[0] = '\0';
 
 	/* The daemon: exits 1 at once, saying why. */
 	kclawd = h_kclawd();
