@@ -258,6 +258,58 @@ agent_render_tensors(const Kclaw__TaskSpec *t, kc_str *s, kc_str *names)
 	return rv;
 }
 
+/* A device.* metric of the result, or 0. */
+static double
+agent_device_metric(const Kclaw__EvalResult *e, const char *name)
+{
+	for (size_t i = 0; i < e->n_metrics; i++)
+		if (e->metrics[i]->name &&
+		    strcmp(e->metrics[i]->name, name) == 0)
+			return e->metrics[i]->value;
+	return 0;
+}
+
+/* The GPU: its name and architecture, and what the sandbox measured and
+ * read of it (device.* metrics): SMs, memory, bandwidth, L2, shared
+ * memory, registers, the arithmetic peak. */
+static int
+agent_render_device(const Kclaw__EvalResult *e, kc_str *s)
+{
+	double sms = agent_device_metric(e, "device.sm_count");
+	double bw = agent_device_metric(e, "device.bandwidth_gbs");
+	double l2 = agent_device_metric(e, "device.l2_bytes");
+	double shb = agent_device_metric(e, "device.shared_per_block_optin");
+	double shsm = agent_device_metric(e, "device.shared_per_sm");
+	double regs = agent_device_metric(e, "device.registers_per_sm");
+	double thr = agent_device_metric(e, "device.max_threads_per_sm");
+	double mem = agent_device_metric(e, "device.memory_bytes");
+	double peak = agent_device_metric(e, "device.peak_tflops");
+	int rv = kc_str_printf(
+	    s, "device: %s (%s)", e->device_name, e->arch ? e->arch : "");
+
+	if (rv == 0 && sms > 0)
+		rv = kc_str_printf(s, ", %.0f SMs", sms);
+	if (rv == 0 && mem > 0)
+		rv = kc_str_printf(s, ", %.0f GiB memory", mem / (1 << 30));
+	if (rv == 0 && bw > 0)
+		rv =
+		    kc_str_printf(s, ", %.0f GB/s measured copy bandwidth", bw);
+	if (rv == 0 && l2 > 0)
+		rv = kc_str_printf(s, ", L2 %.0f MiB", l2 / (1 << 20));
+	if (rv == 0 && shb > 0)
+		rv = kc_str_printf(s,
+		    ", shared memory %.0f KiB per block (opt-in) and %.0f KiB "
+		    "per SM",
+		    shb / 1024, shsm / 1024);
+	if (rv == 0 && regs > 0)
+		rv = kc_str_printf(
+		    s, ", %.0f registers and %.0f threads per SM", regs, thr);
+	if (rv == 0 && peak > 0)
+		rv = kc_str_printf(
+		    s, ", arithmetic peak about %.0f TFLOP/s", peak);
+	return rv == 0 ? kc_str_append(s, "\n") : rv;
+}
+
 static int
 agent_render_timing(const char *what, const Kclaw__Timing *t, kc_str *s)
 {
@@ -311,8 +363,7 @@ agent_render_eval(const Kclaw__EvalResult *e, kc_str *s)
 	for (i = 0; rv == 0 && i < e->n_warnings; i++)
 		rv = kc_str_printf(s, "warning: %s\n", e->warnings[i]);
 	if (rv == 0 && e->device_name && e->device_name[0])
-		rv = kc_str_printf(s, "device: %s (%s)\n", e->device_name,
-		    e->arch ? e->arch : "");
+		rv = agent_render_device(e, s);
 	for (i = 0; rv == 0 && i < e->n_kernels; i++) {
 		const Kclaw__KernelResources *k = e->kernels[i];
 		rv = kc_str_printf(s,
@@ -336,9 +387,11 @@ agent_render_eval(const Kclaw__EvalResult *e, kc_str *s)
 		    m->note && m->note[0] ? "; " : "", m->note ? m->note : "");
 	}
 	for (i = 0; rv == 0 && i < e->n_metrics; i++)
-		rv =
-		    kc_str_printf(s, "metric %s = %g %s\n", e->metrics[i]->name,
-		        e->metrics[i]->value, e->metrics[i]->unit);
+		if (e->metrics[i]->name == NULL ||
+		    strncmp(e->metrics[i]->name, "device.", 7) != 0)
+			rv = kc_str_printf(s, "metric %s = %g %s\n",
+			    e->metrics[i]->name, e->metrics[i]->value,
+			    e->metrics[i]->unit);
 	for (i = 0; rv == 0 && i < e->n_activities; i++)
 		rv = kc_str_printf(s, "profiled %s: %.2f us\n",
 		    e->activities[i]->kernel, e->activities[i]->duration_us);

@@ -11,6 +11,7 @@
  *    of the next (tiny) evaluation, which the spare child takes at once.
  *
  *   kclaw-sandbox-bench [--elements N] [--runs R] [--home DIR]
+ *                       [--iterations N]   (default: adaptive timing)
  */
 #include <math.h>
 #include <stdio.h>
@@ -165,6 +166,7 @@ main(int argc, char **argv)
 {
 	long long n = 64ll << 20;
 	int runs = 5;
+	unsigned iters = 0; /* 0: the sandbox's adaptive timing */
 	sbx_client_opts co = {0};
 	sbx_session *s = NULL;
 	bench_task bt, small;
@@ -180,6 +182,8 @@ main(int argc, char **argv)
 			runs = atoi(argv[i + 1]);
 		else if (strcmp(argv[i], "--home") == 0)
 			co.home = argv[i + 1];
+		else if (strcmp(argv[i], "--iterations") == 0)
+			iters = (unsigned)atoi(argv[i + 1]);
 	}
 	if (runs < 1 || runs > 64 || n < 1024) {
 		fprintf(stderr, "bench: --runs 1..64, --elements >= 1024\n");
@@ -215,6 +219,7 @@ main(int argc, char **argv)
 	o.compile_only = 0;
 
 	/* Overhead: the first full run warms allocations and caches. */
+	o.iterations = iters;
 	for (int i = 0; i <= runs; i++) {
 		double kernels, cruns, rruns;
 		if ((wall = bench_eval(
@@ -253,12 +258,14 @@ main(int argc, char **argv)
 		kclaw__eval_result__free_unpacked(r, NULL);
 	}
 
-	/* Fault to ready. */
+	/* Fault to ready, faults a second and a half apart (the spare child
+	 * that takes over needs about 0.2 s to be ready again). */
 	o.iterations = 1;
 	o.warmup = 1;
 	o.trials = 1;
 	for (int i = 0; i < runs; i++) {
 		uint64_t t0;
+		kc_sleep_ms(1500);
 		if (bench_eval(s, &small.task, bench_fault_src, small_plan, &o,
 		        &r) < 0)
 			return 1;
@@ -283,7 +290,8 @@ main(int argc, char **argv)
 
 	printf("\nsummary (%d runs)\n", runs);
 	printf("compile (cold, NVRTC): %.1f ms; cached: %.1f ms\n", cold, warm);
-	printf("evaluation overhead, %lld elements: median %.1f ms\n", n,
+	printf("evaluation overhead, %lld elements, %s: median %.1f ms\n", n,
+	    iters ? "fixed iterations" : "adaptive timing",
 	    bench_median(over, runs));
 	printf("fault to next result: median %.1f ms; to ready (minus that "
 	       "evaluation's own time): median %.1f ms\n",

@@ -2702,11 +2702,26 @@ static void
 ev_profile(ev *e)
 {
 	Kclaw__EvalResult *res = e->res;
+	gpu *g = e->g;
+	int flush = !(e->req->options && e->req->options->no_l2_flush);
 
+	/* Inputs, a fresh state and the L2 flush as before a timed run, all
+	 * before the activity records start: they list the candidate's
+	 * kernels alone, and their durations compare with the timed runs'
+	 * (an independent measurement of the same kernels). */
+	if ((e->have_ref ? cuda_trial_inputs(e, 0) : ev_set_inputs(e, 0)) !=
+	        0 ||
+	    ev_fresh_state(e, &e->cand) != 0 ||
+	    (flush &&
+	        ev_ok(e,
+	            g->cu.cuMemsetD32Async(
+	                g->flush, 7, g->flush_bytes / 4, g->stream),
+	            EV_INTERNAL, "flushing L2") != 0) ||
+	    ev_ok(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL,
+	        "preparing the profiled run") != 0)
+		return;
 	if (sbx_prof_activity_start() == 0) {
-		if ((e->have_ref ? cuda_trial_inputs(e, 0)
-		                 : ev_set_inputs(e, 0)) == 0)
-			prog_run_sync(e, &e->cand);
+		prog_run_sync(e, &e->cand);
 		sbx_prof_activity_stop(res);
 	}
 	if (*e->fatal || res->status != KCLAW__EVAL_STATUS__OK)
@@ -2888,6 +2903,36 @@ ev_phase(ev *e, const char *name, uint64_t *since)
 
 	sbx_result_add_metric(e->res, name, (double)(now - *since) / 1e6, "ms");
 	*since = now;
+}
+
+/* What the agents are told about the GPU (docs/agents.md "Context"): its
+ * size and ceilings, as device.* metrics on every result. */
+static void
+gpu_device_metrics(gpu *g, Kclaw__EvalResult *res)
+{
+	size_t mem = 0, avail = 0;
+
+	g->cu.cuMemGetInfo(&avail, &mem);
+	sbx_result_add_metric(res, "device.sm_count", g->sms, "SMs");
+	sbx_result_add_metric(res, "device.l2_bytes", g->l2_bytes, "bytes");
+	sbx_result_add_metric(res, "device.shared_per_block_optin",
+	    g->lim.max_shared_optin, "bytes");
+	sbx_result_add_metric(res, "device.shared_per_sm",
+	    gpu_attr(
+	        g, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR),
+	    "bytes");
+	sbx_result_add_metric(res, "device.registers_per_sm",
+	    gpu_attr(g, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR),
+	    "registers");
+	sbx_result_add_metric(
+	    res, "device.max_threads_per_sm", g->max_threads_sm, "threads");
+	sbx_result_add_metric(res, "device.memory_bytes", (double)mem, "bytes");
+	if (g->bw_bytes_per_ms > 0)
+		sbx_result_add_metric(res, "device.bandwidth_gbs",
+		    g->bw_bytes_per_ms / 1e6, "GB/s");
+	if (g->peak_flops_per_ms > 0)
+		sbx_result_add_metric(res, "device.peak_tflops",
+		    g->peak_flops_per_ms / 1e9, "TFLOP/s");
 }
 
 static void
@@ -3104,6 +3149,8 @@ out:
 	ev_free(&e);
 	if (tp != 0)
 		ev_phase(&e, "sandbox.cleanup_ms", &tp);
+	if (g->have_device)
+		gpu_device_metrics(g, res);
 	if (e.cand_runs || e.ref_runs) {
 		sbx_result_add_metric(
 		    res, "sandbox.candidate_runs", e.cand_runs, "runs");

@@ -501,10 +501,12 @@ sbx_super_eval(sbx_super *s, const Kclaw__EvalRequest *req, int timeout_ms,
 		    st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 	}
 restart:
-	/* The spare takes over; without one, start the replacement now, so
-	 * its CUDA start-up overlaps the reply's trip. The next request waits
-	 * for its ready frame (a new spare starts once it is read). */
-	if (super_promote(s) != 0 && super_start(s) != 0)
+	/* The spare takes over and a new spare starts; without one, start
+	 * the replacement now, so its CUDA start-up overlaps the reply's trip
+	 * (the next request waits for its ready frame). */
+	if (super_promote(s) == 0)
+		super_spare_ensure(s);
+	else if (super_start(s) != 0)
 		KC_WARN("cannot start a fresh sandbox child: %s", kc_lasterr());
 done:
 	if (r->device_name == NULL || r->device_name[0] == '\0')

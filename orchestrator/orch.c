@@ -1754,8 +1754,8 @@ orch_flush_replies(orch *o)
 	o->replies_tail = &o->replies;
 }
 
-/* The GPU's SM count for retrieval: what the base's evaluation reports (a
- * metric sm_count), else kclaw.json's; 0: unknown. */
+/* The GPU's SM count for retrieval: what the base's evaluation reports (the
+ * sandbox's metric device.sm_count), else kclaw.json's; 0: unknown. */
 static uint32_t
 orch_sm_count(const orch *o, const Kclaw__CandidateRecord *base)
 {
@@ -1763,7 +1763,8 @@ orch_sm_count(const orch *o, const Kclaw__CandidateRecord *base)
 
 	for (size_t i = 0; e && i < e->n_metrics; i++)
 		if (e->metrics[i]->name &&
-		    strcmp(e->metrics[i]->name, "sm_count") == 0 &&
+		    (strcmp(e->metrics[i]->name, "device.sm_count") == 0 ||
+		        strcmp(e->metrics[i]->name, "sm_count") == 0) &&
 		    e->metrics[i]->value > 0)
 			return (uint32_t)e->metrics[i]->value;
 	return o->opt.sm_count;

@@ -46,13 +46,15 @@ typedef struct {
 	char name[128];   /* the task's name */
 	char state[16];   /* the last state seen */
 	bool final;
-	Kclaw__TaskSpec *spec; /* loaded before the service starts */
-	Kclaw__Budget budget;  /* when the bundle sets none */
+	Kclaw__TaskSpec *spec;   /* loaded before the service starts */
+	Kclaw__Budget budget;    /* when the bundle sets none */
+	Kclaw__FsmParams params; /* likewise */
 } main_task;
 
 typedef struct {
 	char examples[PATH_MAX];
 	char recordings[PATH_MAX];
+	double explore_share; /* the manifest's; -1: none */
 	char home[PATH_MAX];
 	char llm[PATH_MAX + 64]; /* who answers: "recordings DIR", "model M" */
 	char record[PATH_MAX];   /* --record: the recording folder */
@@ -207,6 +209,19 @@ main_read_manifest(main_job *m, const char *path, bool use_rounds)
 	root = cJSON_Parse(text);
 	free(text);
 	tasks = root ? cJSON_GetObjectItem(root, "tasks") : NULL;
+	if (root && use_rounds &&
+	    cJSON_IsNumber(cJSON_GetObjectItem(root, "explore_share"))) {
+		double v =
+		    cJSON_GetObjectItem(root, "explore_share")->valuedouble;
+		if (!(v >= 0 && v <= 1)) {
+			cJSON_Delete(root);
+			return kc_seterr(KC_EINVAL,
+			    "%s: explore_share is %g; give a share of rounds "
+			    "from 0 to 1",
+			    path, v);
+		}
+		m->explore_share = v;
+	}
 	if (!cJSON_IsArray(tasks)) {
 		cJSON_Delete(root);
 		return kc_seterr(KC_EINVAL,
@@ -538,6 +553,20 @@ main_load(main_job *m)
 			}
 			t->spec->budget->rounds = rounds;
 		}
+		/* The manifest's exploration share: the shipped recordings'
+		 * Planner replies were written by hand, not chosen from what
+		 * this GPU's retrieval offers, so every round explores and
+		 * each recorded choice stands (docs/orchestrator.md
+		 * "Screening"); a recording of a live run says nothing and
+		 * replays with the share it ran with. */
+		if (m->explore_share >= 0) {
+			if (t->spec->params == NULL) {
+				kclaw__fsm_params__init(&t->params);
+				t->spec->params = &t->params;
+			}
+			t->spec->params->explore_share =
+			    m->explore_share > 0 ? m->explore_share : -1;
+		}
 		snprintf(t->name, sizeof(t->name), "%s", t->spec->name);
 	}
 	return 0;
@@ -552,6 +581,8 @@ main_unload(main_job *m)
 			continue;
 		if (t->spec->budget == &t->budget)
 			t->spec->budget = NULL;
+		if (t->spec->params == &t->params)
+			t->spec->params = NULL;
 		kclaw__task_spec__free_unpacked(t->spec, NULL);
 		t->spec = NULL;
 	}
@@ -961,6 +992,7 @@ cli_main_job(int argc, char **argv)
 	}
 	memset(&m, 0, sizeof(m));
 	m.progress = stdout;
+	m.explore_share = -1;
 	if ((code = main_parse(&m, argc, argv, &examples, &recordings, names,
 	         &nnames)) != CLI_OK)
 		return code;

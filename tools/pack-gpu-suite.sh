@@ -8,7 +8,8 @@
 #   tools/pack-gpu-suite.sh [OUT_DIR [BUILD_DIR]]
 #
 # Then, on the GPU machine: OUT_DIR/run-gpu-suite.sh [LOG_DIR]
-# (SKIP_GPU_SUITE=1, SKIP_ADV=1, SKIP_BENCH=1 leave a part out).
+# (SKIP_GPU_SUITE=1, SKIP_ADV=1, SKIP_AGREE=1, SKIP_BENCH=1 leave a part
+# out).
 set -eu
 cd "$(dirname "$0")/.."
 out=${1:-.carry/gpu-suite}
@@ -39,6 +40,7 @@ done | sort -u | while read -r lib; do
 done
 
 cp -r examples "$out/examples" 2>/dev/null || true
+cp tests/gpu/timing/timing_agree.py "$out/"
 # The live PyTorch reference's script, where the child looks for it.
 mkdir -p "$out/share/kclaw/torch"
 cp gpu-sandbox/torchref.py "$out/share/kclaw/torch/"
@@ -65,6 +67,11 @@ if [ "${SKIP_ADV:-0}" != 1 ]; then
 	KCLAW_ADV_LOG="$logs/adversarial.jsonl" "$here/bin/sbx_adversarial" \
 		"$here/adversarial" >"$logs/adversarial.log" 2>&1 || rc=1
 	cat "$logs/adversarial.log"
+fi
+if [ "${SKIP_AGREE:-0}" != 1 ]; then
+	KCLAW="$here/bin/kclaw" python3 "$here/timing_agree.py" "$here/examples" \
+		>"$logs/timing-agree.log" 2>&1 || rc=1
+	cat "$logs/timing-agree.log"
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
 	"$here/bin/kclaw-sandbox-bench" --runs "${BENCH_RUNS:-5}" \

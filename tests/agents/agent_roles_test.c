@@ -1083,6 +1083,9 @@ test_job_vars_torch(void)
 	char *warn[1] = {"lower precision than the task's: it uses __half"};
 	int64_t shape[2] = {64, 32};
 	agent_vars vars = {0};
+	Kclaw__Metric m[4] = {KCLAW__METRIC__INIT, KCLAW__METRIC__INIT,
+	    KCLAW__METRIC__INIT, KCLAW__METRIC__INIT};
+	Kclaw__Metric *mp[4] = {&m[0], &m[1], &m[2], &m[3]};
 
 	a.name = "A";
 	a.kind = KCLAW__TENSOR_KIND__INPUT;
@@ -1112,6 +1115,19 @@ test_job_vars_torch(void)
 	ev.n_warnings = 1;
 	ev.compile_speedup = 1.5;
 	ev.torch_compile_ms = 0.2;
+	ev.device_name = "NVIDIA H200";
+	ev.arch = "sm_90a";
+	m[0].name = "device.sm_count";
+	m[0].value = 132;
+	m[1].name = "device.bandwidth_gbs";
+	m[1].value = 4100;
+	m[2].name = "device.l2_bytes";
+	m[2].value = 50 << 20;
+	m[3].name = "sandbox.verify_ms";
+	m[3].value = 12.5;
+	m[3].unit = "ms";
+	ev.metrics = mp;
+	ev.n_metrics = 4;
 	job.job_id = "j1";
 	job.task = &t;
 	job.base_eval = &ev;
@@ -1128,6 +1144,14 @@ test_job_vars_torch(void)
 	KT_CONTAINS(agent_vars_get(&vars, "base_eval"), "relative norm 0.0025");
 	KT_CONTAINS(agent_vars_get(&vars, "base_eval"),
 	    "speedup over torch.compile: 1.500x");
+	/* The GPU's figures on the device line, not as raw metrics. */
+	KT_CONTAINS(agent_vars_get(&vars, "base_eval"),
+	    "device: NVIDIA H200 (sm_90a), 132 SMs, 4100 GB/s measured copy "
+	    "bandwidth, L2 50 MiB");
+	KT_ASSERT(strstr(agent_vars_get(&vars, "base_eval"),
+	              "metric device.") == NULL);
+	KT_CONTAINS(agent_vars_get(&vars, "base_eval"),
+	    "metric sandbox.verify_ms = 12.5 ms");
 	agent_vars_free(&vars);
 }
 

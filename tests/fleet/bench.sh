@@ -54,7 +54,7 @@ left() {
 		python3 -c '
 import json, sys
 t = json.load(sys.stdin)["tasks"]
-print(sum(1 for x in t if x["state"] not in ("DONE", "FAILED", "CANCELLED")))' 2>/dev/null || echo 1
+print(sum(1 for x in t if (x["state"] or "").upper() not in ("DONE", "FAILED", "CANCELLED")))' 2>/dev/null || echo 1
 }
 t0=$(date +%s.%N)
 # Submitted from host b, 8 clients at a time (a CLI run costs ~0.2 s).
@@ -66,7 +66,7 @@ while [ "$(left)" -gt 0 ]; do sleep 0.05; done
 t2=$(date +%s.%N)
 done_n=$(fleet_on b "$BIN/kclaw" --home "$T/b" status --json | python3 -c '
 import json, sys
-print(sum(1 for x in json.load(sys.stdin)["tasks"] if x["state"] == "DONE"))')
+print(sum(1 for x in json.load(sys.stdin)["tasks"] if (x["state"] or "").upper() == "DONE"))')
 python3 -c "
 t0, t1, t2 = $t0, $t1, $t2
 print('tasks: %d of $TASKS DONE with $NSBX sandbox host(s) in %.2f s: %.2f tasks/s (the last submit returned at %.2f s)' % ($done_n, t2 - t0, $done_n / (t2 - t0), t1 - t0))"

@@ -95,7 +95,7 @@ JSON
 # fleet_state HOST HOME ID: the task's state, asked over the network.
 fleet_state() {
 	fleet_on "$1" "$BIN/kclaw" --home "$2" status "$3" --json 2>/dev/null |
-		python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null
+		python3 -c 'import json,sys; print((json.load(sys.stdin)["state"] or "").upper())' 2>/dev/null
 }
 
 # fleet_bundle DIR NAME ELEMS SEED [cuda]: a task bundle whose context

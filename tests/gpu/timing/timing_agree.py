@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Does kclaw's reported kernel time agree with an independent measurement?
+
+For every shipped example's candidates, `kclaw eval --profile --json` gives
+both the timed runs' median (CUDA events around the plan's launches, L2
+flushed before each, docs/plan.md "Timing") and the CUPTI activity records
+of one more run prepared the same way (the kernels' own durations, from the
+profiler). Prints both and their difference per candidate; exits 1 when a
+kernel of at least 10 us differs by more than the limit (default 2 %).
+
+    KCLAW=bin/kclaw python3 timing_agree.py [EXAMPLES_DIR] [--limit PCT]
+
+GPU only (the H200 run in the README); CI has no GPU.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def main(argv):
+    kclaw = os.environ.get("KCLAW", "build/bin/kclaw")
+    limit = 2.0
+    args = list(argv)
+    if "--limit" in args:
+        i = args.index("--limit")
+        limit = float(args[i + 1])
+        del args[i:i + 2]
+    root = args[0] if args else "examples"
+    home = tempfile.mkdtemp(prefix="kclaw-agree-")
+    bad = 0
+    print("%-18s %-5s %11s %11s %7s" % ("task", "cand", "events ms", "CUPTI ms", "diff"))
+    for task in sorted(os.listdir(root)):
+        cdir = os.path.join(root, task, "candidates")
+        if not os.path.isdir(cdir):
+            continue
+        for cand in sorted(os.listdir(cdir)):
+            out = subprocess.run([kclaw, "eval", "--json", "--profile", "--home", home,
+                                  os.path.join(root, task), os.path.join(cdir, cand)],
+                                 capture_output=True, text=True)
+            try:
+                r = json.loads(out.stdout)
+            except ValueError:
+                print("%-18s %-5s no result: %s" % (task, cand, out.stderr.strip()[-200:]))
+                bad = 1
+                continue
+            if (r.get("status") or "").lower() != "ok":
+                print("%-18s %-5s %s: %s" % (task, cand, r.get("status"), (r.get("message") or "")[:120]))
+                bad = 1
+                continue
+            ev = (r.get("timing") or {}).get("median_ms") or 0.0
+            acts = r.get("activities") or []
+            cupti = sum(a.get("duration_us") or 0.0 for a in acts) / 1000.0
+            if ev <= 0 or cupti <= 0:
+                print("%-18s %-5s events %.4f ms, no CUPTI records" % (task, cand, ev))
+                bad = 1
+                continue
+            diff = 100.0 * (ev - cupti) / cupti
+            note = ""
+            if abs(diff) > limit:
+                if cupti >= 0.010:
+                    bad = 1
+                    note = "  OVER %.0f %%" % limit
+                else:
+                    note = "  (under 10 us: launch latency)"
+            print("%-18s %-5s %11.4f %11.4f %+6.2f%%%s (%d kernels)" % (task, cand, ev, cupti, diff, note, len(acts)))
+    return bad
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
