@@ -111,7 +111,7 @@ typedef struct {
 	char arch_override[16];
 	CUmodule helpers;
 	CUfunction gen[9]; /* by Kclaw__DType */
-	CUfunction hash, poison_count, compare;
+	CUfunction hash, poison_count, compare, flush_read;
 	/* acc: the spot checks' sums (2 doubles) and counts (2), then the
 	 * poison count of the timed runs. */
 	CUdeviceptr flush, hash_out, lt_work, acc;
@@ -297,7 +297,9 @@ gpu_load_helpers(gpu *g)
 	    g->cu.cuModuleGetFunction(&g->poison_count, g->helpers,
 	        "kc_poison_count") != CUDA_SUCCESS ||
 	    g->cu.cuModuleGetFunction(&g->compare, g->helpers, "kc_compare") !=
-	        CUDA_SUCCESS)
+	        CUDA_SUCCESS ||
+	    g->cu.cuModuleGetFunction(
+	        &g->flush_read, g->helpers, "kc_flush_read") != CUDA_SUCCESS)
 		return kc_seterr(KC_EINTERNAL, "a helper kernel is missing");
 	return 0;
 }
@@ -432,6 +434,8 @@ gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 	}
 	if ((rv = gpu_load_helpers(g)) != 0)
 		goto nodev;
+	/* Defined contents for the L2 flush to read. */
+	g->cu.cuMemsetD8Async(g->flush, 0x5a, g->flush_bytes, g->stream);
 	/* The ceilings are measured at the first evaluation, not here: a
 	 * spare child starts beside a busy one, and its copies would disturb
 	 * that one's timing (and be slowed by it). */
@@ -2549,6 +2553,23 @@ ev_read_checks(ev *e, unsigned lo, unsigned n)
 	return 0;
 }
 
+/* Enqueues the L2 flush: the flush buffer read (kc_flush_read), so what a
+ * run left in L2 is gone and nothing dirty is left to write back while
+ * the next run is timed. */
+static int
+ev_flush_l2(ev *e)
+{
+	gpu *g = e->g;
+	uint64_t n = g->flush_bytes / 16;
+	CUdeviceptr sink = g->acc + 7 * sizeof(uint64_t);
+	void *params[3] = {&g->flush, &n, &sink};
+
+	return ev_ok(e,
+	    g->cu.cuLaunchKernel(g->flush_read, (unsigned)g->sms * 8, 1, 1, 256,
+	        1, 1, 0, g->stream, params, NULL),
+	    EV_INTERNAL, "flushing L2");
+}
+
 /*
  * Whether n timed runs (sorted) pin the median down: the distribution-free
  * 95 % confidence interval of the median (the order statistics
@@ -2631,11 +2652,7 @@ ev_time(ev *e, const prog *p, int check, Kclaw__Timing **out)
 			if (e->ops->run_inputs(e, k, id) != 0 ||
 			    ev_fresh_state(e, p) != 0)
 				goto fail;
-			if (flush &&
-			    ev_ok(e,
-			        g->cu.cuMemsetD32Async(
-			            g->flush, i, g->flush_bytes / 4, g->stream),
-			        EV_INTERNAL, "flushing L2") != 0)
+			if (flush && ev_flush_l2(e) != 0)
 				goto fail;
 			if (ev_ok(e,
 			        g->cu.cuEventRecord(g->ev[2 * i], g->stream),
@@ -2712,11 +2729,7 @@ ev_profile(ev *e)
 	if ((e->have_ref ? cuda_trial_inputs(e, 0) : ev_set_inputs(e, 0)) !=
 	        0 ||
 	    ev_fresh_state(e, &e->cand) != 0 ||
-	    (flush &&
-	        ev_ok(e,
-	            g->cu.cuMemsetD32Async(
-	                g->flush, 7, g->flush_bytes / 4, g->stream),
-	            EV_INTERNAL, "flushing L2") != 0) ||
+	    (flush && ev_flush_l2(e) != 0) ||
 	    ev_ok(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL,
 	        "preparing the profiled run") != 0)
 		return;

@@ -106,6 +106,17 @@ const char sbx_helpers_cu[] =
     " o);\n"
     "  if ((threadIdx.x & 31) == 0) atomicAdd(out, acc);\n"
     "}\n"
+    /* The L2 flush: reading a buffer twice the L2's size evicts what a
+     * run left there, and unlike a memset it leaves no dirty lines whose
+     * write-back would land inside the next timed interval. */
+    "extern \"C\" __global__ void kc_flush_read(const ulonglong2 *p, u64 n,"
+    " u64 *sink) {\n"
+    "  u64 acc = 0;\n"
+    "  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n;"
+    " i += (u64)gridDim.x * blockDim.x) { ulonglong2 v = p[i];"
+    " acc ^= v.x + v.y; }\n"
+    "  if (acc == 0x9e3779b97f4a7c15ull) *sink = acc;\n"
+    "}\n"
     /* Elements still all-ones bytes (the poison) in a float output. */
     "extern \"C\" __global__ void kc_poison_count(const void *p, u64 n,"
     " int esz, u64 *out) {\n"

@@ -46,7 +46,7 @@ def main(argv):
                 bad = 1
                 continue
             if (r.get("status") or "").lower() != "ok":
-                print("%-18s %-5s %s: %s" % (task, cand, r.get("status"), (r.get("message") or "")[:120]))
+                print("%-18s %-5s %s: %s" % (task, cand, r.get("status"), r.get("message") or ""))
                 bad = 1
                 continue
             ev = (r.get("timing") or {}).get("median_ms") or 0.0
