@@ -10,11 +10,42 @@
 
 #include "kc_err.h"
 #include "kc_log.h"
+#include "kc_util.h"
 #include "sandbox.h"
 #include "tunables.h"
 
 /* Exit code of a child that reported a fault (its context is lost). */
 #define CHILD_EXIT_FAULT 3
+
+/*
+ * Before a sweep's configurations are evaluated one by one, their sources
+ * compiled in parallel into the compile cache (the backend's precompile),
+ * so that each evaluation finds its compile there; what does not compile
+ * is reported by its own evaluation. Off with
+ * KCLAW_SANDBOX_PARALLEL_COMPILE=0. Returns how many compiled, or -1 when
+ * nothing was done.
+ */
+static int
+child_precompile(const sbx_backend *be, void *state,
+    const Kclaw__EvalRequest *req, const kc_tune_config *cfg, size_t n,
+    unsigned *threads)
+{
+	const char *env = getenv("KCLAW_SANDBOX_PARALLEL_COMPILE");
+	const char **sources;
+	int rv;
+
+	*threads = 0;
+	if (be->precompile == NULL || n < 2 ||
+	    (env != NULL && strcmp(env, "0") == 0))
+		return -1;
+	if ((sources = malloc(n * sizeof(*sources))) == NULL)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		sources[i] = cfg[i].source;
+	rv = be->precompile(state, req, sources, n, threads);
+	free(sources);
+	return rv;
+}
 
 /*
  * A candidate with tunables (tunables.h): every configuration evaluated in
@@ -35,7 +66,10 @@ child_tune(const sbx_backend *be, void *state, const Kclaw__EvalRequest *req,
 	Kclaw__Candidate c;
 	int compile_only = req->options && req->options->compile_only;
 	size_t done = 0;
-	int rv;
+	unsigned threads = 0;
+	uint64_t t0;
+	double pre_ms;
+	int rv, pre;
 
 	if (req->candidate == NULL)
 		return 1;
@@ -57,6 +91,9 @@ child_tune(const sbx_backend *be, void *state, const Kclaw__EvalRequest *req,
 		    *res, KCLAW__EVAL_STATUS__INTERNAL_ERROR, "out of memory");
 		return 0;
 	}
+	t0 = kc_mono_ns();
+	pre = child_precompile(be, state, req, cfg, n, &threads);
+	pre_ms = (double)(kc_mono_ns() - t0) / 1e6;
 	for (size_t i = 0; i < n && !*fatal; i++, done++) {
 		c = *req->candidate;
 		c.source = cfg[i].source;
@@ -106,7 +143,16 @@ child_tune(const sbx_backend *be, void *state, const Kclaw__EvalRequest *req,
 		tp->status = e->status;
 		tp->median_ms = e->timing ? e->timing->median_ms : 0;
 		tp->message = strdup(e->message ? e->message : "");
+		tp->compile_cached = e->compile_cached;
 		(*res)->tuning[(*res)->n_tuning++] = tp;
+	}
+	if (pre >= 0) {
+		sbx_result_add_metric(
+		    *res, "sandbox.precompiled", pre, "configurations");
+		sbx_result_add_metric(
+		    *res, "sandbox.precompile_threads", threads, "threads");
+		sbx_result_add_metric(
+		    *res, "sandbox.precompile_ms", pre_ms, "ms");
 	}
 	sbx_result_set(&(*res)->tuned_config, "%s", cfg[best].config);
 	sbx_result_set(&(*res)->tuned_source, "%s", cfg[best].source);

@@ -4,6 +4,7 @@
 #include "compile.h"
 
 #include <nvrtc.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -549,4 +550,82 @@ sbx_compiled_free(sbx_compiled *c)
 	free(c->sigs);
 	free(c->info);
 	memset(c, 0, sizeof(*c));
+}
+
+/* ---- parallel compiles (tunable sweeps) ---- */
+
+typedef struct {
+	const char *const *sources;
+	size_t n;
+	const char *arch;
+	const char *cache_dir;
+	pthread_mutex_t mu;
+	size_t next; /* the next source to take (under mu) */
+	size_t ok;   /* how many compiled (under mu) */
+} compile_pool;
+
+static void *
+compile_worker(void *arg)
+{
+	compile_pool *p = arg;
+
+	for (;;) {
+		sbx_compiled c;
+		size_t i;
+		int rv;
+
+		pthread_mutex_lock(&p->mu);
+		i = p->next < p->n ? p->next++ : p->n;
+		pthread_mutex_unlock(&p->mu);
+		if (i == p->n)
+			return NULL;
+		rv = sbx_compile(p->sources[i], p->arch, p->cache_dir, &c);
+		sbx_compiled_free(&c);
+		if (rv == 0) {
+			pthread_mutex_lock(&p->mu);
+			p->ok++;
+			pthread_mutex_unlock(&p->mu);
+		}
+	}
+}
+
+size_t
+sbx_compile_many(const char *const *sources, size_t n, const char *arch,
+    const char *cache_dir, unsigned *threads)
+{
+	compile_pool p = {
+	    .sources = sources, .n = n, .arch = arch, .cache_dir = cache_dir};
+	pthread_t tid[SBX_COMPILE_MAX_THREADS];
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t want = n, started = 0;
+
+	if (threads != NULL)
+		*threads = 0;
+	if (n == 0 || cache_dir == NULL)
+		return 0;
+	if (cpus < 1)
+		cpus = 1;
+	if (want > (size_t)cpus)
+		want = (size_t)cpus;
+	if (want > SBX_COMPILE_MAX_THREADS)
+		want = SBX_COMPILE_MAX_THREADS;
+	/* Its first call fills a static buffer: not from several threads. */
+	(void)sbx_cuda_include_dir();
+	/* One folder for all the writers (kc_mkdirs tolerates a race, but
+	 * once is enough). */
+	(void)kc_mkdirs(cache_dir, 0700);
+	pthread_mutex_init(&p.mu, NULL);
+	/* This thread is one of the workers; a thread that cannot start
+	 * only means fewer of them. */
+	for (size_t t = 1; t < want; t++)
+		if (pthread_create(&tid[started], NULL, compile_worker, &p) ==
+		    0)
+			started++;
+	compile_worker(&p);
+	for (size_t t = 0; t < started; t++)
+		pthread_join(tid[t], NULL);
+	pthread_mutex_destroy(&p.mu);
+	if (threads != NULL)
+		*threads = (unsigned)(started + 1);
+	return p.ok;
 }

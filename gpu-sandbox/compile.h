@@ -45,6 +45,22 @@ int sbx_compile(const char *source, const char *arch, const char *cache_dir,
     sbx_compiled *out);
 void sbx_compiled_free(sbx_compiled *c);
 
+/* At most this many compile threads for sbx_compile_many. */
+#define SBX_COMPILE_MAX_THREADS 8
+
+/*
+ * Compiles sources[0..n) for arch into cache_dir (not NULL), in parallel:
+ * min(n, online CPUs, SBX_COMPILE_MAX_THREADS) threads, each running
+ * sbx_compile on the next source (NVRTC is thread-safe for separate
+ * programs; every cache file is written under a temporary name of its own
+ * and renamed). It only warms the cache: the results are dropped, and a
+ * source that does not compile is left for its own sbx_compile to report.
+ * Returns how many compiled (or were already cached); *threads (may be
+ * NULL) gets the number of threads used.
+ */
+size_t sbx_compile_many(const char *const *sources, size_t n, const char *arch,
+    const char *cache_dir, unsigned *threads);
+
 /*
  * Refuses a source whose #include is not a literal <name> of the toolkit's
  * headers (KC_EINVAL, why says which line and what to do), so that a

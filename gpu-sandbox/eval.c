@@ -3173,9 +3173,32 @@ out:
 	res->wall_ms = (double)(kc_mono_ns() - t0) / 1e6;
 }
 
+/*
+ * A tunable sweep's sources compiled in parallel into the cache before its
+ * configurations are evaluated one by one (sbx_backend.precompile), for
+ * the architecture gpu_evaluate would choose.
+ */
+static int
+gpu_precompile(void *state, const Kclaw__EvalRequest *req,
+    const char *const *sources, size_t n, unsigned *threads)
+{
+	gpu *g = state;
+	const Kclaw__EvalOptions *o = req->options;
+	const char *arch = o != NULL && o->arch != NULL && o->arch[0] ? o->arch
+	    : g->arch_override[0] ? g->arch_override
+	    : g->have_device      ? g->arch
+	                          : NULL;
+
+	*threads = 0;
+	if (arch == NULL || g->cache_dir[0] == '\0')
+		return -1;
+	return (int)sbx_compile_many(sources, n, arch, g->cache_dir, threads);
+}
+
 const sbx_backend sbx_cuda_backend = {
     .name = "cuda",
     .init = gpu_init,
     .evaluate = gpu_evaluate,
+    .precompile = gpu_precompile,
     .fini = gpu_fini,
 };

@@ -79,6 +79,17 @@ typedef struct sbx_backend {
 	 */
 	void (*evaluate)(void *state, const Kclaw__EvalRequest *req,
 	    Kclaw__EvalResult *res, int *fatal);
+	/*
+	 * Optional (NULL: none). Compiles sources[0..n), the candidate
+	 * sources of one request's configurations (a tunable sweep), ahead of
+	 * their evaluations and in parallel, into the compile cache, so that
+	 * each evaluation finds its compile there. It only warms the cache:
+	 * a source that does not compile is reported by its own evaluation.
+	 * Returns how many compiled, or -1 when it did nothing (no cache
+	 * folder, no architecture); *threads gets the threads it used.
+	 */
+	int (*precompile)(void *state, const Kclaw__EvalRequest *req,
+	    const char *const *sources, size_t n, unsigned *threads);
 	void (*fini)(void *state);
 } sbx_backend;
 
