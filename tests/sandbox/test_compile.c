@@ -160,9 +160,62 @@ test_include_escapes_are_refused(void)
 	rmdir(dir);
 }
 
+/*
+ * A tunable sweep's compiles in parallel (sbx_compile_many): every source
+ * that compiles lands in the cache, complete (no temporary file left), so
+ * its own sbx_compile afterwards is a cache hit; one that does not compile
+ * is not counted and still fails on its own, with its log.
+ */
+static void
+test_compile_many_warms_the_cache(void)
+{
+	enum { N = 6 };
+	char dir[] = "/tmp/kc-many-XXXXXX", src[N][256], cmd[128];
+	const char *srcs[N];
+	unsigned threads = 99;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	sbx_compiled c;
+
+	KT_ASSERT(mkdtemp(dir) != NULL);
+	for (int i = 0; i < N; i++) {
+		snprintf(src[i], sizeof(src[i]),
+		    "#define K %d\nextern \"C\" __global__ void k(float *y) "
+		    "{ y[threadIdx.x] = K * %s; }\n",
+		    i, i == 3 ? "undeclared_3" : "2.f");
+		srcs[i] = src[i];
+	}
+	KT_EQ_INT(sbx_compile_many(srcs, N, "sm_90", dir, &threads), N - 1);
+	KT_ASSERT(threads >= 1 && threads <= SBX_COMPILE_MAX_THREADS);
+	KT_ASSERT(threads <= (unsigned)(cpus < N ? cpus : N));
+	if (cpus >= 2)
+		KT_ASSERT(threads >= 2);
+	for (int i = 0; i < N; i++) {
+		int rv = sbx_compile(srcs[i], "sm_90", dir, &c);
+		if (i == 3) {
+			KT_EQ_INT(rv, KC_EINVAL);
+			KT_EQ_INT(c.cached, 0);
+			KT_CONTAINS(c.log, "undeclared_3");
+		} else {
+			KT_OK(rv);
+			KT_EQ_INT(c.cached, 1);
+			KT_EQ_INT(c.nsigs, 1);
+		}
+		sbx_compiled_free(&c);
+	}
+	/* Every writer renamed its temporary file into place. */
+	snprintf(cmd, sizeof(cmd), "ls %s | grep -q tmp", dir);
+	KT_ASSERT(system(cmd) != 0);
+	/* No cache folder: nothing to warm. */
+	KT_EQ_INT(sbx_compile_many(srcs, N, "sm_90", NULL, &threads), 0);
+	KT_EQ_INT(threads, 0);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	KT_EQ_INT(system(cmd), 0);
+}
+
 int
 main(void)
 {
+	KT_RUN(test_compile_many_warms_the_cache);
 	KT_RUN(test_compiles_for_sm90_without_gpu);
 	KT_RUN(test_compile_error_keeps_the_log);
 	KT_RUN(test_include_escapes_are_refused);
