@@ -95,7 +95,8 @@ orch_options_json(orch_options *opt, const char *path)
 	    {"wall_seconds", 0, 1e9}, {"target_speedup", 0, 1e6},
 	    {"profile", 0, 1}, {"max_duplicates", 0, 1000},
 	    {"retry_backoff_ms", 0, 36e5}, {"retry_backoff_max_ms", 0, 36e5},
-	    {"sm_count", 0, 1e5}, {"explore_share", 0, 1}, {"sol_stop", 0, 1}};
+	    {"sm_count", 0, 1e5}, {"explore_share", 0, 1}, {"sol_stop", 0, 1},
+	    {"reference_check", 0, 1}};
 	double v[KC_ARRAY_LEN(keys)];
 	const cJSON *obj;
 	cJSON *root;
@@ -132,6 +133,7 @@ orch_options_json(orch_options *opt, const char *path)
 	v[17] = opt->sm_count;
 	v[18] = opt->defaults.explore_share;
 	v[19] = opt->defaults.sol_stop;
+	v[20] = opt->reference_check;
 	for (size_t i = 0; i < KC_ARRAY_LEN(keys); i++)
 		if (!orch_json_num(
 		        obj, keys[i].key, keys[i].lo, keys[i].hi, &v[i])) {
@@ -164,6 +166,7 @@ orch_options_json(orch_options *opt, const char *path)
 	opt->sm_count = (uint32_t)v[17];
 	opt->defaults.explore_share = v[18];
 	opt->defaults.sol_stop = v[19];
+	opt->reference_check = (uint32_t)v[20];
 	rv = orch_options_role_timeouts(opt, obj, path);
 out:
 	cJSON_Delete(root);
@@ -196,6 +199,7 @@ orch_options_load(orch_options *opt, const kc_config *cfg)
 	opt->poll_ms = 5000;
 	opt->render_bytes = 6000;
 	opt->profile = 1;
+	opt->reference_check = 1;
 	opt->memory = orch_memory_kc() ? orch_memory_kc() : orch_memory_basic();
 	return orch_options_json(opt, cfg->config_path);
 }
@@ -562,6 +566,8 @@ orch_task_record(orch *o, const struct orch_task *t, Kclaw__TaskRecord *rec,
 	rec->state_detail = strdup(t->detail ? t->detail : "");
 	rec->max_rounds = t->fsm.p.max_rounds;
 	rec->token_budget = t->fsm.p.token_budget;
+	/* Borrowed: orch_task_record_free leaves it to the task. */
+	rec->reference_check = t->refcheck;
 	if (orch_usage_record(t, rec) != 0)
 		return KC_ENOMEM;
 	rec->created_unix_ms = t->created_ms;
@@ -656,6 +662,206 @@ orch_task_usage(orch *o, struct orch_task *t, const Kclaw__AgentReply *r)
 	if (orch_task_put(o, t, NULL) != 0)
 		KC_ERROR(
 		    "task %s: usage not recorded: %s", t->id, kc_lasterr());
+}
+
+/* ----------------------------------------------------- reference check */
+
+/*
+ * Job 0 of every task (docs/orchestrator.md "The reference check"): the
+ * reference alone, evaluated once when the task starts seeding, beside the
+ * Generator jobs. Its answer is stored with the task and published; the
+ * state machine never sees it, so rounds, job numbers and every decision
+ * are what they were without it, and its failure fails nothing.
+ */
+
+/* rc (strings borrowed) as an unpacked copy the task owns. */
+static Kclaw__ReferenceCheck *
+orch_refcheck_copy(const Kclaw__ReferenceCheck *rc)
+{
+	Kclaw__ReferenceCheck *out;
+	uint8_t *buf;
+	size_t len;
+
+	if (kc_pb_pack(&rc->base, &buf, &len) != 0)
+		return NULL;
+	out = kclaw__reference_check__unpack(NULL, len, buf);
+	free(buf);
+	return out;
+}
+
+static void
+orch_refcheck_set(struct orch_task *t, Kclaw__ReferenceCheck *rc)
+{
+	if (t->refcheck)
+		kclaw__reference_check__free_unpacked(t->refcheck, NULL);
+	t->refcheck = rc;
+}
+
+/* Queues the reference check (after the commit, with the transition that
+ * starts the seeding) and marks it pending. */
+static int
+orch_refcheck_schedule(orch *o, struct orch_task *t)
+{
+	orch_action a = {.kind = ORCH_ACT_EVAL,
+	    .role = KCLAW__ROLE__SANDBOX,
+	    .job = ORCH_REFCHECK_JOB};
+	Kclaw__ReferenceCheck rc = KCLAW__REFERENCE_CHECK__INIT, *copy;
+	int rv;
+
+	rc.state = KCLAW__REFERENCE_CHECK_STATE__CHECK_PENDING;
+	if ((copy = orch_refcheck_copy(&rc)) == NULL)
+		return KC_ENOMEM;
+	if ((rv = orch_job_new(o, t, &a, true)) != 0) {
+		kclaw__reference_check__free_unpacked(copy, NULL);
+		return rv;
+	}
+	orch_refcheck_set(t, copy);
+	return 0;
+}
+
+/* What the task's tolerance admits, as the sandbox judges degenerate
+ * outputs (gpu-sandbox/integrity.c sbx_output_degenerate): the larger of
+ * rtol and max_rel_norm, 1e-5 without either. */
+static double
+orch_tolerance_admits(const Kclaw__TaskSpec *spec)
+{
+	double lim = 1e-5;
+
+	if (spec && spec->tolerance) {
+		lim = spec->tolerance->rtol;
+		if (spec->tolerance->max_rel_norm > lim)
+			lim = spec->tolerance->max_rel_norm;
+	}
+	return lim > 0 ? lim : 1e-5;
+}
+
+/* Output name's own variation, from the sandbox's warning about it ("output
+ * 'y' changes by only 3e-09 ..."), else the smallest over the outputs. */
+static double
+orch_warned_variation(const Kclaw__EvalResult *r, const char *name)
+{
+	char pat[192];
+	size_t n;
+
+	n = (size_t)snprintf(
+	    pat, sizeof(pat), "output '%s' changes by only ", name);
+	for (size_t i = 0; n < sizeof(pat) && i < r->n_warnings; i++) {
+		const char *p =
+		    r->warnings[i] ? strstr(r->warnings[i], pat) : NULL;
+		char *end;
+		double v;
+		if (p == NULL)
+			continue;
+		v = strtod(p + n, &end);
+		if (end != p + n)
+			return v;
+	}
+	return r->output_variation;
+}
+
+void
+orch_refcheck_done(
+    orch *o, struct orch_task *t, const Kclaw__EvalResult *r, const char *why)
+{
+	Kclaw__ReferenceCheck rc = KCLAW__REFERENCE_CHECK__INIT, *copy;
+	Kclaw__DegenerateOutput *dv = NULL, **dp = NULL;
+	Kclaw__TaskSpec *spec = NULL;
+	Kclaw__Event *ev;
+	kc_str text = {0};
+	char jid[64];
+
+	if (r) {
+		rc.state = r->status == KCLAW__EVAL_STATUS__OK
+		    ? KCLAW__REFERENCE_CHECK_STATE__CHECK_DONE
+		    : KCLAW__REFERENCE_CHECK_STATE__CHECK_FAILED;
+		rc.status = r->status;
+		rc.message = r->message ? r->message : "";
+		rc.output_variation = r->output_variation;
+		rc.warnings = r->warnings;
+		rc.n_warnings = r->n_warnings;
+		rc.reference_ms = r->reference_ms > 0 ? r->reference_ms
+		    : r->baseline                     ? r->baseline->median_ms
+		                                      : 0;
+		rc.torch_compile_ms = r->torch_compile_ms;
+		rc.device_name = r->device_name ? r->device_name : "";
+	} else {
+		rc.state = KCLAW__REFERENCE_CHECK_STATE__CHECK_FAILED;
+		rc.status = KCLAW__EVAL_STATUS__INTERNAL_ERROR;
+		rc.message = (char *)(why ? why : "");
+	}
+	if (r && r->n_degenerate > 0 &&
+	    (dv = calloc(r->n_degenerate, sizeof(*dv))) != NULL &&
+	    (dp = calloc(r->n_degenerate, sizeof(*dp))) != NULL) {
+		double admits;
+		if (orch_spec_get(o, t->id, &spec) != 0)
+			kc_clearerr();
+		admits = orch_tolerance_admits(spec);
+		for (size_t i = 0; i < r->n_degenerate; i++) {
+			kclaw__degenerate_output__init(&dv[i]);
+			dv[i].name = r->degenerate[i] ? r->degenerate[i] : "";
+			dv[i].variation = orch_warned_variation(r, dv[i].name);
+			dv[i].admits = admits;
+			dp[i] = &dv[i];
+		}
+		rc.degenerate = dp;
+		rc.n_degenerate = r->n_degenerate;
+	}
+	/* The event's one line; the WARNING when a constant could pass. */
+	if (rc.n_degenerate > 0) {
+		kc_str_append(&text, "warning: degenerate outputs: ");
+		for (size_t i = 0; i < rc.n_degenerate; i++)
+			kc_str_printf(&text,
+			    "%s%s (varies %.3g between input sets; tolerance "
+			    "admits %.3g)",
+			    i ? ", " : "", dv[i].name, dv[i].variation,
+			    dv[i].admits);
+		kc_str_append(&text,
+		    ": a constant could pass; tighten the tolerance or widen "
+		    "the inputs");
+	} else if (rc.state == KCLAW__REFERENCE_CHECK_STATE__CHECK_DONE) {
+		kc_str_printf(&text, "reference check: baseline %.4f ms",
+		    rc.reference_ms);
+		if (rc.torch_compile_ms > 0)
+			kc_str_printf(&text, ", torch.compile %.4f ms",
+			    rc.torch_compile_ms);
+		kc_str_printf(&text,
+		    "; outputs vary by %.3g (relative) between input sets",
+		    rc.output_variation);
+	} else {
+		kc_str_printf(&text,
+		    "reference check failed (the task goes on): %s%s%.300s",
+		    orch_eval_status_name(rc.status), *rc.message ? ": " : "",
+		    rc.message);
+	}
+	if (rc.n_degenerate > 0)
+		KC_WARN("task %s: %s", t->id, text.buf ? text.buf : "");
+	else
+		KC_INFO("task %s: %s", t->id, text.buf ? text.buf : "");
+	if ((copy = orch_refcheck_copy(&rc)) != NULL)
+		orch_refcheck_set(t, copy);
+	else
+		KC_ERROR("task %s: reference check not recorded (out of "
+		         "memory)",
+		    t->id);
+	if ((ev = orch_event_new(KCLAW__EVENT_KIND__REFERENCE_CHECKED, t,
+	         text.buf ? text.buf : "")) != NULL) {
+		ev->role = KCLAW__ROLE__SANDBOX;
+		ev->eval_status = rc.status;
+		ev->value = rc.reference_ms;
+		ev->latency_ms = r ? r->wall_ms : 0;
+		orch_job_id(t, ORCH_REFCHECK_JOB, jid, sizeof(jid));
+		orch_event_set(&ev->job_id, jid);
+		if (orch_event(o, ev) != 0)
+			KC_ERROR("task %s: %s", t->id, kc_lasterr());
+	}
+	if (orch_task_put(o, t, NULL) != 0)
+		KC_ERROR("task %s: reference check not recorded: %s", t->id,
+		    kc_lasterr());
+	kc_str_free(&text);
+	free(dv);
+	free(dp);
+	if (spec)
+		kclaw__task_spec__free_unpacked(spec, NULL);
 }
 
 /* -------------------------------------------------------- transitions */
@@ -1277,9 +1483,26 @@ orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
 		if ((rv = orch_run_action(
 		         o, t, &prev, &acts.a[i], eval, t->why, staged)) != 0)
 			goto out;
+	/* The task starts seeding: its reference check goes to a sandbox
+	 * beside the Generator jobs (once: a resumed task has its record). */
+	if (o->opt.reference_check && t->refcheck == NULL &&
+	    (prev.state == ORCH_ST_SUBMITTED ||
+	        prev.state == ORCH_ST_IMPORTING) &&
+	    next.state == ORCH_ST_SEEDING &&
+	    (rv = orch_refcheck_schedule(o, t)) != 0)
+		goto out;
 	if (orch_state_final(next.state) && !orch_state_final(prev.state)) {
 		t->finished_ms = kc_now_ms();
 		o->nactive--;
+		/* Its jobs are dropped, the reference check's too. */
+		if (t->refcheck &&
+		    t->refcheck->state ==
+		        KCLAW__REFERENCE_CHECK_STATE__CHECK_PENDING) {
+			Kclaw__ReferenceCheck rc = KCLAW__REFERENCE_CHECK__INIT;
+			rc.state = KCLAW__REFERENCE_CHECK_STATE__CHECK_FAILED;
+			rc.message = "not run: the task ended first";
+			orch_refcheck_set(t, orch_refcheck_copy(&rc));
+		}
 	}
 	o->counters.transitions++;
 	rv = orch_task_put(o, t,
@@ -1514,6 +1737,8 @@ orch_load_task(
 	t->finished_ms = rec->finished_unix_ms;
 	t->compile_ms = rec->torch_compile_ms;
 	t->compile_speedup = rec->compile_speedup;
+	t->refcheck = rec->reference_check; /* taken from the record */
+	rec->reference_check = NULL;
 	orch_usage_load(t, rec);
 	if (!orch_state_final(t->fsm.state))
 		o->nactive++;
@@ -2053,6 +2278,9 @@ orch_close(orch *o)
 	for (size_t i = 0; i < o->nall; i++) {
 		free(o->all[i]->name);
 		free(o->all[i]->detail);
+		if (o->all[i]->refcheck)
+			kclaw__reference_check__free_unpacked(
+			    o->all[i]->refcheck, NULL);
 		free(o->all[i]);
 	}
 	free(o->all);

@@ -108,6 +108,9 @@ typedef struct {
 	 * evaluations do not report them (a metric named sm_count); 0:
 	 * unknown. */
 	uint32_t sm_count;
+	/* One reference-only evaluation per task when it starts seeding
+	 * (1, the default; docs/orchestrator.md "The reference check"). */
+	uint32_t reference_check;
 	const orch_memory_ops *memory;
 	void *memory_arg;
 } orch_options;
@@ -118,7 +121,8 @@ typedef struct {
  * target_speedup (the task defaults), job_retries, retry_backoff_ms,
  * retry_backoff_max_ms, agent_timeout_ms (every agent role), role_timeout_ms
  * ({"generator": ms, ...}), eval_timeout_ms, poll_ms, render_bytes,
- * profile, sm_count. A task's params and budget override them.
+ * profile, sm_count, reference_check. A task's params and budget override
+ * them.
  */
 int orch_options_load(orch_options *opt, const kc_config *cfg);
 

@@ -55,6 +55,11 @@ typedef struct {
 
 #define ORCH_JOB_MAGIC 0x4b434a31u /* "KCJ1" */
 
+/* Job 0 of a task is its reference check: a reference-only evaluation
+ * outside the state machine (whose jobs are numbered from 1), so it
+ * changes none of the machine's numbers or rounds. */
+#define ORCH_REFCHECK_JOB 0u
+
 /* LLM usage of one role in a task (TaskRecord.usage): every reply's,
  * failed ones included. */
 struct orch_usage {
@@ -81,6 +86,9 @@ struct orch_task {
 	/* The best kernel's evaluation: torch.compile's time, the speedup
 	 * over it (0: unknown). */
 	double compile_ms, compile_speedup;
+	/* TaskRecord.reference_check (NULL: none scheduled); an unpacked
+	 * message, freed with kclaw__reference_check__free_unpacked. */
+	Kclaw__ReferenceCheck *refcheck;
 };
 
 /* A worker waiting for a job (its request is held). */
@@ -218,6 +226,11 @@ void orch_post(orch *o, struct orch_msg *m);
  * stages the task's record): TaskRecord.usage and .tokens, and the token
  * budget on the machine's next input. */
 void orch_task_usage(orch *o, struct orch_task *t, const Kclaw__AgentReply *r);
+/* The reference check's answer: the sandbox's result (r), or why it
+ * failed for good (r NULL). Records it with the task and publishes
+ * REFERENCE_CHECKED; the task's machine is not involved. */
+void orch_refcheck_done(
+    orch *o, struct orch_task *t, const Kclaw__EvalResult *r, const char *why);
 
 /* ---- sched.c ---- */
 uint32_t orch_job_retries(const orch *o, const struct orch_task *t);

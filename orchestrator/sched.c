@@ -267,9 +267,14 @@ orch_job_failed(orch *o, struct orch_job *j, const char *why)
 		struct orch_task *t = j->task;
 		orch_input in = {.kind = ORCH_IN_JOB_FAILED, .job = j->n};
 		Kclaw__Role role = j->role;
+		bool refcheck = j->n == ORCH_REFCHECK_JOB;
 		orch_job_forget(o, j);
 		snprintf(text, sizeof(text), "%s job failed %u times: %s",
 		    orch_role_name(role), retries + 1, why);
+		if (refcheck) { /* informational: the machine goes on */
+			orch_refcheck_done(o, t, NULL, text);
+			return;
+		}
 		t->why = text;
 		if (orch_task_input(o, t, &in, NULL, NULL, NULL) != 0)
 			KC_ERROR("task %s: %s", t->id, kc_lasterr());
@@ -372,6 +377,12 @@ orch_eval_result(orch *o, const Kclaw__EvalResult *r)
 		    orch_eval_status_name(r->status),
 		    r->message ? r->message : "");
 		orch_job_failed(o, j, why);
+		return;
+	}
+	if (j->n == ORCH_REFCHECK_JOB) {
+		t = j->task;
+		orch_job_forget(o, j);
+		orch_refcheck_done(o, t, r, NULL);
 		return;
 	}
 	in.job = j->n;
@@ -665,16 +676,20 @@ orch_build_job(orch *o, struct orch_job *j, uint8_t **buf, size_t *len)
 	wr.deadline_unix_ms = kc_now_ms() + timeout;
 	if (j->role == KCLAW__ROLE__SANDBOX) {
 		char blobs[KC_PATH_MAX];
+		bool refcheck = j->n == ORCH_REFCHECK_JOB;
 		snprintf(blobs, sizeof(blobs), "%s/blobs", o->opt.cfg.run_dir);
-		if ((rv = orch_cand_get(o, t->id, j->cand, &cand)) != 0 ||
+		if ((!refcheck &&
+		        (rv = orch_cand_get(o, t->id, j->cand, &cand)) != 0) ||
 		    (rv = orch_blobs_materialize(o->db, blobs, spec)) != 0)
 			goto out;
 		er.job_id = jid;
 		er.task_id = t->id;
 		er.task = spec;
-		er.candidate = cand->candidate;
+		/* The reference check: no candidate, the reference alone. */
+		er.candidate = refcheck ? NULL : cand->candidate;
+		eo.reference_only = refcheck;
 		eo.time_baseline = true;
-		eo.profile = o->opt.profile != 0;
+		eo.profile = !refcheck && o->opt.profile != 0;
 		eo.trials = spec->trials;
 		eo.timeout_ms = timeout;
 		er.options = &eo;
@@ -789,9 +804,13 @@ orch_dispatch(orch *o)
 			bus_call_reply(w->call, buf, len);
 			free(buf);
 			free(w);
-			snprintf(text, sizeof(text), "%s job to %s%s",
-			    orch_role_name(j->role), j->worker,
-			    j->attempt ? " (retry)" : "");
+			snprintf(text, sizeof(text), "%s job%s to %s%s",
+			    orch_role_name(j->role),
+			    r == KCLAW__ROLE__SANDBOX &&
+			            j->n == ORCH_REFCHECK_JOB
+			        ? " (reference check)"
+			        : "",
+			    j->worker, j->attempt ? " (retry)" : "");
 			orch_job_event(o, j,
 			    r == KCLAW__ROLE__SANDBOX
 			        ? KCLAW__EVENT_KIND__EVAL_STARTED

@@ -666,6 +666,7 @@ main_print_event(main_job *m, const Kclaw__Event *ev)
 		snprintf(what, sizeof(what), "%s", ev->detail);
 		break;
 	case KCLAW__EVENT_KIND__JOB_RETRIED:
+	case KCLAW__EVENT_KIND__REFERENCE_CHECKED: /* degenerate outputs */
 	case KCLAW__EVENT_KIND__PROCESS_CRASHED:
 	case KCLAW__EVENT_KIND__PROCESS_RESTARTED:
 		snprintf(what, sizeof(what), "%s", ev->detail);

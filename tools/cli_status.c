@@ -40,6 +40,52 @@ status_speedup(const Kclaw__TaskRecord *t)
 	    : 0;
 }
 
+/* The task's reference check (TaskRecord.reference_check): what a
+ * reference-only evaluation measured before any kernel, and above all the
+ * outputs a constant could pass on. */
+static void
+status_refcheck(const Kclaw__ReferenceCheck *rc)
+{
+	if (rc == NULL)
+		return;
+	switch (rc->state) {
+	case KCLAW__REFERENCE_CHECK_STATE__CHECK_PENDING:
+		printf("  check      reference check pending (a reference-only "
+		       "evaluation)\n");
+		break;
+	case KCLAW__REFERENCE_CHECK_STATE__CHECK_DONE:
+		printf("  check      reference %.4f ms", rc->reference_ms);
+		if (rc->torch_compile_ms > 0)
+			printf(", torch.compile %.4f ms", rc->torch_compile_ms);
+		printf("; outputs vary by %.3g between input sets\n",
+		    rc->output_variation);
+		break;
+	case KCLAW__REFERENCE_CHECK_STATE__CHECK_FAILED: {
+		const ProtobufCEnumValue *v =
+		    protobuf_c_enum_descriptor_get_value(
+		        &kclaw__eval_status__descriptor, rc->status);
+		printf(
+		    "  check      reference check failed (the task goes on)%s%s"
+		    "%s%s\n",
+		    v && rc->status ? ": " : "", v && rc->status ? v->name : "",
+		    rc->message && *rc->message ? ": " : "",
+		    rc->message ? rc->message : "");
+		break;
+	}
+	default: break;
+	}
+	if (rc->n_degenerate == 0)
+		return;
+	printf("  warning    degenerate outputs: ");
+	for (size_t i = 0; i < rc->n_degenerate; i++)
+		printf("%s%s (varies %.3g between input sets; tolerance admits "
+		       "%.3g)",
+		    i ? ", " : "", rc->degenerate[i]->name,
+		    rc->degenerate[i]->variation, rc->degenerate[i]->admits);
+	printf(": a constant could pass; tighten the tolerance or widen the "
+	       "inputs\n");
+}
+
 static void
 status_task(const kc_config *cfg, const Kclaw__TaskRecord *t)
 {
@@ -56,6 +102,7 @@ status_task(const kc_config *cfg, const Kclaw__TaskRecord *t)
 	printf("  best       %s  %.4f ms  %.3fx\n",
 	    *t->best_id ? t->best_id : "-", t->best_ms, status_speedup(t));
 	printf("  tokens     %llu\n", (unsigned long long)t->tokens);
+	status_refcheck(t->reference_check);
 	if (t->n_usage) {
 		printf("  usage\n");
 		cli_usage_print(stdout, cfg, t->usage, t->n_usage, "    ");
@@ -113,6 +160,17 @@ status_task_obj(const kc_config *cfg, const Kclaw__TaskRecord *t)
 
 	if (o == NULL)
 		return NULL;
+	/* A variation not measured (pending, failed) is missing: null. */
+	{
+		cJSON *rc =
+		    cJSON_GetObjectItemCaseSensitive(o, "reference_check");
+		if (t->reference_check &&
+		    t->reference_check->state !=
+		        KCLAW__REFERENCE_CHECK_STATE__CHECK_DONE &&
+		    cJSON_IsObject(rc))
+			cJSON_ReplaceItemInObjectCaseSensitive(
+			    rc, "output_variation", cJSON_CreateNull());
+	}
 	cJSON_DeleteItemFromObjectCaseSensitive(o, "usage");
 	if (cli_usage_json(o, cfg, t->usage, t->n_usage) != 0) {
 		cJSON_Delete(o);

@@ -5,7 +5,8 @@
  * every tensor of a `tensors` reference must be a file of this host's own
  * home ($FLEET_HOME), fetched by the sandbox, whose SHA-256 is the
  * TensorData's blob. Then it answers the candidate as the test double does
- * ("KC:ok:<ms>" OK at that median, "KC:compile", "KC:wrong"). With
+ * ("KC:ok:<ms>" OK at that median, "KC:compile", "KC:wrong"); a
+ * reference-only request (the task's reference check) is OK. With
  * $FLEET_SLOW set, a task whose name starts with "slow" never finishes (the
  * host is then cut off mid-job). Each evaluation appends a line to
  * $FLEET_LOG: "EVAL <task> <host> <n blobs verified>" or "BAD <why>".
@@ -122,7 +123,12 @@ fc_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 	res->reference_ms = t->reference && t->reference->baseline_ms > 0
 	    ? t->reference->baseline_ms
 	    : 4.0;
-	if (strncmp(src, "KC:ok:", 6) == 0) {
+	if (req->options && req->options->reference_only) {
+		/* The task's reference check: the reference alone. */
+		res->output_variation = 0.5;
+		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
+		    "reference only (fleet child)");
+	} else if (strncmp(src, "KC:ok:", 6) == 0) {
 		sbx_result_status(res, KCLAW__EVAL_STATUS__OK, "%s", "");
 		res->timing = malloc(sizeof(*res->timing));
 		kclaw__timing__init(res->timing);

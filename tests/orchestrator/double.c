@@ -17,6 +17,13 @@
  * repairer and optimizer job of a task (the replay key's number) takes the
  * n-th entry of seeds=, repair= and opt= (the last one repeats), so the
  * outcome never depends on which double answers.
+ *
+ * A reference-only request (a task's reference check, EvalOptions.
+ * reference_only) is answered by refcheck=: absent, OK with the ref= time
+ * and an output variation of 0.5; "degenerate:<output>:<variation>", OK
+ * with that output named degenerate (and the real sandbox's warning);
+ * "fail", INTERNAL_ERROR (the sandbox's own failure: retried); "fault",
+ * RUNTIME_FAULT (the reference faulted: not retried).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -152,6 +159,53 @@ dbl_agent(const Kclaw__AgentJob *job, Kclaw__AgentReply *r)
 	}
 }
 
+/* A reference-only evaluation, as refcheck= says (the file's comment). */
+static void
+dbl_refcheck(const char *script, Kclaw__EvalResult *r)
+{
+	char rc[128], name[64], text[512];
+	double var = 0;
+
+	dbl_entry(script, "refcheck", 0, rc, sizeof(rc));
+	if (strcmp(rc, "fail") == 0) {
+		r->status = KCLAW__EVAL_STATUS__INTERNAL_ERROR;
+		r->message = strdup("scripted sandbox failure");
+		return;
+	}
+	if (strcmp(rc, "fault") == 0) {
+		r->status = KCLAW__EVAL_STATUS__RUNTIME_FAULT;
+		r->message = strdup("the reference faulted: "
+		                    "CUDA_ERROR_ILLEGAL_ADDRESS");
+		return;
+	}
+	r->status = KCLAW__EVAL_STATUS__OK;
+	r->baseline = malloc(sizeof(*r->baseline));
+	kclaw__timing__init(r->baseline);
+	r->baseline->median_ms = r->reference_ms;
+	r->device_name = strdup("double GPU");
+	r->output_variation = 0.5;
+	if (sscanf(rc, "degenerate:%63[^:]:%lf", name, &var) == 2) {
+		r->output_variation = var;
+		r->n_degenerate = 1;
+		r->degenerate = calloc(1, sizeof(*r->degenerate));
+		r->degenerate[0] = strdup(name);
+		r->n_warnings = 1;
+		r->warnings = calloc(1, sizeof(*r->warnings));
+		snprintf(text, sizeof(text),
+		    "degenerate task: output '%s' changes by only %.3g "
+		    "(relative) between two input sets, less than the "
+		    "tolerance admits",
+		    name, var);
+		r->warnings[0] = strdup(text);
+	}
+	snprintf(text, sizeof(text),
+	    "reference only (double): baseline %.4f ms; outputs change by "
+	    "%.3g (relative) between two input sets of one distribution%s",
+	    r->reference_ms, r->output_variation,
+	    r->n_degenerate ? "; DEGENERATE (see warnings)" : "");
+	r->message = strdup(text);
+}
+
 static void
 dbl_eval(const Kclaw__EvalRequest *req, bool no_device, Kclaw__EvalResult *r)
 {
@@ -166,6 +220,10 @@ dbl_eval(const Kclaw__EvalRequest *req, bool no_device, Kclaw__EvalResult *r)
 	if (no_device) {
 		r->status = KCLAW__EVAL_STATUS__NO_DEVICE;
 		r->message = strdup("no NVIDIA driver on this host");
+		return;
+	}
+	if (req->options && req->options->reference_only) {
+		dbl_refcheck(script, r);
 		return;
 	}
 	if (src && strncmp(src, "KC:ok:", 6) == 0) {

@@ -440,17 +440,26 @@ test_gpus_by_host(void)
 	unsetenv("KC_DOUBLE_JOBLOG");
 	for (int i = 0; i < 2000 && !done; i++) {
 		Kclaw__StatusResponse *sa = h_status(a), *sb = h_status(b);
+		/* Each task's reference check done too (docs/orchestrator.md
+		 * "The reference check"). */
 		done = strcmp(sa->task->state, "FEATURES") == 0 &&
-		    strcmp(sb->task->state, "FEATURES") == 0;
+		    strcmp(sb->task->state, "FEATURES") == 0 &&
+		    sa->task->reference_check &&
+		    sa->task->reference_check->state ==
+		        KCLAW__REFERENCE_CHECK_STATE__CHECK_DONE &&
+		    sb->task->reference_check &&
+		    sb->task->reference_check->state ==
+		        KCLAW__REFERENCE_CHECK_STATE__CHECK_DONE;
 		kclaw__status_response__free_unpacked(sa, NULL);
 		kclaw__status_response__free_unpacked(sb, NULL);
 		kc_sleep_ms(10);
 	}
 	KT_ASSERT(done);
-	/* On both GPUs at once, and every seed evaluated exactly once (the
-	 * dying sandbox logged nothing: it died on receipt). */
+	/* On both GPUs at once, and every seed and reference check
+	 * evaluated exactly once: 2 x (3 + 1) (the dying sandbox logged
+	 * nothing: it died on receipt). */
 	KT_ASSERT(jobs_overlap(log, &njobs));
-	KT_EQ_INT(njobs, 6);
+	KT_EQ_INT(njobs, 8);
 	stop(3);
 }
 

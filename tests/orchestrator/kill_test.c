@@ -3,7 +3,8 @@
  * then again while kclawd is killed with SIGKILL at random moments and
  * restarted, many times. Both runs must end with the same results (state,
  * rounds, tokens, base and best kernels, every candidate and its
- * evaluation), and no round may be counted twice.
+ * evaluation), and no round may be counted twice. Every task's reference
+ * check is answered exactly once.
  */
 #include "harness.h"
 
@@ -41,6 +42,27 @@ summary(const char *id)
 	    id, r->task->state, r->task->round,
 	    (unsigned long long)r->task->tokens, r->task->base_id,
 	    r->task->best_id, r->task->best_ms);
+	/* The reference check: answered once, whatever the kills. */
+	{
+		Kclaw__EventsResponse *ev = h_events(id, 0);
+		unsigned checked = 0;
+		for (size_t i = 0; i < ev->n_events; i++)
+			checked += ev->events[i]->kind ==
+			    KCLAW__EVENT_KIND__REFERENCE_CHECKED;
+		kclaw__events_response__free_unpacked(ev, NULL);
+		kc_str_printf(&s, "  reference check %d %.3f ms, %u event(s)\n",
+		    r->task->reference_check
+		        ? (int)r->task->reference_check->state
+		        : -1,
+		    r->task->reference_check
+		        ? r->task->reference_check->reference_ms
+		        : 0,
+		    checked);
+		KT_EQ_INT(checked, 1);
+		KT_ASSERT(r->task->reference_check != NULL);
+		KT_EQ_INT(r->task->reference_check->state,
+		    KCLAW__REFERENCE_CHECK_STATE__CHECK_DONE);
+	}
 	for (size_t i = 0; i < r->n_history; i++) {
 		const Kclaw__CandidateRecord *c = r->history[i];
 		kc_str_printf(&s, "  %s %s parent=%s %s %d %.3f\n",

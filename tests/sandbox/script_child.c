@@ -12,6 +12,9 @@
  *                real child does after a kernel fault)
  *   exit N       exit with status N without answering
  *
+ * A reference-only request (no candidate) is OK ("reference only
+ * (scripted)", a baseline of 1 ms, outputs that vary).
+ *
  * With SBX_SCRIPT_NODEV=1 in the environment it starts without a device.
  */
 #include <signal.h>
@@ -47,7 +50,12 @@ script_evaluate(void *state, const Kclaw__EvalRequest *req,
 	char name[64];
 
 	(void)state;
-	if (strncmp(src, "ok", 2) == 0) {
+	if (req->options && req->options->reference_only) {
+		res->reference_ms = 1.0;
+		res->output_variation = 0.5;
+		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
+		    "reference only (scripted): baseline 1.0000 ms");
+	} else if (strncmp(src, "ok", 2) == 0) {
 		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
 		    "pid %d since %llu", (int)getpid(),
 		    (unsigned long long)started_ms);
