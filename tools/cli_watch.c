@@ -283,6 +283,7 @@ cli_watch(int argc, char **argv)
 {
 	const char *task = NULL;
 	bool json = false, follow = true, ended = false;
+	uint64_t caught_ms = 0;
 	int mode = 0; /* 1: view, -1: log, 0: by the terminal */
 	struct watch_view *view = NULL;
 	uint64_t seq = 0;
@@ -345,6 +346,7 @@ cli_watch(int argc, char **argv)
 		code = cli_fail("watch", rv);
 		goto out;
 	}
+	caught_ms = kc_mono_ms();
 	while (follow && !ended && !watch_stop) {
 		char *topic;
 		void *data;
@@ -357,8 +359,22 @@ cli_watch(int argc, char **argv)
 		        kc_mono_ms() - view->drawn_ms >= 1000))
 			watch_view_draw(&c, view, task);
 		rv = bus_sub_recv(sub, view ? 250 : 500, &topic, &data, &len);
-		if (rv == KC_ETIMEDOUT)
+		if (rv == KC_ETIMEDOUT) {
+			/* Quiet: read the log again once a second. A SUB
+			 * socket connects in the background, so an event
+			 * published before it was connected (the task's last,
+			 * say) would otherwise never arrive, and no later one
+			 * would show the gap. */
+			if (kc_mono_ms() - caught_ms >= 1000) {
+				caught_ms = kc_mono_ms();
+				if ((rv = watch_catch_up(
+				         &c, task, json, &seq, &ended)) != 0) {
+					code = cli_fail("watch", rv);
+					break;
+				}
+			}
 			continue;
+		}
 		if (rv != 0)
 			break;
 		ev = kclaw__event__unpack(NULL, len, data);

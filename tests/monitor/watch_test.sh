@@ -69,5 +69,20 @@ assert all(e["task_id"] == sys.argv[2] for e in evs)
 seqs = [e["seq"] for e in evs]
 assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), seqs
 PY
+# With no event stream reaching it (its events address leads nowhere, as
+# for a watcher on a host where events are not served, or a SUB socket
+# still connecting when the task's last event goes out), watch still
+# follows the task through the log and ends with it.
+cp -r "$KCLAW_SRC/examples/sum_reduce" "$H/quiet"
+python3 - "$H/quiet/task.json" <<'PY' || fail "bundle copy"
+import json, sys
+t = json.load(open(sys.argv[1])); t["name"] = "sum_quiet"; json.dump(t, open(sys.argv[1], "w"))
+PY
+QUIET=$("$B/kclaw" submit "$H/quiet" --json |
+	python3 -c 'import json,sys; print(json.load(sys.stdin)["task_id"])') || fail "submit quiet"
+(sleep 1.5; "$B/kclaw" cancel "$QUIET" >/dev/null) &
+KCLAW_EVENTS_URL="ipc://$H/nowhere.ipc" timeout 10 "$B/kclaw" watch "$QUIET" --json \
+	>"$H/quiet.jsonl" || fail "watch without the event stream did not end with its task"
+grep -q '"task_cancelled"' "$H/quiet.jsonl" || fail "watch without the event stream missed the cancel"
 echo "watch test ok"
 cleanup
