@@ -386,21 +386,12 @@ bool
 cli_usage_cost(const kc_config *cfg, const Kclaw__RoleUsage *u, double *usd)
 {
 	const kc_price *p = kc_config_price(cfg, u->model);
-	uint64_t cached, reasoning;
 
 	*usd = 0;
 	if (p == NULL)
 		return false;
-	cached = u->cached_tokens < u->prompt_tokens ? u->cached_tokens
-	                                             : u->prompt_tokens;
-	reasoning = u->reasoning_tokens < u->completion_tokens
-	    ? u->reasoning_tokens
-	    : u->completion_tokens;
-	*usd = ((double)(u->prompt_tokens - cached) * p->prompt +
-	           (double)cached * p->cached_prompt +
-	           (double)(u->completion_tokens - reasoning) * p->completion +
-	           (double)reasoning * p->reasoning) /
-	    1e6;
+	*usd = kc_price_usd(p, u->prompt_tokens, u->completion_tokens,
+	    u->reasoning_tokens, u->cached_tokens);
 	return true;
 }
 
