@@ -188,8 +188,8 @@ kc_api_reply(bus_call *call, uint64_t request_id, Kclaw__ApiCode code,
     const char *error, const ProtobufCMessage *payload)
 {
 	Kclaw__ApiResponse ar = KCLAW__API_RESPONSE__INIT;
-	uint8_t *p = NULL, *buf = NULL;
-	size_t plen = 0, blen = 0;
+	uint8_t *p = NULL;
+	size_t plen = 0;
 	int rv;
 
 	if (payload != NULL && (rv = kc_pb_pack(payload, &p, &plen)) != 0) {
@@ -201,13 +201,23 @@ kc_api_reply(bus_call *call, uint64_t request_id, Kclaw__ApiCode code,
 	ar.error = (char *)(error ? error : "");
 	ar.payload.data = p;
 	ar.payload.len = plen;
-	rv = kc_pb_pack(&ar.base, &buf, &blen);
+	rv = kc_call_reply_msg(call, &ar.base);
 	free(p);
-	if (rv != 0) {
+	return rv;
+}
+
+int
+kc_call_reply_msg(bus_call *call, const ProtobufCMessage *m)
+{
+	uint8_t *buf;
+	size_t len;
+	int rv;
+
+	if ((rv = kc_pb_pack(m, &buf, &len)) != 0) {
 		bus_call_drop(call);
 		return rv;
 	}
-	rv = bus_call_reply(call, buf, blen);
+	rv = bus_call_reply(call, buf, len);
 	free(buf);
 	return rv;
 }

@@ -45,5 +45,8 @@ bool kc_pb_has_field(const void *msg, size_t len, unsigned field);
 
 /* Packs any message into a malloc'd buffer (caller frees). */
 int kc_pb_pack(const ProtobufCMessage *m, uint8_t **buf, size_t *len);
+/* Replies to call with m packed; a message that cannot be packed drops the
+ * call (the caller must not touch it again either way). */
+int kc_call_reply_msg(bus_call *call, const ProtobufCMessage *m);
 
 #endif

@@ -217,20 +217,6 @@ struct orch_blob_server {
 	uint64_t served_bytes;
 };
 
-static void
-blob_answer(bus_call *call, const Kclaw__WorkReply *wr)
-{
-	uint8_t *buf;
-	size_t len;
-
-	if (kc_pb_pack(&wr->base, &buf, &len) != 0) {
-		bus_call_drop(call);
-		return;
-	}
-	bus_call_reply(call, buf, len);
-	free(buf);
-}
-
 static void blob_refuse(bus_call *call, const char *hash, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -249,7 +235,7 @@ blob_refuse(bus_call *call, const char *hash, const char *fmt, ...)
 	bc.hash = (char *)(hash ? hash : "");
 	bc.error = text;
 	wr.blob = &bc;
-	blob_answer(call, &wr);
+	kc_call_reply_msg(call, &wr.base);
 }
 
 static bool
@@ -306,7 +292,7 @@ blob_serve(orch_blob_server *bs, bus_call *call)
 		wr.error =
 		    "bad or missing token: set KCLAW_TOKEN (or \"token\" "
 		    "in kclaw.json) to the orchestrator's";
-		blob_answer(call, &wr);
+		kc_call_reply_msg(call, &wr.base);
 		return;
 	}
 	if ((req = kclaw__work_request__unpack(NULL, len, data)) == NULL ||
@@ -378,7 +364,7 @@ blob_serve(orch_blob_server *bs, bus_call *call)
 	bc.data.data = buf;
 	bc.data.len = got;
 	wr.blob = &bc;
-	blob_answer(call, &wr);
+	kc_call_reply_msg(call, &wr.base);
 	pthread_mutex_lock(&bs->mtx);
 	bs->served_bytes += got;
 	pthread_mutex_unlock(&bs->mtx);

@@ -1957,20 +1957,13 @@ orch_flush_replies(orch *o)
 
 	for (r = o->replies; r; r = next) {
 		Kclaw__ApiResponse ar = KCLAW__API_RESPONSE__INIT;
-		uint8_t *buf;
-		size_t len;
 		next = r->next;
 		ar.request_id = r->request_id;
 		ar.code = r->code;
 		ar.error = r->error ? r->error : "";
 		ar.payload.data = r->payload;
 		ar.payload.len = r->plen;
-		if (kc_pb_pack(&ar.base, &buf, &len) == 0) {
-			bus_call_reply(r->call, buf, len);
-			free(buf);
-		} else {
-			bus_call_drop(r->call);
-		}
+		kc_call_reply_msg(r->call, &ar.base);
 		free(r->error);
 		free(r->payload);
 		free(r);

@@ -406,26 +406,12 @@ orch_eval_result(orch *o, const Kclaw__EvalResult *r)
 /* ------------------------------------------------------ workers */
 
 static void
-orch_work_answer(bus_call *call, const Kclaw__WorkReply *wr)
-{
-	uint8_t *buf;
-	size_t len;
-
-	if (kc_pb_pack(&wr->base, &buf, &len) != 0) {
-		bus_call_drop(call);
-		return;
-	}
-	bus_call_reply(call, buf, len);
-	free(buf);
-}
-
-static void
 orch_work_refuse(bus_call *call, const char *error)
 {
 	Kclaw__WorkReply wr = KCLAW__WORK_REPLY__INIT;
 
 	wr.error = (char *)error;
-	orch_work_answer(call, &wr);
+	kc_call_reply_msg(call, &wr.base);
 }
 
 /* A worker asks again without the result of the job it was running: it
@@ -490,7 +476,7 @@ orch_work_call(orch *o, bus_call *call)
 	if (o->draining) {
 		Kclaw__WorkReply wr = KCLAW__WORK_REPLY__INIT;
 		wr.shutdown = true;
-		orch_work_answer(call, &wr);
+		kc_call_reply_msg(call, &wr.base);
 		goto out;
 	}
 	orch_reissue_lost(o, req);
@@ -561,7 +547,7 @@ orch_sched_timers(orch *o)
 			*p = w->next;
 			{
 				Kclaw__WorkReply wr = KCLAW__WORK_REPLY__INIT;
-				orch_work_answer(w->call, &wr);
+				kc_call_reply_msg(w->call, &wr.base);
 			}
 			o->nwaiting--;
 			free(w);
@@ -579,7 +565,7 @@ orch_sched_drain(orch *o)
 			Kclaw__WorkReply wr = KCLAW__WORK_REPLY__INIT;
 			o->waiters[r] = w->next;
 			wr.shutdown = true;
-			orch_work_answer(w->call, &wr);
+			kc_call_reply_msg(w->call, &wr.base);
 			o->nwaiting--;
 			free(w);
 		}
