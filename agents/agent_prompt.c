@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "agent.h"
+#include "api.h"
 #include "bundle.h"
 #include "kc_err.h"
 #include "kc_util.h"
@@ -258,32 +259,21 @@ agent_render_tensors(const Kclaw__TaskSpec *t, kc_str *s, kc_str *names)
 	return rv;
 }
 
-/* A device.* metric of the result, or 0. */
-static double
-agent_device_metric(const Kclaw__EvalResult *e, const char *name)
-{
-	for (size_t i = 0; i < e->n_metrics; i++)
-		if (e->metrics[i]->name &&
-		    strcmp(e->metrics[i]->name, name) == 0)
-			return e->metrics[i]->value;
-	return 0;
-}
-
 /* The GPU: its name and architecture, and what the sandbox measured and
  * read of it (device.* metrics): SMs, memory, bandwidth, L2, shared
  * memory, registers, the arithmetic peak. */
 static int
 agent_render_device(const Kclaw__EvalResult *e, kc_str *s)
 {
-	double sms = agent_device_metric(e, "device.sm_count");
-	double bw = agent_device_metric(e, "device.bandwidth_gbs");
-	double l2 = agent_device_metric(e, "device.l2_bytes");
-	double shb = agent_device_metric(e, "device.shared_per_block_optin");
-	double shsm = agent_device_metric(e, "device.shared_per_sm");
-	double regs = agent_device_metric(e, "device.registers_per_sm");
-	double thr = agent_device_metric(e, "device.max_threads_per_sm");
-	double mem = agent_device_metric(e, "device.memory_bytes");
-	double peak = agent_device_metric(e, "device.peak_tflops");
+	double sms = kc_eval_metric(e, "device.sm_count");
+	double bw = kc_eval_metric(e, "device.bandwidth_gbs");
+	double l2 = kc_eval_metric(e, "device.l2_bytes");
+	double shb = kc_eval_metric(e, "device.shared_per_block_optin");
+	double shsm = kc_eval_metric(e, "device.shared_per_sm");
+	double regs = kc_eval_metric(e, "device.registers_per_sm");
+	double thr = kc_eval_metric(e, "device.max_threads_per_sm");
+	double mem = kc_eval_metric(e, "device.memory_bytes");
+	double peak = kc_eval_metric(e, "device.peak_tflops");
 	int rv = kc_str_printf(
 	    s, "device: %s (%s)", e->device_name, e->arch ? e->arch : "");
 

@@ -221,3 +221,13 @@ kc_call_reply_msg(bus_call *call, const ProtobufCMessage *m)
 	free(buf);
 	return rv;
 }
+
+double
+kc_eval_metric(const Kclaw__EvalResult *r, const char *name)
+{
+	for (size_t i = 0; r != NULL && i < r->n_metrics; i++)
+		if (r->metrics[i]->name != NULL &&
+		    strcmp(r->metrics[i]->name, name) == 0)
+			return r->metrics[i]->value;
+	return 0;
+}

@@ -49,4 +49,8 @@ int kc_pb_pack(const ProtobufCMessage *m, uint8_t **buf, size_t *len);
  * call (the caller must not touch it again either way). */
 int kc_call_reply_msg(bus_call *call, const ProtobufCMessage *m);
 
+/* The value of r's metric `name` (e.g. the sandbox's device.sm_count), or
+ * 0 when r has none. */
+double kc_eval_metric(const Kclaw__EvalResult *r, const char *name);
+
 #endif

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api.h"
 #include "kc_err.h"
 #include "kc_util.h"
 #include "sandbox.h"
@@ -127,15 +128,6 @@ bench_median(double *v, int n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static double
-bench_metric(const Kclaw__EvalResult *r, const char *name)
-{
-	for (size_t m = 0; m < r->n_metrics; m++)
-		if (strcmp(r->metrics[m]->name, name) == 0)
-			return r->metrics[m]->value;
-	return -1;
-}
-
 /* One evaluation; returns its round-trip ms, or -1. */
 static double
 bench_eval(sbx_session *s, Kclaw__TaskSpec *task, const char *src,
@@ -234,8 +226,8 @@ main(int argc, char **argv)
 		/* Every run of either, as the sandbox counted them (warm-up,
 		 * verification, timed, and the reference's checks of every
 		 * timed run), at its median time. */
-		cruns = bench_metric(r, "sandbox.candidate_runs");
-		rruns = bench_metric(r, "sandbox.reference_runs");
+		cruns = kc_eval_metric(r, "sandbox.candidate_runs");
+		rruns = kc_eval_metric(r, "sandbox.reference_runs");
 		if (cruns <= 0 || rruns <= 0) {
 			fprintf(stderr,
 			    "bench: the sandbox did not count its "

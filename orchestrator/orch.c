@@ -1977,15 +1977,9 @@ orch_flush_replies(orch *o)
 static uint32_t
 orch_sm_count(const orch *o, const Kclaw__CandidateRecord *base)
 {
-	const Kclaw__EvalResult *e = base->eval;
+	double sms = kc_eval_metric(base->eval, "device.sm_count");
 
-	for (size_t i = 0; e && i < e->n_metrics; i++)
-		if (e->metrics[i]->name &&
-		    (strcmp(e->metrics[i]->name, "device.sm_count") == 0 ||
-		        strcmp(e->metrics[i]->name, "sm_count") == 0) &&
-		    e->metrics[i]->value > 0)
-			return (uint32_t)e->metrics[i]->value;
-	return o->opt.sm_count;
+	return sms > 0 ? (uint32_t)sms : o->opt.sm_count;
 }
 
 /*
