@@ -349,3 +349,16 @@ kc_spec_check(const Kclaw__TaskSpec *spec)
 		    spec->precision);
 	return spec_check_reference(spec);
 }
+
+double
+kc_tolerance_admits(const Kclaw__Tolerance *tol)
+{
+	double lim = 0;
+
+	if (tol != NULL) {
+		lim = tol->rtol;
+		if (tol->max_rel_norm > lim)
+			lim = tol->max_rel_norm;
+	}
+	return lim > 0 ? lim : 1e-5;
+}

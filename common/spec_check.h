@@ -40,4 +40,12 @@ int kc_spec_check(const Kclaw__TaskSpec *spec);
 int kc_spec_tensor_bytes(
     Kclaw__DType dtype, const int64_t *shape, size_t ndim, uint64_t *bytes);
 
+/*
+ * The relative change between input sets below which a tolerance cannot
+ * tell an output from a constant: the larger of rtol and max_rel_norm,
+ * 1e-5 without either (tol may be NULL). Outputs that vary less are
+ * degenerate (the sandbox's verdict, the orchestrator's reference check).
+ */
+double kc_tolerance_admits(const Kclaw__Tolerance *tol);
+
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kc_err.h"
+#include "spec_check.h"
 
 void
 sbx_ptx_globals_free(sbx_ptx_global *v, size_t n)
@@ -264,14 +265,5 @@ sbx_error_small_vs_variation(double err_rel, double var_rel)
 int
 sbx_output_degenerate(double var_rel, const Kclaw__Tolerance *tol)
 {
-	double lim = 0;
-
-	if (tol != NULL) {
-		lim = tol->rtol;
-		if (tol->max_rel_norm > lim)
-			lim = tol->max_rel_norm;
-	}
-	if (lim <= 0)
-		lim = 1e-5;
-	return var_rel < lim;
+	return var_rel < kc_tolerance_admits(tol);
 }

@@ -24,6 +24,7 @@
 #include "kc_err.h"
 #include "kc_log.h"
 #include "kc_util.h"
+#include "spec_check.h"
 #include "api.h"
 #include "blobs.h"
 #include "orch_int.h"
@@ -719,22 +720,6 @@ orch_refcheck_schedule(orch *o, struct orch_task *t)
 	return 0;
 }
 
-/* What the task's tolerance admits, as the sandbox judges degenerate
- * outputs (gpu-sandbox/integrity.c sbx_output_degenerate): the larger of
- * rtol and max_rel_norm, 1e-5 without either. */
-static double
-orch_tolerance_admits(const Kclaw__TaskSpec *spec)
-{
-	double lim = 1e-5;
-
-	if (spec && spec->tolerance) {
-		lim = spec->tolerance->rtol;
-		if (spec->tolerance->max_rel_norm > lim)
-			lim = spec->tolerance->max_rel_norm;
-	}
-	return lim > 0 ? lim : 1e-5;
-}
-
 /* Output name's own variation, from the sandbox's warning about it ("output
  * 'y' changes by only 3e-09 ..."), else the smallest over the outputs. */
 static double
@@ -795,7 +780,7 @@ orch_refcheck_done(
 		double admits;
 		if (orch_spec_get(o, t->id, &spec) != 0)
 			kc_clearerr();
-		admits = orch_tolerance_admits(spec);
+		admits = kc_tolerance_admits(spec ? spec->tolerance : NULL);
 		for (size_t i = 0; i < r->n_degenerate; i++) {
 			kclaw__degenerate_output__init(&dv[i]);
 			dv[i].name = r->degenerate[i] ? r->degenerate[i] : "";
