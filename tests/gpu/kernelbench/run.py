@@ -54,12 +54,13 @@ def main(argv=None):
         cases = [c for c in cases if c in a.only.split(",")]
     cache = os.path.join(tempfile.gettempdir(), "kclaw-kb")
     os.makedirs(cache, exist_ok=True)
-    start, bad, rows = time.monotonic(), 0, []
+    start, bad, rows, skipped = time.monotonic(), 0, [], 0
     out = open(a.out, "w") if a.out else None
     for c in cases:
         e = read_expect(os.path.join(HERE, c, "expect"))
         if time.monotonic() - start > a.budget_s:
             print("%-18s not run (budget)" % c, flush=True)
+            skipped += 1
             continue
         prob = e["problem"]
         bundle = os.path.join(cache, prob.replace("/", "_").replace(".py", ""))
@@ -111,7 +112,9 @@ def main(argv=None):
             c, prob, tm.get("median_ms", 0), res.get("reference_ms", 0),
             res.get("torch_compile_ms", 0), res.get("speedup", 0) or 0,
             res.get("compile_speedup", 0) or 0, 100 * (res.get("sol_fraction", 0) or 0)))
-    print("\n%d of %d cases as expected" % (len(cases) - bad, len(cases)))
+    ran = len(cases) - skipped
+    print("\n%d of %d cases run as expected%s" % (
+        ran - bad, ran, ", %d not run (budget)" % skipped if skipped else ""))
     return 1 if bad else 0
 
 
