@@ -37,10 +37,12 @@ import time
 import traceback
 
 LINE_MAX = 16 << 20            # bytes per protocol line
-CHUNK = 1 << 24                # elements per chunk of a reduction (bounds temporaries:
-                               # a comparison needs about 80 bytes per element)
-SHARED_ALIGN = 2 << 20         # a shared buffer's allocation is rounded up to this
+CHUNK = 1 << 22                # elements per chunk of a reduction (bounds temporaries:
+                               # a comparison needs about 80 bytes per element, so at
+                               # most about 340 MB)
+SHARED_ALIGN = 2 << 20         # the shared arena's allocation is rounded up to this
 SHARED_MIN = 10 << 20          # and is at least this (PyTorch's kMinLargeAlloc)
+BUF_ALIGN = 256                # a shared buffer's offset in the arena
 VARIANT_SALT = 0x9E3779B97F4A7C15  # the variants' generator: seed ^ salt
 MASK64 = (1 << 64) - 1
 NVARIANTS = 7
@@ -273,10 +275,11 @@ class Buf:
         for d in self.shape:
             self.numel *= d
         self.nbytes = self.numel * DTYPES[self.dtype][1] if self.dtype in DTYPES else 0
-        self.raw = None    # uint8 tensor of the allocation (rounded up)
+        self.raw = None    # uint8 view of its bytes in the shared arena
         self.view = None   # typed view of the declared shape
         self.handle = None
-        self.offset = 0
+        self.offset = 0    # in the arena's allocation
+        self.at = 0        # in the arena tensor
 
 
 class Task:
@@ -291,7 +294,13 @@ class Task:
         self.modname = None
         self.mod = None
         self.model = None
-        self.state = None        # state_dict: the private weights
+        self.state = None        # state_dict (its declared entries live in the arena)
+        self.arena = None        # uint8 tensor: every shared buffer, nothing else
+        self.param_span = None   # (lo, hi) of the parameters in the arena
+        self.param_sum = None    # their checksum as loaded
+        self.private = []        # (buf, private tensor): parameters the model could
+                                 # not be pointed at, copied in before every run
+        self.writes_inputs = False  # the model's forward writes its inputs
         self.private_ptrs = set()
         self.scalar_names = []
         self.scalars = {}        # name -> value drawn at load
@@ -312,7 +321,7 @@ class Serial:
         self.variant = variant
         self.keep = keep
         self.expected = []
-        self.inputs = None       # private inputs (kept with keep)
+        self.input_sums = None   # checksums of the shared inputs (kept with keep)
 
 
 class State:
@@ -325,7 +334,7 @@ class State:
         self.ipc = None          # "driver" or "torch"
         self.task = None
         self.cur = None
-        self.prev_kept = None    # expected outputs of the previous kept serial
+        self.prev_kept = None    # expected outputs of kept serial 0, until the next kept one
         self.held = None         # outputs copied aside by check's hold
         self.fatal = False
 
@@ -480,7 +489,8 @@ def unload(st):
     for b in t.bufs:
         b.raw = b.view = None
     t.bufs = []
-    t.model = t.state = t.flush = None
+    t.model = t.state = t.flush = t.arena = None
+    t.private = []
     t.compiled = {}
     if t.modname:
         sys.modules.pop(t.modname, None)
@@ -556,45 +566,147 @@ def _parse_decl(req):
 
 
 def _alloc_shared(st, t):
-    """One allocation per shared buffer, rounded up to 2 MiB so that the
-    block is its whole cudaMalloc segment: the IPC handle exposes the whole
-    segment, so nothing private may ever share it. Checked with
-    cuMemGetAddressRange; on a split cached block the cache is emptied and
-    the buffer allocated again."""
-    for b in t.bufs:
-        if b.kind == "scalar":
-            continue
-        # Rounded to 2 MiB and at least 10 MiB: the caching allocator gives
-        # such a request a segment of exactly that size (smaller ones share
-        # a 2 or 20 MiB segment with other blocks).
-        size = (b.nbytes + SHARED_ALIGN - 1) // SHARED_ALIGN * SHARED_ALIGN
-        size = max(size, SHARED_MIN)
-        for attempt in range(3):
-            raw = torch.empty(size, dtype=torch.uint8, device=st.dev)
-            ptr = raw.data_ptr()
-            if st.driver is not None:
-                handle, offset, seg = st.driver.share(ptr)
-                if offset == 0 and seg == size:
-                    break
-                log("shared buffer %s: allocation at offset %d of a %d-byte segment (%d asked); "
-                    "emptying the cache and allocating again" % (b.name, offset, seg, size))
-                if offset == 0 and seg > size:
-                    size = seg  # the allocator's segment size for this request
-                del raw
-                gc.collect()
-                torch.cuda.synchronize()
-                torch.cuda.empty_cache()
-                if attempt == 2:
-                    raise RefError("INTERNAL", "cannot give shared buffer %s an allocation of its own "
-                                   "(the caching allocator splits a cached block); restart the "
-                                   "reference process" % b.name)
-            else:
-                handle, offset, seg = torch_share(raw)
-                break
-        b.raw = raw
-        b.view = raw[:b.nbytes].view(_dt(b.dtype)).view(b.shape)
+    """Every shared buffer in one arena: a single allocation, rounded up to
+    2 MiB (and at least 10 MiB) so that it is its whole cudaMalloc segment:
+    the IPC handle exposes the whole segment, so nothing private may ever
+    share it (checked with cuMemGetAddressRange; on a split cached block
+    the cache is emptied and the arena allocated again). Inputs first, then
+    parameters (one contiguous span, checksummed), then outputs, each at a
+    256-byte boundary. One allocation instead of one per buffer: a Level 3
+    model has up to 628 parameters, which each took a 10 MiB segment."""
+    order = [b for k in ("input", "parameter", "output") for b in t.bufs if b.kind == k]
+    off = 0
+    plo = phi = None
+    for b in order:
+        off = (off + BUF_ALIGN - 1) // BUF_ALIGN * BUF_ALIGN
+        b.at = off
+        if b.kind == "parameter":
+            plo = off if plo is None else plo
+        off += max(b.nbytes, 1)
+        if b.kind == "parameter":
+            phi = (off + 7) // 8 * 8
+    size = (off + SHARED_ALIGN - 1) // SHARED_ALIGN * SHARED_ALIGN
+    size = max(size, SHARED_MIN)
+    for attempt in range(3):
+        arena = torch.zeros(size, dtype=torch.uint8, device=st.dev)
+        ptr = arena.data_ptr()
+        if st.driver is None:
+            handle, offset, seg = torch_share(arena)
+            break
+        handle, offset, seg = st.driver.share(ptr)
+        if offset == 0 and seg == size:
+            break
+        log("shared arena: allocation at offset %d of a %d-byte segment (%d asked); "
+            "emptying the cache and allocating again" % (offset, seg, size))
+        if offset == 0 and seg > size:
+            size = seg  # the allocator's segment size for this request
+        del arena
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        if attempt == 2:
+            raise RefError("INTERNAL", "cannot give the shared buffers an allocation of their own "
+                           "(the caching allocator splits a cached block); restart the "
+                           "reference process")
+    t.arena = arena
+    t.param_span = (plo, phi) if plo is not None else None
+    for b in order:
+        b.raw = arena[b.at:b.at + b.nbytes]
+        b.view = b.raw.view(_dt(b.dtype)).view(b.shape)
         b.handle = handle.hex()
-        b.offset = int(offset)
+        b.offset = int(offset) + b.at
+
+
+def _checksum(raw):
+    """Two sums of a byte range read as int64 words (plain and weighted by
+    position, wrapping): any write to the range changes them but by a
+    vanishing chance. The range's length is a multiple of 8."""
+    w = raw.view(torch.int64)
+    s1 = s2 = None
+    for lo, (c,) in _chunks(w):
+        idx = torch.arange(lo + 1, lo + 1 + c.numel(), dtype=torch.int64, device=c.device)
+        a, b = c.sum(), (c * idx).sum()
+        s1 = a if s1 is None else s1 + a
+        s2 = b if s2 is None else s2 + b
+    if s1 is None:
+        return (0, 0)
+    return tuple(int(v) for v in torch.stack([s1, s2]).tolist())
+
+
+def _buf_sum(t, b):
+    """A buffer's checksum (its bytes padded to a word with the arena's
+    zeros: buffers start at 256-byte boundaries)."""
+    return _checksum(t.arena[b.at:b.at + (b.nbytes + 7) // 8 * 8])
+
+
+def _param_sum(t):
+    if t.param_span is None:
+        return (0, 0)
+    lo, hi = t.param_span
+    return _checksum(t.arena[lo:hi])
+
+
+def _point_model_at_arena(t):
+    """Makes the model compute with the shared parameter buffers: each
+    declared state_dict entry's values are copied into its buffer and the
+    module's tensor is pointed at it, so the weights exist once. An entry
+    that is not a module's parameter or buffer (custom state) keeps a
+    private copy, copied into its buffer before every run."""
+    for b in t.by_kind("parameter"):
+        src = t.state[b.source_name]
+        b.view.copy_(src.reshape(b.shape))
+        path, _, attr = b.source_name.rpartition(".")
+        try:
+            m = t.model.get_submodule(path) if path else t.model
+        except Exception:
+            m = None
+        cur = getattr(m, attr, None) if m is not None else None
+        if isinstance(cur, torch.nn.Parameter) and cur.dtype == b.view.dtype and \
+                list(cur.shape or [1]) == b.shape:
+            cur.data = b.view.view(cur.shape)
+        elif m is not None and attr in getattr(m, "_buffers", {}) and isinstance(cur, torch.Tensor) \
+                and cur.dtype == b.view.dtype and list(cur.shape or [1]) == b.shape:
+            m._buffers[attr] = b.view.view(cur.shape)
+        else:
+            t.private.append((b, src))
+    if t.private:
+        log("%d parameter(s) are not module parameters or buffers and keep a private copy: %s"
+            % (len(t.private), ", ".join(b.name for b, _ in t.private[:8])))
+    t.state = t.model.state_dict()
+    t.private_ptrs = set()
+    for v in t.state.values():
+        if isinstance(v, torch.Tensor) and v.numel() > 0:
+            t.private_ptrs.add(v.untyped_storage().data_ptr())
+    t.private_ptrs.add(t.arena.untyped_storage().data_ptr())
+
+
+def _rebuild_params(st, t):
+    """The shared parameters changed (a candidate wrote them, or the model
+    writes its own state): a fresh model under the recorded seed, whose
+    values go into the shared buffers."""
+    torch.manual_seed(t.init_seed & MASK64)
+    with torch.device(st.dev):
+        init = user("get_init_inputs()", t.mod.get_init_inputs, path=t.path)
+        fresh = user("Model(*get_init_inputs())", lambda: t.mod.Model(*init), path=t.path)
+    fresh = fresh.to(st.dev)
+    sd = fresh.state_dict()
+    for b in t.by_kind("parameter"):
+        b.view.copy_(sd[b.source_name].reshape(b.shape))
+    del fresh, sd
+    gc.collect()
+
+
+def _restore_params(st, t):
+    """Before every run: the private entries copied in; the shared ones
+    checked against their checksum at load and rebuilt when they differ."""
+    for b, src in t.private:
+        b.view.copy_(src.reshape(b.shape))
+    if t.param_sum is not None and _param_sum(t) != t.param_sum:
+        log("the shared parameters changed since load; rebuilding them from the recorded seed")
+        _rebuild_params(st, t)
+        if _param_sum(t) != t.param_sum:
+            raise RefError("BAD_TASK", "the model's parameters differ after rebuilding them under the "
+                           "recorded seed: Model() is not deterministic; fix the problem's source")
 
 
 def _check_tensor(b, actual, what):
@@ -753,9 +865,18 @@ def _own_outputs(st, outs, args):
     return res
 
 
-def _restore_params(t):
-    for b in t.by_kind("parameter"):
-        b.view.copy_(t.state[b.source_name].reshape(b.shape))
+def _to_shared(t, vals):
+    """The drawn values with every tensor copied into its shared input
+    buffer and replaced by that buffer (scalars stay as drawn)."""
+    ibufs = iter(t.by_kind("input"))
+    out = []
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            b = next(ibufs)
+            b.view.copy_(v.reshape(b.shape))
+            v = b.view.view(v.shape)
+        out.append(v)
+    return out
 
 
 def op_load(st, req):
@@ -783,10 +904,11 @@ def op_load(st, req):
 
 
 def _load(st, t, source, t0):
-    # Shared buffers first, while the cache is empty: each is a fresh
-    # cudaMalloc segment of its own.
+    # Shared buffers first, while the cache is empty: the arena is a fresh
+    # cudaMalloc segment of its own. The peak memory counts from here.
     gc.collect()
     torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
     _alloc_shared(st, t)
 
     # The problem as a module from a file, so inspect and torch.compile
@@ -833,13 +955,19 @@ def _load(st, t, source, t0):
         log("state_dict entries not declared (the candidate does not get them): %s"
             % ", ".join(undeclared[:10]))
 
-    # One draw to check the inputs, the outputs and count the FLOPs.
-    args = _draw(st, t.init_seed, 0)
-    tens, rest = _split_inputs(t, args, "load")
+    # The weights live in the arena from now on (once).
+    _point_model_at_arena(t)
+    t.param_sum = _param_sum(t)
+
+    # One draw to check the inputs, the outputs and count the FLOPs; the
+    # forward runs on the shared inputs, as every later one.
+    drawn = _draw(st, t.init_seed, 0)
+    tens, rest = _split_inputs(t, drawn, "load")
     for b, v in zip(t.by_kind("input"), tens):
         _check_tensor(b, v, "tensor")
     for b, v in zip(t.by_kind("scalar"), rest):
         t.scalars[b.name] = _scalar_value(b, v)
+    args = _to_shared(t, drawn)
     # The FLOP counter runs the forward itself; where the counter (or the
     # forward) fails, the forward runs again without it and its own
     # failure is the problem's.
@@ -860,16 +988,25 @@ def _load(st, t, source, t0):
         log("FLOP counting failed (%s); running the forward without it" % describe_exc(e, t.path))
         outs = None
         gc.collect()
+        args = _to_shared(t, drawn)
     if outs is None:
         outs = _forward(st, args, "load")
+    # A model whose forward writes its inputs gets private copies for its
+    # forward (the candidate must see them as drawn): found here, once.
+    written = [b.name for b, v in zip(t.by_kind("input"), tens) if not _bits_equal(b.view, v, b.dtype)]
+    if written:
+        t.writes_inputs = True
+        log("the model writes its input(s) %s in forward; its forward gets private copies"
+            % ", ".join(written))
+    del drawn, tens, rest
     obufs = t.by_kind("output")
     if len(outs) != len(obufs):
         raise RefError("BAD_TASK", "forward returned %d tensors but the task declares %d outputs; "
                        "convert the problem again" % (len(outs), len(obufs)))
     for b, o in zip(obufs, outs):
         _check_tensor(b, o, "tensor")
-    del outs, args, tens
-    _restore_params(t)
+    del outs, args
+    _restore_params(st, t)
     torch.cuda.synchronize()
     t.reply = {
         "buffers": [{"name": b.name, "handle": b.handle, "offset": b.offset, "bytes": b.nbytes}
@@ -877,8 +1014,8 @@ def _load(st, t, source, t0):
         "scalars": dict(t.scalars),
         "flops": flops,
     }
-    log("load %s: %d tensors, %.1f MB shared, %s FLOPs, %.2f s"
-        % (t.key[:16], len(t.bufs), sum(b.nbytes for b in t.bufs) / 1e6,
+    log("load %s: %d tensors, %.1f MB shared in one %.1f MB arena, %s FLOPs, %.2f s"
+        % (t.key[:16], len(t.bufs), sum(b.nbytes for b in t.bufs) / 1e6, t.arena.numel() / 1e6,
            "%.3g" % flops if flops is not None else "no", time.monotonic() - t0))
     return dict(t.reply)
 
@@ -897,11 +1034,12 @@ def op_inputs(st, req):
     keep = bool(req.get("keep", False))
     if not 0 <= variant < NVARIANTS:
         raise RefError("INTERNAL", "inputs: unknown variant %d (0 to %d)" % (variant, NVARIANTS - 1))
-    # The previous serial's private inputs and expected outputs go first
-    # (the previous kept outputs stay for var_norm).
+    # The previous serial's expected outputs go first (kept serial 0's
+    # stay for var_norm).
     st.cur = None
-    args = _draw(st, seed, variant)
-    tens, rest = _split_inputs(t, args, "inputs")
+    _restore_params(st, t)
+    drawn = _draw(st, seed, variant)
+    tens, rest = _split_inputs(t, drawn, "inputs")
     for b, v in zip(t.by_kind("scalar"), rest):
         if _scalar_value(b, v) != t.scalars.get(b.name):
             raise RefError("BAD_TASK", "scalar '%s' is %r for seed %d but was %r at load: a scalar must "
@@ -909,8 +1047,14 @@ def op_inputs(st, req):
     ibufs = t.by_kind("input")
     for b, v in zip(ibufs, tens):
         _check_tensor(b, v, "tensor")
-        b.view.copy_(v.reshape(b.shape))
-    _restore_params(t)
+    # The expected outputs are computed now, before the candidate runs, on
+    # the very inputs it will get: nothing the candidate writes later can
+    # change them.
+    shared = _to_shared(t, drawn)
+    args = drawn if t.writes_inputs else shared
+    del shared
+    if not t.writes_inputs:
+        del drawn, tens
     outs = _forward(st, args, "inputs, seed %d" % seed)
     obufs = t.by_kind("output")
     if len(outs) != len(obufs):
@@ -919,34 +1063,25 @@ def op_inputs(st, req):
     for b, o in zip(obufs, outs):
         _check_tensor(b, o, "tensor")
     exp = [o.reshape(b.shape) for b, o in zip(obufs, _own_outputs(st, outs, args))]
-    del outs
+    del outs, args
+    if t.writes_inputs:
+        del drawn, tens
     cur = Serial(serial, seed, variant, keep)
     cur.expected = exp
     if keep:
-        # The kept copy must be what the candidate got: a model that writes
-        # its own inputs changed the private ones, the shared ones are
-        # still as drawn.
-        kept = []
-        for b, v in zip(ibufs, tens):
-            v = v.reshape(b.shape)
-            if not _bits_equal(v, b.view, b.dtype):
-                if not t.warned_mutation:
-                    log("the model writes its input %s; keeping a copy of the drawn values" % b.name)
-                    t.warned_mutation = True
-                v = b.view.clone()
-            kept.append(v)
-        cur.inputs = kept
-    del args, tens, rest
+        cur.input_sums = [_buf_sum(t, b) for b in ibufs]
+    del rest
     res = []
     for b, e in zip(obufs, exp):
         var = None
         if keep and st.prev_kept is not None:
             var = _diffnorm64(e, st.prev_kept[len(res)])
         res.append({"name": b.name, "exp_norm": _norm64(e), "var_norm": var})
-    if keep:
-        st.prev_kept = exp
+    # Only kept serial 0's outputs are held, until the next serial (the
+    # variation between trials 0 and 1): one more output copy at most.
+    st.prev_kept = exp if keep and serial == 0 else None
     for b in obufs:
-        b.raw[:b.nbytes].fill_(255)
+        b.raw.fill_(255)
     torch.cuda.synchronize()
     st.cur = cur
     return {"outputs": res}
@@ -1072,13 +1207,12 @@ def op_check(st, req):
             r["held_diff_max"], r["held_diff_count"] = _held_diff(b.view, st.held[i], b.dtype)
         res.append(r)
     written = []
-    if st.cur.keep and st.cur.inputs is not None:
-        for b, v in zip(t.by_kind("input"), st.cur.inputs):
-            if not _bits_equal(b.view, v, b.dtype):
+    if st.cur.keep and st.cur.input_sums is not None:
+        for b, h in zip(t.by_kind("input"), st.cur.input_sums):
+            if _buf_sum(t, b) != h:
                 written.append(b.name)
-        for b in t.by_kind("parameter"):
-            if not _bits_equal(b.view, t.state[b.source_name].reshape(b.shape), b.dtype):
-                written.append(b.name)
+        if t.param_sum is not None and _param_sum(t) != t.param_sum:
+            written.append("parameters")
     if hold:
         st.held = None
         st.held = [b.view.clone() for b in obufs]
@@ -1106,6 +1240,13 @@ def _median_settled(times, ci):
     return (x[hi] - x[lo]) / 2 <= ci * statistics.median(x)
 
 
+def _baseline_args(t, drawn):
+    """A timed run's arguments: the drawn values in the shared input
+    buffers (the draw is freed), so a baseline needs no second copy of the
+    inputs; private ones for a model that writes its inputs."""
+    return drawn if t.writes_inputs else _to_shared(t, drawn)
+
+
 def op_baseline(st, req):
     t = _need_task(st, "baseline")
     mode = _need(req, "mode", str)
@@ -1130,7 +1271,7 @@ def op_baseline(st, req):
             try:
                 fn = torch.compile(t.model) if mode == "compile" else \
                     torch.compile(t.model, mode="max-autotune")
-                args = _draw(st, seed, 0)
+                args = _baseline_args(t, _draw(st, seed, 0))
                 with torch.no_grad():
                     fn(*args)
                 del args
@@ -1163,7 +1304,7 @@ def op_baseline(st, req):
         goal = warmup + (min_iters if adaptive else iters)
         while True:
             while i < goal:
-                args = _draw(st, seed + i, 0)
+                args = _baseline_args(t, _draw(st, seed + i, 0))
                 if flush:
                     # A read, as the sandbox's flush (eval.c ev_flush_l2):
                     # a fill would leave dirty lines written back inside
@@ -1194,7 +1335,10 @@ def op_baseline(st, req):
                            % (mode, describe_exc(e, t.path))) from e
         raise RefError("INTERNAL" if is_oom(e) else "BAD_TASK",
                        "the forward failed while timed: %s" % describe_exc(e, t.path)) from e
-    return _stats(times, setup_s)
+    r = _stats(times, setup_s)
+    # The reference process's peak GPU memory since the task was loaded.
+    r["peak_bytes"] = int(torch.cuda.max_memory_allocated())
+    return r
 
 
 OPS = {"hello": op_hello, "load": op_load, "inputs": op_inputs, "check": op_check,

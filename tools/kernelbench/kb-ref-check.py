@@ -8,11 +8,13 @@ problems, without the C sandbox (for the GPU machine).
 
 For every problem file: kb2bundle's torch conversion into a temporary
 folder (shapes from the meta device), then gpu-sandbox/torchref.py's
-request handlers called in this process (no sockets, no child): load, three
-`inputs` with keep (variants 0, 1, 2), each followed by a self-check (the
+request handlers called in this process (no sockets, no child): load (all
+shared buffers in one arena, none overlapping), three `inputs` with keep
+(serials 0 and 1 drawn as get_inputs() makes them, whose difference is
+var_norm, then serial 2 shifted), each followed by a self-check (the
 expected outputs copied into the shared outputs must give bad = 0 at zero
-tolerance; serial 1 also checks that poisoned outputs are all bad, serial 2
-that a byte changed in an input is reported as written, serial 3 holds the
+tolerance; serial 0 also checks that poisoned outputs are all bad, serial 1
+that a byte changed in an input is reported as written, serial 2 holds the
 outputs and compares them again), a baseline in eager mode (and with
 --compile torch.compile's), then unload.
 
@@ -146,19 +148,31 @@ def run_problem(st, path, a, rec):
         kinds = {t["name"]: t["kind"] for t in tensors}
         for kind in ("input", "output", "parameter"):
             rec[kind + "_bytes"] = sum(b["bytes"] for b in r["buffers"] if kinds[b["name"]] == kind)
-        handles = [b["handle"] for b in r["buffers"]]
-        if len(set(handles)) != len(handles):
-            raise Fail("load", "two shared buffers have the same IPC handle")
+        # One arena: every buffer under one handle, none overlapping.
+        if len({b["handle"] for b in r["buffers"]}) > 1:
+            raise Fail("load", "the shared buffers are not in one arena (%d IPC handles)"
+                       % len({b["handle"] for b in r["buffers"]}))
+        spans = sorted((b["offset"], b["offset"] + b["bytes"]) for b in r["buffers"])
+        if any(lo < prev_hi for (_, prev_hi), (lo, _) in zip(spans, spans[1:])):
+            raise Fail("load", "two shared buffers overlap in the arena")
         t = st.task
         outs = t.by_kind("output")
         ins = t.by_kind("input")
 
         ratios, checks = [], []
+        # As the child's trials: serials 0 and 1 of the drawn distribution
+        # (var_norm, at serial 1, is their difference), then a shifted one.
         for v in range(3):
-            serial = v + 1
+            serial = v
+            if v == 2 and t.param_span is not None:
+                # A written parameter is rebuilt from the recorded seed by
+                # the next inputs.
+                t.arena[t.param_span[0]:t.param_span[0] + 1].bitwise_xor_(1)
             rec["stage"] = "inputs %d" % serial
             r = call(st, {"op": "inputs", "serial": serial, "seed": a.seed + 1000 * v,
-                          "variant": v, "keep": True}, rec["stage"])
+                          "variant": (0, 0, 2)[v], "keep": True}, rec["stage"])
+            if v == 2 and t.param_span is not None and tr._param_sum(t) != t.param_sum:
+                raise Fail(rec["stage"], "a written parameter was not restored by inputs")
             for o in r["outputs"]:
                 if o.get("var_norm") is not None and o.get("exp_norm"):
                     ratios.append(o["var_norm"] / o["exp_norm"])
