@@ -769,6 +769,9 @@ orch_refcheck_done(
 		                                      : 0;
 		rc.torch_compile_ms = r->torch_compile_ms;
 		rc.device_name = r->device_name ? r->device_name : "";
+		rc.wall_ms = r->wall_ms;
+		rc.metrics = r->metrics;
+		rc.n_metrics = r->n_metrics;
 	} else {
 		rc.state = KCLAW__REFERENCE_CHECK_STATE__CHECK_FAILED;
 		rc.status = KCLAW__EVAL_STATUS__INTERNAL_ERROR;

@@ -674,6 +674,9 @@ orch_build_job(orch *o, struct orch_job *j, uint8_t **buf, size_t *len)
 		/* The reference check: no candidate, the reference alone. */
 		er.candidate = refcheck ? NULL : cand->candidate;
 		eo.reference_only = refcheck;
+		/* The check is about the reference's outputs; torch.compile
+		 * is timed (and cached) with the first candidate instead. */
+		eo.no_compile_baseline = refcheck;
 		eo.time_baseline = true;
 		eo.profile = !refcheck && o->opt.profile != 0;
 		eo.trials = spec->trials;

@@ -23,8 +23,9 @@ eval_usage(FILE *f)
 	    "[--compile-only] [--arch sm_XX]\n"
 	    "                  [--profile] [--iterations N] [--warmup N] "
 	    "[--trials N]\n"
-	    "                  [--timeout-ms N] [--no-l2-flush] [--device N] "
-	    "[--home DIR]\n\n"
+	    "                  [--timeout-ms N] [--no-l2-flush] "
+	    "[--no-compile-baseline]\n"
+	    "                  [--device N] [--home DIR]\n\n"
 	    "Compiles, verifies and times the candidate (kernel.cu + "
 	    "plan.json) against the task\nin a private sandbox, and prints "
 	    "the result. Without CANDIDATE_DIR the task's\nreference is "
@@ -84,6 +85,8 @@ cli_eval(int argc, char **argv)
 			opts.profile = 1;
 		} else if (strcmp(a, "--no-l2-flush") == 0) {
 			opts.no_l2_flush = 1;
+		} else if (strcmp(a, "--no-compile-baseline") == 0) {
+			opts.no_compile_baseline = 1;
 		} else if (v != NULL && strcmp(a, "--arch") == 0) {
 			opts.arch = (char *)v;
 			i++;
