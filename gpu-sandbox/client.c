@@ -399,6 +399,26 @@ sbx_result_print(FILE *f, const Kclaw__EvalResult *r)
 	else if (r->reference_ms > 0)
 		fprintf(f, "reference: %.4f ms (recorded); speedup %.2fx\n",
 		    r->reference_ms, r->speedup);
+	/* The variation rule's figures, per output: what a reference-only
+	 * evaluation is for. */
+	for (size_t i = 0; i < r->n_output_variations; i++) {
+		const Kclaw__OutputVariation *v = r->output_variations[i];
+		if (!v->measured)
+			fprintf(f,
+			    "output %s: variation not measured (one input "
+			    "set); the tolerance admits %.3g\n",
+			    v->name, v->admits);
+		else
+			fprintf(f,
+			    "output %s: varies %.3g (relative) between two "
+			    "input sets; the tolerance admits %.3g%s\n",
+			    v->name, v->variation, v->admits,
+			    v->degenerate
+			        ? ": DEGENERATE, a constant could pass"
+			        : "");
+	}
+	for (size_t i = 0; i < r->n_warnings; i++)
+		fprintf(f, "warning: %s\n", r->warnings[i]);
 	for (size_t i = 0; i < r->n_activities; i++) {
 		const Kclaw__KernelActivity *a = r->activities[i];
 		fprintf(f, "activity %s: %.2f us, %d registers\n", a->kernel,

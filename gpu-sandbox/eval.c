@@ -3038,7 +3038,8 @@ ev_profile(ev *e)
 /*
  * Outputs that vary between two input sets of one distribution by less
  * than the tolerance admits: a constant could pass allclose on them, so
- * only the variation rule tells. The result names them, with the fix.
+ * only the variation rule tells. The result names them, with the fix,
+ * and has every output's figures (output_variations).
  */
 static void
 ev_note_degenerate(ev *e)
@@ -3050,6 +3051,9 @@ ev_note_degenerate(ev *e)
 	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++) {
 		const char *name = e->task->tensors[t]->name;
 		char **v;
+		if (e->task->tensors[t]->kind == KCLAW__TENSOR_KIND__OUTPUT)
+			sbx_result_add_variation(
+			    res, name, e->var_known[t], e->var_rel[t], tol);
 		if (!e->var_known[t] ||
 		    !sbx_output_degenerate(e->var_rel[t], tol))
 			continue;

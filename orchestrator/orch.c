@@ -720,28 +720,16 @@ orch_refcheck_schedule(orch *o, struct orch_task *t)
 	return 0;
 }
 
-/* Output name's own variation, from the sandbox's warning about it ("output
- * 'y' changes by only 3e-09 ..."), else the smallest over the outputs. */
-static double
-orch_warned_variation(const Kclaw__EvalResult *r, const char *name)
+/* How many outputs r names degenerate: those of its per-output figures,
+ * else (a sandbox older than them) its list of names. */
+static size_t
+orch_refcheck_ndegen(const Kclaw__EvalResult *r)
 {
-	char pat[192];
-	size_t n;
+	size_t n = 0;
 
-	n = (size_t)snprintf(
-	    pat, sizeof(pat), "output '%s' changes by only ", name);
-	for (size_t i = 0; n < sizeof(pat) && i < r->n_warnings; i++) {
-		const char *p =
-		    r->warnings[i] ? strstr(r->warnings[i], pat) : NULL;
-		char *end;
-		double v;
-		if (p == NULL)
-			continue;
-		v = strtod(p + n, &end);
-		if (end != p + n)
-			return v;
-	}
-	return r->output_variation;
+	for (size_t i = 0; i < r->n_output_variations; i++)
+		n += r->output_variations[i]->degenerate;
+	return r->n_output_variations ? n : r->n_degenerate;
 }
 
 void
@@ -751,6 +739,7 @@ orch_refcheck_done(
 	Kclaw__ReferenceCheck rc = KCLAW__REFERENCE_CHECK__INIT, *copy;
 	Kclaw__DegenerateOutput *dv = NULL, **dp = NULL;
 	Kclaw__TaskSpec *spec = NULL;
+	size_t nd = 0;
 	Kclaw__Event *ev;
 	kc_str text = {0};
 	char jid[64];
@@ -772,37 +761,68 @@ orch_refcheck_done(
 		rc.wall_ms = r->wall_ms;
 		rc.metrics = r->metrics;
 		rc.n_metrics = r->n_metrics;
+		rc.output_variations = r->output_variations;
+		rc.n_output_variations = r->n_output_variations;
 	} else {
 		rc.state = KCLAW__REFERENCE_CHECK_STATE__CHECK_FAILED;
 		rc.status = KCLAW__EVAL_STATUS__INTERNAL_ERROR;
 		rc.message = (char *)(why ? why : "");
 	}
-	if (r && r->n_degenerate > 0 &&
-	    (dv = calloc(r->n_degenerate, sizeof(*dv))) != NULL &&
-	    (dp = calloc(r->n_degenerate, sizeof(*dp))) != NULL) {
-		double admits;
-		if (orch_spec_get(o, t->id, &spec) != 0)
-			kc_clearerr();
-		admits = kc_tolerance_admits(spec ? spec->tolerance : NULL);
-		for (size_t i = 0; i < r->n_degenerate; i++) {
-			kclaw__degenerate_output__init(&dv[i]);
-			dv[i].name = r->degenerate[i] ? r->degenerate[i] : "";
-			dv[i].variation = orch_warned_variation(r, dv[i].name);
-			dv[i].admits = admits;
-			dp[i] = &dv[i];
+	if (r && (nd = orch_refcheck_ndegen(r)) > 0 &&
+	    (dv = calloc(nd, sizeof(*dv))) != NULL &&
+	    (dp = calloc(nd, sizeof(*dp))) != NULL) {
+		size_t n = 0;
+		/* The sandbox's own figures per output; from an older one
+		 * only the names, their variation unknown (its warnings' text
+		 * is for people, not parsed). */
+		for (size_t i = 0; i < r->n_output_variations && n < nd; i++) {
+			const Kclaw__OutputVariation *v =
+			    r->output_variations[i];
+			if (!v->degenerate)
+				continue;
+			kclaw__degenerate_output__init(&dv[n]);
+			dv[n].name = v->name;
+			dv[n].variation = v->variation;
+			dv[n].admits = v->admits;
+			n++;
 		}
+		if (r->n_output_variations == 0) {
+			double admits;
+			if (orch_spec_get(o, t->id, &spec) != 0)
+				kc_clearerr();
+			admits =
+			    kc_tolerance_admits(spec ? spec->tolerance : NULL);
+			for (size_t i = 0; i < r->n_degenerate && n < nd; i++) {
+				kclaw__degenerate_output__init(&dv[n]);
+				dv[n].name =
+				    r->degenerate[i] ? r->degenerate[i] : "";
+				dv[n].variation_unknown = 1;
+				dv[n].admits = admits;
+				n++;
+			}
+		}
+		for (size_t i = 0; i < n; i++)
+			dp[i] = &dv[i];
 		rc.degenerate = dp;
-		rc.n_degenerate = r->n_degenerate;
+		rc.n_degenerate = n;
 	}
 	/* The event's one line; the WARNING when a constant could pass. */
 	if (rc.n_degenerate > 0) {
 		kc_str_append(&text, "warning: degenerate outputs: ");
-		for (size_t i = 0; i < rc.n_degenerate; i++)
-			kc_str_printf(&text,
-			    "%s%s (varies %.3g between input sets; tolerance "
-			    "admits %.3g)",
-			    i ? ", " : "", dv[i].name, dv[i].variation,
-			    dv[i].admits);
+		for (size_t i = 0; i < rc.n_degenerate; i++) {
+			if (dv[i].variation_unknown)
+				kc_str_printf(&text,
+				    "%s%s (variation unknown: the sandbox "
+				    "reports none per output; tolerance admits "
+				    "%.3g)",
+				    i ? ", " : "", dv[i].name, dv[i].admits);
+			else
+				kc_str_printf(&text,
+				    "%s%s (varies %.3g between input sets; "
+				    "tolerance admits %.3g)",
+				    i ? ", " : "", dv[i].name, dv[i].variation,
+				    dv[i].admits);
+		}
 		kc_str_append(&text,
 		    ": a constant could pass; tighten the tolerance or widen "
 		    "the inputs");

@@ -74,14 +74,34 @@ status_refcheck(const Kclaw__ReferenceCheck *rc)
 	}
 	default: break;
 	}
+	/* Each output's own figures (none from an older sandbox). */
+	for (size_t i = 0; i < rc->n_output_variations; i++) {
+		const Kclaw__OutputVariation *v = rc->output_variations[i];
+		if (!v->measured)
+			printf("  output     %s: variation not measured (one "
+			       "input set)\n",
+			    v->name);
+		else
+			printf(
+			    "  output     %s: varies %.3g between input sets; "
+			    "tolerance admits %.3g%s\n",
+			    v->name, v->variation, v->admits,
+			    v->degenerate ? " (degenerate)" : "");
+	}
 	if (rc->n_degenerate == 0)
 		return;
 	printf("  warning    degenerate outputs: ");
-	for (size_t i = 0; i < rc->n_degenerate; i++)
-		printf("%s%s (varies %.3g between input sets; tolerance admits "
-		       "%.3g)",
-		    i ? ", " : "", rc->degenerate[i]->name,
-		    rc->degenerate[i]->variation, rc->degenerate[i]->admits);
+	for (size_t i = 0; i < rc->n_degenerate; i++) {
+		const Kclaw__DegenerateOutput *d = rc->degenerate[i];
+		if (d->variation_unknown)
+			printf("%s%s (variation unknown: the sandbox reports "
+			       "none per output; tolerance admits %.3g)",
+			    i ? ", " : "", d->name, d->admits);
+		else
+			printf("%s%s (varies %.3g between input sets; "
+			       "tolerance admits %.3g)",
+			    i ? ", " : "", d->name, d->variation, d->admits);
+	}
 	printf(": a constant could pass; tighten the tolerance or widen the "
 	       "inputs\n");
 }
@@ -152,6 +172,37 @@ status_processes(const kc_config *cfg, const Kclaw__HealthResponse *h)
 		    "--detach` again.\n");
 }
 
+/* The variation of item i of array name in o set to null (not known). */
+static void
+status_null_variation(cJSON *o, const char *name, int i)
+{
+	cJSON *a = cJSON_GetObjectItemCaseSensitive(o, name);
+	cJSON *v = cJSON_IsArray(a) ? cJSON_GetArrayItem(a, i) : NULL;
+
+	if (cJSON_IsObject(v))
+		cJSON_ReplaceItemInObjectCaseSensitive(
+		    v, "variation", cJSON_CreateNull());
+}
+
+/* In the reference check's JSON (o), a variation not known is null, not
+ * 0: the smallest when not measured (pending, failed), an output's when
+ * not measured, a degenerate one's from a sandbox that sent none. */
+static void
+status_refcheck_nulls(const Kclaw__ReferenceCheck *rc, cJSON *o)
+{
+	if (rc == NULL || !cJSON_IsObject(o))
+		return;
+	if (rc->state != KCLAW__REFERENCE_CHECK_STATE__CHECK_DONE)
+		cJSON_ReplaceItemInObjectCaseSensitive(
+		    o, "output_variation", cJSON_CreateNull());
+	for (size_t i = 0; i < rc->n_output_variations; i++)
+		if (!rc->output_variations[i]->measured)
+			status_null_variation(o, "output_variations", (int)i);
+	for (size_t i = 0; i < rc->n_degenerate; i++)
+		if (rc->degenerate[i]->variation_unknown)
+			status_null_variation(o, "degenerate", (int)i);
+}
+
 /* The TaskRecord as JSON, its usage priced (report.h's cli_usage_json). */
 static cJSON *
 status_task_obj(const kc_config *cfg, const Kclaw__TaskRecord *t)
@@ -160,17 +211,8 @@ status_task_obj(const kc_config *cfg, const Kclaw__TaskRecord *t)
 
 	if (o == NULL)
 		return NULL;
-	/* A variation not measured (pending, failed) is missing: null. */
-	{
-		cJSON *rc =
-		    cJSON_GetObjectItemCaseSensitive(o, "reference_check");
-		if (t->reference_check &&
-		    t->reference_check->state !=
-		        KCLAW__REFERENCE_CHECK_STATE__CHECK_DONE &&
-		    cJSON_IsObject(rc))
-			cJSON_ReplaceItemInObjectCaseSensitive(
-			    rc, "output_variation", cJSON_CreateNull());
-	}
+	status_refcheck_nulls(t->reference_check,
+	    cJSON_GetObjectItemCaseSensitive(o, "reference_check"));
 	cJSON_DeleteItemFromObjectCaseSensitive(o, "usage");
 	if (cli_usage_json(o, cfg, t->usage, t->n_usage) != 0) {
 		cJSON_Delete(o);

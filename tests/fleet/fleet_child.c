@@ -126,6 +126,10 @@ fc_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 	if (req->options && req->options->reference_only) {
 		/* The task's reference check: the reference alone. */
 		res->output_variation = 0.5;
+		for (size_t i = 0; i < t->n_tensors; i++)
+			if (t->tensors[i]->kind == KCLAW__TENSOR_KIND__OUTPUT)
+				sbx_result_add_variation(res,
+				    t->tensors[i]->name, 1, 0.5, t->tolerance);
 		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
 		    "reference only (fleet child)");
 	} else if (strncmp(src, "KC:ok:", 6) == 0) {

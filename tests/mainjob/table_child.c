@@ -139,6 +139,12 @@ tc_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 			res->reference_ms = ref_ms;
 		}
 		res->output_variation = 0.5;
+		for (size_t i = 0; task && i < task->n_tensors; i++)
+			if (task->tensors[i]->kind ==
+			    KCLAW__TENSOR_KIND__OUTPUT)
+				sbx_result_add_variation(res,
+				    task->tensors[i]->name, 1, 0.5,
+				    task->tolerance);
 		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
 		    "reference only (table): baseline %.4f ms; outputs change "
 		    "by 0.5 (relative) between two input sets of one "

@@ -20,10 +20,14 @@
  *
  * A reference-only request (a task's reference check, EvalOptions.
  * reference_only) is answered by refcheck=: absent, OK with the ref= time
- * and an output variation of 0.5; "degenerate:<output>:<variation>", OK
- * with that output named degenerate (and the real sandbox's warning);
- * "fail", INTERNAL_ERROR (the sandbox's own failure: retried); "fault",
- * RUNTIME_FAULT (the reference faulted: not retried).
+ * and every output of the task varying by 0.5; "outputs:<name>@<variation>
+ * /<name>@<variation>...", OK with those outputs' figures
+ * (EvalResult.output_variations), and those under what the task's
+ * tolerance admits named degenerate with the real sandbox's warning;
+ * "old:outputs:...", the same from a sandbox older than per-output figures
+ * (names and warnings only); "fail", INTERNAL_ERROR (the sandbox's own
+ * failure: retried); "fault", RUNTIME_FAULT (the reference faulted: not
+ * retried).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -34,6 +38,7 @@
 #include "kc_config.h"
 #include "kc_err.h"
 #include "kc_util.h"
+#include "spec_check.h"
 #include "worker.h"
 
 static const char *dbl_roles[] = {"", "generator", "feature", "planner",
@@ -159,12 +164,67 @@ dbl_agent(const Kclaw__AgentJob *job, Kclaw__AgentReply *r)
 	}
 }
 
+/* Appends one entry of a string list (protobuf-c's repeated string). */
+static void
+dbl_strv_add(char ***v, size_t *n, const char *s)
+{
+	char **g = realloc(*v, (*n + 1) * sizeof(*g));
+
+	if (g == NULL)
+		return;
+	*v = g;
+	if ((g[*n] = strdup(s)) != NULL)
+		(*n)++;
+}
+
+/* Output name at variation var, as the real sandbox reports it
+ * (gpu-sandbox/eval.c ev_note_degenerate): its figures unless old, and
+ * when it is degenerate its name and the sandbox's warning. */
+static void
+dbl_output(Kclaw__EvalResult *r, const Kclaw__Tolerance *tol, const char *name,
+    double var, bool old)
+{
+	double admits = kc_tolerance_admits(tol);
+	char text[512];
+
+	if (r->output_variation == 0 || var < r->output_variation)
+		r->output_variation = var;
+	if (!old) {
+		Kclaw__OutputVariation **g, *v;
+		g = realloc(r->output_variations,
+		    (r->n_output_variations + 1) * sizeof(*g));
+		if (g == NULL)
+			return;
+		r->output_variations = g;
+		if ((v = malloc(sizeof(*v))) == NULL)
+			return;
+		kclaw__output_variation__init(v);
+		v->name = strdup(name);
+		v->variation = var;
+		v->admits = admits;
+		v->measured = true;
+		v->degenerate = var < admits;
+		g[r->n_output_variations++] = v;
+	}
+	if (var >= admits)
+		return;
+	dbl_strv_add(&r->degenerate, &r->n_degenerate, name);
+	snprintf(text, sizeof(text),
+	    "degenerate task: output '%s' changes by only %.3g (relative) "
+	    "between two input sets, less than the tolerance admits",
+	    name, var);
+	dbl_strv_add(&r->warnings, &r->n_warnings, text);
+}
+
 /* A reference-only evaluation, as refcheck= says (the file's comment). */
 static void
-dbl_refcheck(const char *script, Kclaw__EvalResult *r)
+dbl_refcheck(
+    const Kclaw__TaskSpec *task, const char *script, Kclaw__EvalResult *r)
 {
-	char rc[128], name[64], text[512];
-	double var = 0;
+	const Kclaw__Tolerance *tol = task ? task->tolerance : NULL;
+	char rc[128], text[512];
+	const char *list = NULL;
+	bool old = false;
 
 	dbl_entry(script, "refcheck", 0, rc, sizeof(rc));
 	if (strcmp(rc, "fail") == 0) {
@@ -183,21 +243,28 @@ dbl_refcheck(const char *script, Kclaw__EvalResult *r)
 	kclaw__timing__init(r->baseline);
 	r->baseline->median_ms = r->reference_ms;
 	r->device_name = strdup("double GPU");
-	r->output_variation = 0.5;
-	if (sscanf(rc, "degenerate:%63[^:]:%lf", name, &var) == 2) {
-		r->output_variation = var;
-		r->n_degenerate = 1;
-		r->degenerate = calloc(1, sizeof(*r->degenerate));
-		r->degenerate[0] = strdup(name);
-		r->n_warnings = 1;
-		r->warnings = calloc(1, sizeof(*r->warnings));
-		snprintf(text, sizeof(text),
-		    "degenerate task: output '%s' changes by only %.3g "
-		    "(relative) between two input sets, less than the "
-		    "tolerance admits",
-		    name, var);
-		r->warnings[0] = strdup(text);
+	if (strncmp(rc, "old:", 4) == 0) {
+		old = true;
+		memmove(rc, rc + 4, strlen(rc + 4) + 1);
 	}
+	if (strncmp(rc, "outputs:", 8) == 0)
+		list = rc + 8;
+	for (const char *p = list; p && *p;) {
+		size_t len = strcspn(p, "/");
+		char item[128], *at;
+		snprintf(item, sizeof(item), "%.*s", (int)len, p);
+		if ((at = strchr(item, '@')) != NULL) {
+			*at = '\0';
+			dbl_output(r, tol, item, atof(at + 1), old);
+		}
+		p += len + (p[len] == '/');
+	}
+	/* No list: every output of the task varies by 0.5. */
+	for (size_t i = 0; list == NULL && task && i < task->n_tensors; i++)
+		if (task->tensors[i]->kind == KCLAW__TENSOR_KIND__OUTPUT)
+			dbl_output(r, tol, task->tensors[i]->name, 0.5, old);
+	if (r->output_variation == 0)
+		r->output_variation = 0.5;
 	snprintf(text, sizeof(text),
 	    "reference only (double): baseline %.4f ms; outputs change by "
 	    "%.3g (relative) between two input sets of one distribution%s",
@@ -223,7 +290,7 @@ dbl_eval(const Kclaw__EvalRequest *req, bool no_device, Kclaw__EvalResult *r)
 		return;
 	}
 	if (req->options && req->options->reference_only) {
-		dbl_refcheck(script, r);
+		dbl_refcheck(req->task, script, r);
 		return;
 	}
 	if (src && strncmp(src, "KC:ok:", 6) == 0) {

@@ -3,8 +3,11 @@
  * reference check"): the real kclawd schedules one reference-only
  * evaluation per task when it starts seeding, as the task's first sandbox
  * job; a scripted sandbox (kc-double, refcheck= in the task's script)
- * answers it. Degenerate outputs reach the task's record, a
- * REFERENCE_CHECKED event (a warning) and `kclaw status`; a failed check
+ * answers it. Every output's variation and what the tolerance admits
+ * (EvalResult.output_variations) and the degenerate outputs reach the
+ * task's record, a REFERENCE_CHECKED event (a warning) and `kclaw status`
+ * (and --json); from an older sandbox without those figures the
+ * degenerate outputs are named with their variation unknown; a failed check
  * (retried, or not) never fails the task; a check interrupted by a killed
  * kclawd is run once after the restart, and never again once answered.
  */
@@ -96,7 +99,7 @@ test_degenerate_named(void)
 	h_doubles(workers, 1, "0");
 	KT_OK(h_submit(spec1("degen",
 	                   "seeds=ok:2.0;opt=1.0;ref=4.0;"
-	                   "refcheck=degenerate:y:3e-9"),
+	                   "refcheck=outputs:y@3e-9/z@0.25"),
 	    NULL, id));
 	s = h_wait_final(id, 20000);
 	/* The machine's course is the one without a check. */
@@ -111,10 +114,24 @@ test_degenerate_named(void)
 	KT_ASSERT(rc->reference_ms == 4.0);
 	KT_ASSERT(rc->output_variation == 3e-9);
 	KT_EQ_STR(rc->device_name, "double GPU");
+	/* Every output's figures, as the sandbox sent them. */
+	KT_EQ_INT(rc->n_output_variations, 2);
+	KT_EQ_STR(rc->output_variations[0]->name, "y");
+	KT_ASSERT(rc->output_variations[0]->variation == 3e-9);
+	KT_ASSERT(rc->output_variations[0]->admits == 1e-5);
+	KT_ASSERT(rc->output_variations[0]->degenerate);
+	KT_ASSERT(rc->output_variations[0]->measured);
+	KT_EQ_STR(rc->output_variations[1]->name, "z");
+	KT_ASSERT(rc->output_variations[1]->variation == 0.25);
+	KT_ASSERT(rc->output_variations[1]->admits == 1e-5);
+	KT_ASSERT(!rc->output_variations[1]->degenerate);
+	KT_ASSERT(rc->output_variations[1]->measured);
+	/* The degenerate one, its figures from those. */
 	KT_EQ_INT(rc->n_degenerate, 1);
 	KT_EQ_STR(rc->degenerate[0]->name, "y");
 	KT_ASSERT(rc->degenerate[0]->variation == 3e-9);
 	KT_ASSERT(rc->degenerate[0]->admits == 1e-5); /* no tolerance: rtol */
+	KT_ASSERT(!rc->degenerate[0]->variation_unknown);
 	KT_EQ_INT(rc->n_warnings, 1);
 	KT_CONTAINS(rc->warnings[0], "output 'y' changes by only 3e-09");
 	kclaw__status_response__free_unpacked(s, NULL);
@@ -158,18 +175,82 @@ test_degenerate_named(void)
 	    "the tolerance or widen the inputs\n");
 	KT_CONTAINS(out,
 	    "  check      reference 4.0000 ms; outputs vary by "
-	    "3e-09 between input sets\n");
+	    "3e-09 between input sets\n"
+	    "  output     y: varies 3e-09 between input sets; tolerance "
+	    "admits 1e-05 (degenerate)\n"
+	    "  output     z: varies 0.25 between input sets; tolerance "
+	    "admits 1e-05\n");
 	free(out);
 	snprintf(args, sizeof(args), "status %s --json", id);
 	out = run_cli(args);
 	KT_CONTAINS(out,
 	    "\"reference_check\":{\"state\":\"check_done\","
 	    "\"status\":\"ok\"");
-	KT_CONTAINS(out, "\"degenerate\":[{\"name\":\"y\",");
+	KT_CONTAINS(out,
+	    "\"degenerate\":[{\"name\":\"y\",\"variation\":3e-09,"
+	    "\"admits\":1e-05,\"variation_unknown\":false}]");
+	KT_CONTAINS(out,
+	    "\"output_variations\":[{\"name\":\"y\",\"variation\":3e-09,"
+	    "\"admits\":1e-05,\"degenerate\":true,\"measured\":true},"
+	    "{\"name\":\"z\",\"variation\":0.25,\"admits\":1e-05,"
+	    "\"degenerate\":false,\"measured\":true}]");
 	free(out);
 	snprintf(args, sizeof(args), "watch %s --no-follow", id);
 	out = run_cli(args);
 	KT_CONTAINS(out, "warning: degenerate outputs: y");
+	free(out);
+	stop(7);
+}
+
+/* A sandbox older than per-output figures names degenerate outputs only:
+ * the check says their variation is unknown, and the number in its
+ * warning's text (for people) is not read back. */
+static void
+test_old_sandbox_names_only(void)
+{
+	char id[32], args[128], *out;
+	Kclaw__StatusResponse *s;
+	const Kclaw__ReferenceCheck *rc;
+	const char *text =
+	    "warning: degenerate outputs: y (variation unknown: the sandbox "
+	    "reports none per output; tolerance admits 1e-05): a constant "
+	    "could pass; tighten the tolerance or widen the inputs";
+
+	start("refcheck-old", "\"poll_ms\": 300");
+	h_doubles(workers, 1, "0");
+	KT_OK(h_submit(spec1("old",
+	                   "seeds=ok:2.0;opt=1.0;ref=4.0;"
+	                   "refcheck=old:outputs:y@3e-9/z@0.25"),
+	    NULL, id));
+	s = h_wait_final(id, 20000);
+	KT_EQ_STR(s->task->state, "DONE");
+	rc = s->task->reference_check;
+	KT_ASSERT(rc != NULL);
+	KT_EQ_INT(rc->state, KCLAW__REFERENCE_CHECK_STATE__CHECK_DONE);
+	KT_EQ_INT(rc->n_output_variations, 0);
+	KT_ASSERT(rc->output_variation == 3e-9);
+	KT_EQ_INT(rc->n_degenerate, 1);
+	KT_EQ_STR(rc->degenerate[0]->name, "y");
+	KT_ASSERT(rc->degenerate[0]->variation_unknown);
+	KT_ASSERT(rc->degenerate[0]->variation == 0);
+	KT_ASSERT(rc->degenerate[0]->admits == 1e-5); /* the task's */
+	KT_EQ_INT(rc->n_warnings, 1);
+	KT_CONTAINS(rc->warnings[0], "output 'y' changes by only 3e-09");
+	kclaw__status_response__free_unpacked(s, NULL);
+	KT_EQ_INT(
+	    count_events(id, KCLAW__EVENT_KIND__REFERENCE_CHECKED, text), 1);
+
+	snprintf(args, sizeof(args), "status %s", id);
+	out = run_cli(args);
+	KT_CONTAINS(out, text + strlen("warning: "));
+	KT_ASSERT(strstr(out, "  output     ") == NULL);
+	free(out);
+	snprintf(args, sizeof(args), "status %s --json", id);
+	out = run_cli(args);
+	KT_CONTAINS(out,
+	    "\"degenerate\":[{\"name\":\"y\",\"variation\":null,"
+	    "\"admits\":1e-05,\"variation_unknown\":true}]");
+	KT_CONTAINS(out, "\"output_variations\":[]");
 	free(out);
 	stop(7);
 }
@@ -323,6 +404,7 @@ main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	KT_RUN(test_degenerate_named);
+	KT_RUN(test_old_sandbox_names_only);
 	KT_RUN(test_failed_check_goes_on);
 	KT_RUN(test_resumed_once);
 	return 0;

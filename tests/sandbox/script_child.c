@@ -13,7 +13,11 @@
  *   exit N       exit with status N without answering
  *
  * A reference-only request (no candidate) is OK ("reference only
- * (scripted)", a baseline of 1 ms, outputs that vary).
+ * (scripted)", a baseline of 1 ms) with every output's variation rule
+ * figures, as the real child reports them (EvalResult.output_variations,
+ * gpu-sandbox/eval.c ev_note_degenerate): an output whose name starts with
+ * "flat" varies by 1e-9 (degenerate under any tolerance: named, with the
+ * real child's warning), any other by 0.5.
  *
  * With SBX_SCRIPT_NODEV=1 in the environment it starts without a device.
  */
@@ -23,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "integrity.h"
 #include "kc_err.h"
 #include "kc_util.h"
 #include "sandbox.h"
@@ -42,6 +47,40 @@ script_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 	return 0;
 }
 
+/* A reference-only answer's variation figures (the file's comment). */
+static void
+script_variation(const Kclaw__TaskSpec *task, Kclaw__EvalResult *res)
+{
+	for (size_t t = 0; task && t < task->n_tensors; t++) {
+		const Kclaw__TensorSpec *ts = task->tensors[t];
+		double var = strncmp(ts->name, "flat", 4) == 0 ? 1e-9 : 0.5;
+		char **v;
+		if (ts->kind != KCLAW__TENSOR_KIND__OUTPUT)
+			continue;
+		sbx_result_add_variation(
+		    res, ts->name, 1, var, task->tolerance);
+		if (res->output_variation == 0 || var < res->output_variation)
+			res->output_variation = var;
+		if (!sbx_output_degenerate(var, task->tolerance) ||
+		    (v = realloc(res->degenerate,
+		         (res->n_degenerate + 1) * sizeof(*v))) == NULL)
+			continue;
+		res->degenerate = v;
+		if ((v[res->n_degenerate] = strdup(ts->name)) != NULL)
+			res->n_degenerate++;
+		v = realloc(res->warnings, (res->n_warnings + 1) * sizeof(*v));
+		if (v == NULL)
+			continue;
+		res->warnings = v;
+		if (asprintf(&v[res->n_warnings],
+		        "degenerate task: output '%s' changes by only %.3g "
+		        "(relative) between two input sets, less than the "
+		        "tolerance admits",
+		        ts->name, var) >= 0)
+			res->n_warnings++;
+	}
+}
+
 static void
 script_evaluate(void *state, const Kclaw__EvalRequest *req,
     Kclaw__EvalResult *res, int *fatal)
@@ -52,9 +91,10 @@ script_evaluate(void *state, const Kclaw__EvalRequest *req,
 	(void)state;
 	if (req->options && req->options->reference_only) {
 		res->reference_ms = 1.0;
-		res->output_variation = 0.5;
+		script_variation(req->task, res);
 		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
-		    "reference only (scripted): baseline 1.0000 ms");
+		    "reference only (scripted): baseline 1.0000 ms%s",
+		    res->n_degenerate ? "; DEGENERATE (see warnings)" : "");
 	} else if (strncmp(src, "ok", 2) == 0) {
 		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
 		    "pid %d since %llu", (int)getpid(),

@@ -3,6 +3,8 @@
  * over a private ipc:// address, supervising
  *  - a scripted child that crashes, hangs, faults or exits on command:
  *    each gets the right status and a fresh child serves the next request;
+ *  - a reference-only request: every output's variation figures arrive,
+ *    and the printed result (`kclaw eval TASK`) shows them;
  *  - cancellation: a "task cancelled" event aborts that task's evaluation
  *    (CANCELLED, child replaced), and other tasks' events do not;
  *  - the real child on a machine without a GPU driver (KCLAW_CUDA_DRIVER
@@ -142,6 +144,82 @@ test_scripted_child_is_replaced(void)
 	sbx_session_close(s);
 }
 
+/* A reference-only evaluation (`kclaw eval TASK`): every output's
+ * variation and what the task's tolerance admits come back from the child
+ * through the sandbox, and the printed result (what `kclaw eval` shows)
+ * has one line per output and the warning. */
+static void
+test_reference_only_figures(void)
+{
+	sbx_client_opts o = {.child_path = script_child, .home = home};
+	Kclaw__EvalRequest req = KCLAW__EVAL_REQUEST__INIT;
+	Kclaw__EvalOptions opt = KCLAW__EVAL_OPTIONS__INIT;
+	Kclaw__TaskSpec t = KCLAW__TASK_SPEC__INIT;
+	Kclaw__Tolerance tol = KCLAW__TOLERANCE__INIT;
+	Kclaw__TensorSpec x = KCLAW__TENSOR_SPEC__INIT,
+	                  y = KCLAW__TENSOR_SPEC__INIT,
+	                  flat = KCLAW__TENSOR_SPEC__INIT;
+	Kclaw__TensorSpec *ts[3] = {&x, &y, &flat};
+	int64_t shape[1] = {256};
+	Kclaw__EvalResult *r = NULL;
+	const Kclaw__OutputVariation *v;
+	sbx_session *s;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	x.name = "x";
+	x.kind = KCLAW__TENSOR_KIND__INPUT;
+	y.name = "y";
+	flat.name = "flat_sum";
+	y.kind = flat.kind = KCLAW__TENSOR_KIND__OUTPUT;
+	x.dtype = y.dtype = flat.dtype = KCLAW__DTYPE__F32;
+	x.n_shape = y.n_shape = flat.n_shape = 1;
+	x.shape = y.shape = flat.shape = shape;
+	tol.rtol = 1e-3;
+	tol.max_rel_norm = 2e-3;
+	t.name = "t";
+	t.n_tensors = 3;
+	t.tensors = ts;
+	t.tolerance = &tol;
+	opt.reference_only = 1;
+	req.task = &t;
+	req.options = &opt;
+
+	KT_OK(sbx_session_open(&s, &o));
+	KT_OK(sbx_session_eval(s, &req, 30000, &r));
+	free(req.job_id);
+	sbx_session_close(s);
+	KT_EQ_STR(sbx_status_name(r->status), "OK");
+	KT_EQ_INT(r->n_output_variations, 2); /* the outputs, not x */
+	v = r->output_variations[0];
+	KT_EQ_STR(v->name, "y");
+	KT_ASSERT(v->measured && !v->degenerate);
+	KT_ASSERT(v->variation == 0.5);
+	KT_ASSERT(v->admits == 2e-3); /* max(rtol, max_rel_norm) */
+	v = r->output_variations[1];
+	KT_EQ_STR(v->name, "flat_sum");
+	KT_ASSERT(v->measured && v->degenerate);
+	KT_ASSERT(v->variation == 1e-9);
+	KT_ASSERT(v->admits == 2e-3);
+	KT_EQ_INT(r->n_degenerate, 1);
+	KT_EQ_STR(r->degenerate[0], "flat_sum");
+
+	KT_ASSERT((f = open_memstream(&text, &len)) != NULL);
+	sbx_result_print(f, r);
+	fclose(f);
+	KT_CONTAINS(text,
+	    "output y: varies 0.5 (relative) between two input sets; the "
+	    "tolerance admits 0.002\n"
+	    "output flat_sum: varies 1e-09 (relative) between two input "
+	    "sets; the tolerance admits 0.002: DEGENERATE, a constant could "
+	    "pass\n"
+	    "warning: degenerate task: output 'flat_sum' changes by only "
+	    "1e-09");
+	free(text);
+	kclaw__eval_result__free_unpacked(r, NULL);
+}
+
 /* KCLAW_SANDBOX_SPARE=0: no spare; the replacement starts after the
  * crash, and still serves the next request. */
 static void
@@ -279,6 +357,7 @@ main(void)
 	snprintf(
 	    script_child, sizeof(script_child), "%s/sbx_script_child", bin);
 	KT_RUN(test_scripted_child_is_replaced);
+	KT_RUN(test_reference_only_figures);
 	KT_RUN(test_without_spare);
 	KT_RUN(test_cancel_aborts_the_evaluation);
 	KT_RUN(test_no_device);
