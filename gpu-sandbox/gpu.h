@@ -32,8 +32,12 @@ int sbx_lt_matmul(sbx_lt *lt, const sbx_matmul *mm, CUdeviceptr a,
 
 /* Starts recording kernel activity records. */
 int sbx_prof_activity_start(void);
-/* Stops, flushes and appends one KernelActivity per kernel run to res. */
+/* Stops, flushes and appends one KernelActivity per kernel run to res (the
+ * sandbox's own kc_* kernels left out; res NULL: none kept). */
 int sbx_prof_activity_stop(Kclaw__EvalResult *res);
+/* The last stop's records, from the first start to the last end, in ms
+ * (0: none): a plan's time by CUPTI's clock, gaps between steps included. */
+double sbx_prof_last_span_ms(void);
 
 /* Runs the caller's work once per profiler pass. */
 typedef int (*sbx_prof_run_fn)(void *arg);

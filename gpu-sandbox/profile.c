@@ -3,6 +3,7 @@
  * profiled run launched (duration, registers, shared memory, grid, block).
  */
 #include <cupti.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,8 +17,12 @@
 /* CUPTI hands completed buffers to a callback on its own thread; the
  * records are collected here until sbx_prof_activity_stop reads them. */
 static Kclaw__KernelActivity *prof_records[PROF_MAX_RECORDS];
+static uint64_t prof_start[PROF_MAX_RECORDS], prof_end[PROF_MAX_RECORDS];
 static size_t prof_nrecords;
 static int prof_registered;
+/* From the first start to the last end of the kept records of the last
+ * sbx_prof_activity_stop, in ns; 0: none. */
+static uint64_t prof_last_span_ns;
 
 static void CUPTIAPI
 prof_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
@@ -66,6 +71,8 @@ prof_buffer_completed(
 			a->block[1] = (uint32_t)k->blockY;
 			a->block[2] = (uint32_t)k->blockZ;
 		}
+		prof_start[prof_nrecords] = k->start;
+		prof_end[prof_nrecords] = k->end;
 		prof_records[prof_nrecords++] = a;
 	}
 	free(buffer);
@@ -91,22 +98,52 @@ sbx_prof_activity_start(void)
 	return 0;
 }
 
+/*
+ * The sandbox's own kernels (kc_*: input generators, the L2 flush) are
+ * dropped: the records are the candidate's. With res NULL the records are
+ * only measured (sbx_prof_last_span_ms), not kept.
+ */
 int
 sbx_prof_activity_stop(Kclaw__EvalResult *res)
 {
-	Kclaw__KernelActivity **g;
+	Kclaw__KernelActivity **g = NULL;
+	uint64_t lo = UINT64_MAX, hi = 0;
+	size_t kept = 0;
+	int rv = 0;
 
 	cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 	cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-	if (prof_nrecords == 0)
-		return 0;
-	g = realloc(
-	    res->activities, (res->n_activities + prof_nrecords) * sizeof(*g));
-	if (g == NULL)
-		return KC_ENOMEM;
-	res->activities = g;
-	for (size_t i = 0; i < prof_nrecords; i++)
-		res->activities[res->n_activities++] = prof_records[i];
+	if (res != NULL && prof_nrecords > 0) {
+		g = realloc(res->activities,
+		    (res->n_activities + prof_nrecords) * sizeof(*g));
+		if (g == NULL)
+			rv = KC_ENOMEM;
+		else
+			res->activities = g;
+	}
+	for (size_t i = 0; i < prof_nrecords; i++) {
+		Kclaw__KernelActivity *a = prof_records[i];
+		if (a->kernel == NULL || strncmp(a->kernel, "kc_", 3) == 0) {
+			kclaw__kernel_activity__free_unpacked(a, NULL);
+			continue;
+		}
+		if (prof_start[i] < lo)
+			lo = prof_start[i];
+		if (prof_end[i] > hi)
+			hi = prof_end[i];
+		kept++;
+		if (g != NULL)
+			res->activities[res->n_activities++] = a;
+		else
+			kclaw__kernel_activity__free_unpacked(a, NULL);
+	}
+	prof_last_span_ns = kept > 0 && hi > lo ? hi - lo : 0;
 	prof_nrecords = 0;
-	return 0;
+	return rv;
+}
+
+double
+sbx_prof_last_span_ms(void)
+{
+	return (double)prof_last_span_ns / 1e6;
 }
