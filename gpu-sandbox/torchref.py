@@ -203,6 +203,12 @@ class Driver:
         self.ipc = self.lib.cuIpcGetMemHandle
         self.ipc.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
         self.ipc.restype = ctypes.c_int
+        self.malloc = self.lib.cuMemAlloc_v2
+        self.malloc.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
+        self.malloc.restype = ctypes.c_int
+        self.mfree = self.lib.cuMemFree_v2
+        self.mfree.argtypes = [ctypes.c_uint64]
+        self.mfree.restype = ctypes.c_int
 
     def errname(self, rc):
         p = ctypes.c_char_p()
@@ -222,6 +228,27 @@ class Driver:
         if rc == 0:
             rc = self.lib.cuCtxSetCurrent(ctx)
         return rc
+
+    def alloc(self, size):
+        """cuMemAlloc in PyTorch's (primary) context: an allocation of its
+        own, outside the caching allocator."""
+        p = ctypes.c_uint64()
+        rc = self.malloc(ctypes.byref(p), ctypes.c_size_t(size))
+        if rc == 201:  # CUDA_ERROR_INVALID_CONTEXT
+            rc2 = self._make_current()
+            if rc2 != 0:
+                raise RefError("INTERNAL", "cannot make the primary CUDA context current: %s" % self.errname(rc2))
+            rc = self.malloc(ctypes.byref(p), ctypes.c_size_t(size))
+        if rc == 2:  # CUDA_ERROR_OUT_OF_MEMORY
+            raise RefError("INTERNAL", "out of GPU memory allocating the %d-byte shared arena" % size)
+        if rc != 0:
+            raise RefError("INTERNAL", "cuMemAlloc(%d) failed: %s" % (size, self.errname(rc)))
+        return p.value
+
+    def free(self, ptr):
+        rc = self.mfree(ctypes.c_uint64(ptr))
+        if rc != 0:
+            log("cuMemFree(0x%x) failed: %s" % (ptr, self.errname(rc)))
 
     def share(self, ptr):
         base, size = ctypes.c_uint64(), ctypes.c_size_t()
@@ -260,6 +287,28 @@ def torch_share(t):
     return handle, offset + t.storage_offset() * t.element_size(), None
 
 
+class DeviceBuffer:
+    """A cuMemAlloc allocation seen by PyTorch through the CUDA array
+    interface (torch.as_tensor keeps this object alive while any tensor
+    uses the memory); freed when the last reference goes."""
+
+    def __init__(self, driver, size):
+        self.driver = driver
+        self.size = size
+        self.ptr = driver.alloc(size)
+        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (self.ptr, False),
+                                         "version": 3, "strides": None}
+
+    def __del__(self):
+        if self.ptr:
+            try:
+                torch.cuda.synchronize()
+            except Exception:
+                pass
+            self.driver.free(self.ptr)
+            self.ptr = 0
+
+
 # ------------------------------------------------------------ the state
 
 class Buf:
@@ -296,6 +345,8 @@ class Task:
         self.model = None
         self.state = None        # state_dict (its declared entries live in the arena)
         self.arena = None        # uint8 tensor: every shared buffer, nothing else
+        self.arena_bytes = 0     # its size where it is outside PyTorch's allocator
+        self.arena_holder = None  # its DeviceBuffer, dropped last at unload
         self.param_span = None   # (lo, hi) of the parameters in the arena
         self.param_sum = None    # their checksum as loaded
         self.private = []        # (buf, private tensor): parameters the model could
@@ -504,6 +555,9 @@ def unload(st):
             except Exception as e:
                 log("torch._dynamo.reset() failed: %s" % describe_exc(e))
         gc.collect()
+        # The arena's memory goes back once nothing can use it any more.
+        t.arena_holder = None
+        gc.collect()
         try:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
@@ -566,14 +620,17 @@ def _parse_decl(req):
 
 
 def _alloc_shared(st, t):
-    """Every shared buffer in one arena: a single allocation, rounded up to
-    2 MiB (and at least 10 MiB) so that it is its whole cudaMalloc segment:
-    the IPC handle exposes the whole segment, so nothing private may ever
-    share it (checked with cuMemGetAddressRange; on a split cached block
-    the cache is emptied and the arena allocated again). Inputs first, then
-    parameters (one contiguous span, checksummed), then outputs, each at a
-    256-byte boundary. One allocation instead of one per buffer: a Level 3
-    model has up to 628 parameters, which each took a 10 MiB segment."""
+    """Every shared buffer in one arena: a single allocation of the
+    driver's own (cuMemAlloc, rounded up to 2 MiB), never a block of
+    PyTorch's caching allocator, whose segments may also hold private
+    tensors (the IPC handle exposes a whole allocation; checked with
+    cuMemGetAddressRange). Inputs first, then parameters (one contiguous
+    span, checksummed), then outputs, each at a 256-byte boundary. One
+    allocation instead of one per buffer: a Level 3 model has up to 628
+    parameters, which each took a 10 MiB segment, and a long-lived process
+    could not always get a segment of its own from the caching allocator.
+    Where libcuda cannot be called, PyTorch allocates it (at least 10 MiB,
+    so that it is a segment of its own) and _share_cuda_ exports it."""
     order = [b for k in ("input", "parameter", "output") for b in t.bufs if b.kind == k]
     off = 0
     plo = phi = None
@@ -586,28 +643,22 @@ def _alloc_shared(st, t):
         if b.kind == "parameter":
             phi = (off + 7) // 8 * 8
     size = (off + SHARED_ALIGN - 1) // SHARED_ALIGN * SHARED_ALIGN
-    size = max(size, SHARED_MIN)
-    for attempt in range(3):
+    if st.driver is not None:
+        # An allocation of the driver's own: PyTorch's caching allocator
+        # would give a block of a segment that may hold private tensors.
+        t.arena_holder = DeviceBuffer(st.driver, size)
+        arena = torch.as_tensor(t.arena_holder, device=st.dev)
+        arena.zero_()
+        handle, offset, seg = st.driver.share(arena.data_ptr())
+        if offset != 0 or seg < size:
+            raise RefError("INTERNAL", "the shared arena is at offset %d of a %d-byte allocation "
+                           "(%d asked)" % (offset, seg, size))
+        t.arena_bytes = size
+    else:
+        size = max(size, SHARED_MIN)
         arena = torch.zeros(size, dtype=torch.uint8, device=st.dev)
-        ptr = arena.data_ptr()
-        if st.driver is None:
-            handle, offset, seg = torch_share(arena)
-            break
-        handle, offset, seg = st.driver.share(ptr)
-        if offset == 0 and seg == size:
-            break
-        log("shared arena: allocation at offset %d of a %d-byte segment (%d asked); "
-            "emptying the cache and allocating again" % (offset, seg, size))
-        if offset == 0 and seg > size:
-            size = seg  # the allocator's segment size for this request
-        del arena
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        if attempt == 2:
-            raise RefError("INTERNAL", "cannot give the shared buffers an allocation of their own "
-                           "(the caching allocator splits a cached block); restart the "
-                           "reference process")
+        handle, offset, seg = torch_share(arena)
+        t.arena_bytes = 0  # counted by PyTorch's allocator
     t.arena = arena
     t.param_span = (plo, phi) if plo is not None else None
     for b in order:
@@ -1138,10 +1189,12 @@ def _compare(got, exp, dtype, atol, rtol):
         err2 = acc(err2, dfin.square().sum())
         exp2 = acc(exp2, efin.square().sum())
         i = torch.argmax(score)
-        wscore.append(score[i])
+        # Clones: a 0-d view would keep the whole chunk's temporaries
+        # alive until the end (about 96 bytes per element of the output).
+        wscore.append(score[i].clone())
         widx.append(i + lo)
-        wexp.append(e[i])
-        wgot.append(g[i])
+        wexp.append(e[i].clone())
+        wgot.append(g[i].clone())
         del g, e, d, lim, score, dall, rel, dfin, efin
     n = got.numel()
     if not wscore:
@@ -1259,7 +1312,9 @@ def op_baseline(st, req):
     if not 0 <= warmup <= ITERS_MAX or not 1 <= iters <= ITERS_MAX:
         raise RefError("INTERNAL", "baseline: warmup must be 0 to %d and iters 1 to %d" % (ITERS_MAX, ITERS_MAX))
     if flush and t.flush is None:
-        t.flush = torch.empty(2 * st.hello["l2_bytes"], dtype=torch.uint8, device=st.dev)
+        # float32, so that its sum accumulates in its own type (a uint8
+        # sum would make an int64 copy, eight times the buffer).
+        t.flush = torch.empty(2 * st.hello["l2_bytes"] // 4, dtype=torch.float32, device=st.dev)
     setup_s = 0.0
     fn = t.model
     if mode != "eager":
@@ -1337,7 +1392,7 @@ def op_baseline(st, req):
                        "the forward failed while timed: %s" % describe_exc(e, t.path)) from e
     r = _stats(times, setup_s)
     # The reference process's peak GPU memory since the task was loaded.
-    r["peak_bytes"] = int(torch.cuda.max_memory_allocated())
+    r["peak_bytes"] = int(torch.cuda.max_memory_allocated()) + t.arena_bytes
     return r
 
 

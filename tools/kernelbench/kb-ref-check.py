@@ -111,8 +111,25 @@ def rel_name(path):
     return "level%d/%s" % (lv, stem) if lv is not None else stem
 
 
+CUR = {}  # the problem being run: its record, for the stages' peaks
+
+
+def note_peak(stage):
+    """The peak GPU memory of PyTorch's allocator since the last stage,
+    recorded per stage, then reset (the arena is outside the allocator:
+    it is added to peak_bytes at the end)."""
+    rec, torch = CUR.get("rec"), tr.torch
+    if rec is None or torch is None:
+        return
+    p = int(torch.cuda.max_memory_allocated())
+    rec.setdefault("stage_peaks_mb", {})[stage] = round(p / 1e6, 1)
+    rec["_peak"] = max(rec.get("_peak", 0), p)
+    torch.cuda.reset_peak_memory_stats()
+
+
 def call(st, req, stage):
     r = tr.handle(st, req)
+    note_peak(stage)
     if st.fatal:
         raise Fail(stage, "%s: %s" % (r.get("code"), r.get("error")))
     if not r.get("ok"):
@@ -418,6 +435,7 @@ def main(argv=None):
             torch.cuda.reset_peak_memory_stats()
         except Exception:
             pass
+        CUR["rec"] = rec
         say("[%d/%d] %s ..." % (i + 1 + len(done), len(probs), name))
         signal.alarm(max(1, a.timeout))
         try:
@@ -435,7 +453,10 @@ def main(argv=None):
         finally:
             signal.alarm(0)
         try:
-            rec["peak_bytes"] = int(torch.cuda.max_memory_allocated())
+            note_peak("end")
+            arena = st.task.arena_bytes if st.task is not None else 0
+            rec["arena_bytes"] = arena
+            rec["peak_bytes"] = rec.pop("_peak", 0) + arena
         except Exception:
             pass
         try:
