@@ -804,14 +804,70 @@ def _scalar_value(b, v):
     return float(v)
 
 
-def _draw(st, seed, variant):
+FACTORIES = ("rand", "randn", "randint", "zeros", "ones", "empty", "full")
+
+
+def _in_arena(t, v):
+    if t.arena is None or v.numel() == 0:
+        return False
+    lo = t.arena.data_ptr()
+    return lo <= v.data_ptr() < lo + t.arena.numel()
+
+
+class _IntoArena:
+    """While get_inputs() runs: a factory call (torch.rand, randn, ...)
+    whose tensor has the shape and dtype of the next input buffer not yet
+    given out is made with out= that buffer, so the usual case (get_inputs
+    returns factories' tensors) draws straight into the shared inputs with
+    no second copy. The same random numbers either way (out= consumes the
+    generator as the plain call does); anything else runs as called, and
+    a value that is not its own buffer is copied (_to_shared)."""
+
+    def __init__(self, t):
+        from torch.overrides import TorchFunctionMode
+
+        bufs = t.by_kind("input")
+        funcs = {getattr(torch, n) for n in FACTORIES}
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                if func not in funcs or "out" in kwargs or not bufs or \
+                        kwargs.get("requires_grad") or \
+                        str(kwargs.get("device", "cuda")).split(":")[0] != "cuda":
+                    return func(*args, **kwargs)
+                try:
+                    m = func(*args, **dict(kwargs, device="meta"))
+                except Exception:
+                    return func(*args, **kwargs)
+                b = bufs[0]
+                if list(m.shape or [1]) != b.shape or m.dtype != b.view.dtype:
+                    return func(*args, **kwargs)
+                bufs.pop(0)
+                kw = {k: v for k, v in kwargs.items() if k not in ("device", "pin_memory", "layout")}
+                try:
+                    return func(*args, out=b.view.view(m.shape), **kw)
+                except (TypeError, RuntimeError):
+                    # Refused before drawing (the arguments' checks): the
+                    # plain call, whose tensor is then copied.
+                    return func(*args, **kwargs)
+
+        self.mode = Mode()
+
+
+def _draw(st, seed, variant, into_arena=False):
     """get_inputs() under torch.manual_seed(seed) and torch.device(cuda),
     then variant's transform: the list of values (tensors contiguous on the
-    GPU, each its own storage, detached)."""
+    GPU, each its own memory, detached). With into_arena, factories' tensors
+    are made in the shared input buffers where they fit (_IntoArena)."""
     t = st.task
     torch.manual_seed(seed & MASK64)
     with torch.device(st.dev):
-        vals = user("get_inputs()", t.mod.get_inputs, path=t.path)
+        if into_arena and not t.writes_inputs and t.arena is not None:
+            with _IntoArena(t).mode:
+                vals = user("get_inputs()", t.mod.get_inputs, path=t.path)
+        else:
+            vals = user("get_inputs()", t.mod.get_inputs, path=t.path)
     if not isinstance(vals, (list, tuple)):
         raise RefError("BAD_TASK", "get_inputs() returned a %s; return a list of the forward's "
                        "arguments" % type(vals).__name__)
@@ -823,7 +879,8 @@ def _draw(st, seed, variant):
                 v = v.to(st.dev)
             v = v.contiguous()
             if v.numel() > 0:
-                p = v.untyped_storage().data_ptr()
+                # Arena buffers share one storage but never overlap.
+                p = v.data_ptr() if _in_arena(t, v) else v.untyped_storage().data_ptr()
                 if p in seen:
                     v = v.clone()
                 seen.add(p)
@@ -917,15 +974,23 @@ def _own_outputs(st, outs, args):
 
 
 def _to_shared(t, vals):
-    """The drawn values with every tensor copied into its shared input
-    buffer and replaced by that buffer (scalars stay as drawn)."""
-    ibufs = iter(t.by_kind("input"))
-    out = []
+    """The drawn values with every tensor in its shared input buffer and
+    replaced by that buffer (scalars stay as drawn): copied, unless it was
+    drawn there (_IntoArena). A tensor in the arena but not in its own
+    buffer is cloned first, before any copy can overwrite it."""
+    ibufs = t.by_kind("input")
+    tens = [v for v in vals if isinstance(v, torch.Tensor)]
+    for i, (b, v) in enumerate(zip(ibufs, tens)):
+        if _in_arena(t, v) and v.data_ptr() != b.view.data_ptr():
+            tens[i] = v.clone()
+    for b, v in zip(ibufs, tens):
+        if v.data_ptr() != b.view.data_ptr() or v.numel() != b.view.numel():
+            b.view.copy_(v.reshape(b.shape))
+    out, k = [], 0
     for v in vals:
         if isinstance(v, torch.Tensor):
-            b = next(ibufs)
-            b.view.copy_(v.reshape(b.shape))
-            v = b.view.view(v.shape)
+            v = ibufs[k].view.view(v.shape)
+            k += 1
         out.append(v)
     return out
 
@@ -1089,7 +1154,7 @@ def op_inputs(st, req):
     # stay for var_norm).
     st.cur = None
     _restore_params(st, t)
-    drawn = _draw(st, seed, variant)
+    drawn = _draw(st, seed, variant, into_arena=True)
     tens, rest = _split_inputs(t, drawn, "inputs")
     for b, v in zip(t.by_kind("scalar"), rest):
         if _scalar_value(b, v) != t.scalars.get(b.name):
@@ -1326,7 +1391,7 @@ def op_baseline(st, req):
             try:
                 fn = torch.compile(t.model) if mode == "compile" else \
                     torch.compile(t.model, mode="max-autotune")
-                args = _baseline_args(t, _draw(st, seed, 0))
+                args = _baseline_args(t, _draw(st, seed, 0, into_arena=True))
                 with torch.no_grad():
                     fn(*args)
                 del args
@@ -1359,7 +1424,7 @@ def op_baseline(st, req):
         goal = warmup + (min_iters if adaptive else iters)
         while True:
             while i < goal:
-                args = _baseline_args(t, _draw(st, seed + i, 0))
+                args = _baseline_args(t, _draw(st, seed + i, 0, into_arena=True))
                 if flush:
                     # A read, as the sandbox's flush (eval.c ev_flush_l2):
                     # a fill would leave dirty lines written back inside
