@@ -435,13 +435,6 @@ def _diffnorm64(a, b):
     return math.sqrt(acc.item()) if acc is not None else 0.0
 
 
-def _bits_equal(a, b, dtype):
-    for _, (x, y) in _chunks(_bits(a, dtype), _bits(b, dtype)):
-        if not torch.equal(x, y):
-            return False
-    return True
-
-
 def _need(req, field, types, what=None):
     if field not in req:
         raise RefError("INTERNAL", "%s request lacks '%s'" % (req.get("op"), field))
@@ -1076,14 +1069,17 @@ def _load(st, t, source, t0):
     t.param_sum = _param_sum(t)
 
     # One draw to check the inputs, the outputs and count the FLOPs; the
-    # forward runs on the shared inputs, as every later one.
-    drawn = _draw(st, t.init_seed, 0)
+    # forward runs on the shared inputs, as every later one (drawn there:
+    # no second copy of the inputs, at load either).
+    drawn = _draw(st, t.init_seed, 0, into_arena=True)
     tens, rest = _split_inputs(t, drawn, "load")
     for b, v in zip(t.by_kind("input"), tens):
         _check_tensor(b, v, "tensor")
     for b, v in zip(t.by_kind("scalar"), rest):
         t.scalars[b.name] = _scalar_value(b, v)
     args = _to_shared(t, drawn)
+    del drawn, tens
+    before = [_buf_sum(t, b) for b in t.by_kind("input")]
     # The FLOP counter runs the forward itself; where the counter (or the
     # forward) fails, the forward runs again without it and its own
     # failure is the problem's.
@@ -1104,17 +1100,18 @@ def _load(st, t, source, t0):
         log("FLOP counting failed (%s); running the forward without it" % describe_exc(e, t.path))
         outs = None
         gc.collect()
-        args = _to_shared(t, drawn)
+        args = _to_shared(t, _draw(st, t.init_seed, 0, into_arena=True))
     if outs is None:
         outs = _forward(st, args, "load")
     # A model whose forward writes its inputs gets private copies for its
-    # forward (the candidate must see them as drawn): found here, once.
-    written = [b.name for b, v in zip(t.by_kind("input"), tens) if not _bits_equal(b.view, v, b.dtype)]
+    # forward (the candidate must see them as drawn): found here, once, by
+    # the inputs' checksums around the forward.
+    written = [b.name for b, h in zip(t.by_kind("input"), before) if _buf_sum(t, b) != h]
     if written:
         t.writes_inputs = True
         log("the model writes its input(s) %s in forward; its forward gets private copies"
             % ", ".join(written))
-    del drawn, tens, rest
+    del rest
     obufs = t.by_kind("output")
     if len(outs) != len(obufs):
         raise RefError("BAD_TASK", "forward returned %d tensors but the task declares %d outputs; "
