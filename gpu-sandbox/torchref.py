@@ -7,11 +7,13 @@ Speaks the JSON-lines protocol of docs/torchref.md over the socket (or any
 bidirectional stream) on file descriptor N: one request per line, exactly
 one reply per request. Ops: hello, load, inputs, check, baseline, unload.
 
-Everything the verdict rests on (the model and its weights, every run's
-private inputs, the expected outputs, outputs held for the determinism
-check) lives in this process's CUDA context and is never exported. The
-buffers the candidate sees (inputs, parameters, outputs) are allocated here,
-each in a CUDA allocation of its own, and exported by CUDA IPC handles.
+The expected outputs, computed before the candidate runs, live in this
+process's CUDA context and are never exported. The buffers the candidate
+sees (inputs, parameters, outputs) are allocated here in one arena, a CUDA
+allocation of its own, exported by one CUDA IPC handle; the model computes
+with the shared parameters (checksummed, rebuilt when written) and draws
+its inputs straight into the shared input buffers, so each tensor exists
+once (docs/torchref.md "One copy of each tensor").
 
 The request handlers are plain functions of a State (`handle(state, req)`
 returns the reply as a dict), so tools/kernelbench/kb-ref-check.py runs them
