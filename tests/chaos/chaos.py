@@ -577,12 +577,28 @@ def check_rounds(c, name, evs, tasks):
                  rounds == want, "ROUND_FINISHED %s" % rounds)
 
 
+# The reference check is informational and a side job: when its sandbox is
+# killed it waits for its retry's backoff, and a quick task may end first
+# (docs/orchestrator.md "The reference check"). A check not run for that
+# reason is the one allowed difference in a task record.
+NOT_RUN = "not run: the task ended first"
+
+
+def comparable(rec, other):
+    a, b = strip(rec), strip(other)
+    if isinstance(a, dict) and isinstance(b, dict) and NOT_RUN in (
+            (a.get("reference_check") or {}).get("message"),
+            (b.get("reference_check") or {}).get("message")):
+        a = dict(a)
+        a.pop("reference_check", None)
+    return a
+
+
 def compare(c, calm, chaos, tasks):
     for task in tasks:
         a, b = calm["results"][task], chaos["results"][task]
-        c.expect("%s: task record" % task,
-                 strip(a["task"]) == strip(b["task"]),
-                 diff(strip(a["task"]), strip(b["task"])))
+        ta, tb = comparable(a["task"], b["task"]), comparable(b["task"], a["task"])
+        c.expect("%s: task record" % task, ta == tb, diff(ta, tb))
         c.expect("%s: best candidate" % task,
                  strip(a.get("best")) == strip(b.get("best")),
                  diff(strip(a.get("best")), strip(b.get("best"))))

@@ -114,6 +114,13 @@ test_degenerate_named(void)
 	KT_ASSERT(rc->reference_ms == 4.0);
 	KT_ASSERT(rc->output_variation == 3e-9);
 	KT_EQ_STR(rc->device_name, "double GPU");
+	/* Asked without torch.compile; the evaluation's wall time and
+	 * metrics kept. */
+	KT_ASSERT(rc->torch_compile_ms == 0);
+	KT_ASSERT(rc->wall_ms == 12.5);
+	KT_EQ_INT(rc->n_metrics, 1);
+	KT_EQ_STR(rc->metrics[0]->name, "sandbox.load_ms");
+	KT_ASSERT(rc->metrics[0]->value == 3.0);
 	/* Every output's figures, as the sandbox sent them. */
 	KT_EQ_INT(rc->n_output_variations, 2);
 	KT_EQ_STR(rc->output_variations[0]->name, "y");
