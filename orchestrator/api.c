@@ -627,6 +627,9 @@ orch_api_call(orch *o, bus_call *call)
 		    NULL);
 		goto out;
 	}
+	/* Authentic (or no token is asked for): the connection leaves the
+	 * capped set of unproven ones (docs/security.md). */
+	bus_call_prove(call);
 	for (size_t i = 0; i < KC_ARRAY_LEN(orch_api_methods); i++)
 		if (strcmp(env->method, orch_api_methods[i].method) == 0) {
 			orch_api_methods[i].fn(o, call, env);

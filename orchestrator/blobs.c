@@ -304,6 +304,7 @@ blob_serve(orch_blob_server *bs, bus_call *call)
 		    "version as the orchestrator?");
 		return;
 	}
+	bus_call_prove(call);
 	br = req->blob;
 	if (!blob_hash_ok(br->hash)) {
 		blob_refuse(call, NULL,

@@ -1908,15 +1908,20 @@ orch_open(orch **out, const orch_options *opt)
 	}
 	/* Listen last: a worker's request is only taken once every task is
 	 * loaded. */
+	/* A connection is proved only by a request whose token matched
+	 * (bus_call_prove in api.c, sched.c, blobs.c): until then it counts
+	 * among the few unproven ones that may hold a partial message, and
+	 * is closed at their deadline (docs/security.md). */
 	if ((rv = bus_pub_open(&o->pub, opt->cfg.events_url)) != 0 ||
 	    /* Work requests are results and Blob requests, never tensors
 	     * (blobs travel from kclawd in chunks): a smaller limit keeps
 	     * what unproven connections may make NNG buffer at 4 x 16 MiB
 	     * (bus.h). */
-	    (rv = bus_server_open(&o->work, opt->cfg.work_url, 512,
-	         ORCH_WORK_MAX_MSG, orch_on_work, o)) != 0 ||
-	    (rv = bus_server_open(&o->api, opt->cfg.api_url, 64, 64u << 20,
-	         orch_on_api, o)) != 0)
+	    (rv = bus_server_open_flags(&o->work, opt->cfg.work_url, 512,
+	         ORCH_WORK_MAX_MSG, BUS_PROVE_BY_HANDLER, orch_on_work, o)) !=
+	        0 ||
+	    (rv = bus_server_open_flags(&o->api, opt->cfg.api_url, 64,
+	         64u << 20, BUS_PROVE_BY_HANDLER, orch_on_api, o)) != 0)
 		goto fail;
 	*out = o;
 	return 0;
