@@ -93,6 +93,16 @@ kc_pb_has_field(const void *msg, size_t len, unsigned field)
 	return kc_pb_find(msg, len, field, &got, &glen) && got != NULL;
 }
 
+bool
+kc_pb_field_is(const void *msg, size_t len, unsigned field, const char *want)
+{
+	const uint8_t *got;
+	size_t glen;
+
+	return kc_pb_find(msg, len, field, &got, &glen) && got != NULL &&
+	    glen == strlen(want) && memcmp(got, want, glen) == 0;
+}
+
 int
 kc_token_check(const void *msg, size_t len, unsigned field, const char *want)
 {

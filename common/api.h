@@ -42,6 +42,11 @@ int kc_token_check(
 /* Whether msg has a top-level length-delimited field number `field` (a
  * cheap look at the wire before decoding, e.g. WorkRequest.blob = 9). */
 bool kc_pb_has_field(const void *msg, size_t len, unsigned field);
+/* Whether msg's top-level length-delimited field number `field` (the last
+ * one) holds exactly the bytes of want (e.g. ApiRequest.method = 1 is
+ * "PutBlob"); false when it is absent or msg is not protobuf. */
+bool kc_pb_field_is(
+    const void *msg, size_t len, unsigned field, const char *want);
 
 /* Packs any message into a malloc'd buffer (caller frees). */
 int kc_pb_pack(const ProtobufCMessage *m, uint8_t **buf, size_t *len);

@@ -43,16 +43,6 @@ int kc_plan_check(const Kclaw__TaskSpec *spec, const char *plan_json,
 int kc_spec_each_tensor_data(Kclaw__TaskSpec *spec,
     int (*fn)(Kclaw__TensorData *td, void *arg), void *arg);
 
-/*
- * Moves the contents of every .npy file spec names (a `tensors`
- * reference's TensorData.path) into the spec (TensorData.data, path
- * cleared), so the spec can go to an orchestrator that cannot read this
- * machine's files; the orchestrator stores them by content. Returns
- * KC_ENOSPC and leaves spec unchanged when they total more than max_bytes
- * (then submit by folder, inside the orchestrator's bundle roots).
- */
-int kc_bundle_inline(Kclaw__TaskSpec *spec, size_t max_bytes);
-
 /* Short names of the enums as task.json spells them ("f32", "normal"). */
 const char *kc_dtype_name(Kclaw__DType dtype);
 const char *kc_dist_name(Kclaw__Distribution dist);

@@ -264,10 +264,10 @@ struct bus_call {
 	enum bus_call_state state;
 };
 
-/* A connection of the server. NEW until it has delivered one whole
- * request: until then NNG may be buffering a message of up to max_msg
- * bytes from a peer that has proved nothing, so NEW ones are few and
- * short-lived. */
+/* A connection of the server. NEW until proved (by its first whole
+ * request, or with BUS_PROVE_BY_HANDLER by bus_call_prove): until then NNG
+ * may be buffering a message of up to max_msg bytes from a peer that has
+ * proved nothing, so NEW ones are few and short-lived. */
 struct bus_conn {
 	uint32_t id;
 	nng_pipe pipe;
@@ -280,6 +280,7 @@ struct bus_server {
 	bus_request_fn fn;
 	void *arg;
 	unsigned nctx;
+	unsigned flags; /* BUS_PROVE_BY_HANDLER */
 	struct bus_call *calls;
 	nng_mtx *mtx;
 	bool closing;
@@ -322,7 +323,7 @@ bus_conn_find(bus_server *s, uint32_t id)
 
 /*
  * Admits a connection while fewer than max_conns are open and fewer than
- * max_new have not yet delivered a request; closes it otherwise (the
+ * max_new are not yet proved; closes it otherwise (the
  * peer's NNG redials). A pipe closed in ADD_PRE still gets REM_POST.
  */
 static void
@@ -364,7 +365,7 @@ bus_server_pipe_cb(nng_pipe pipe, nng_pipe_ev ev, void *arg)
 		nng_pipe_close(pipe);
 		if (warn)
 			KC_WARN("bus: %s: connection refused (%u open, %u of "
-			        "them without a request yet; limits %u and "
+			        "them not proved yet; limits %u and "
 			        "%u)",
 			    s->url, nconns, nnew, s->lim.max_conns,
 			    s->lim.max_new_conns);
@@ -431,13 +432,15 @@ bus_call_cb(void *arg)
 		}
 		c->req = nng_aio_get_msg(c->aio);
 		c->pipe = nng_msg_get_pipe(c->req);
-		nng_mtx_lock(s->mtx);
-		k = bus_conn_find(s, (uint32_t)nng_pipe_id(c->pipe));
-		if (k != NULL && !k->active) {
-			k->active = true;
-			s->nnew--;
+		if ((s->flags & BUS_PROVE_BY_HANDLER) == 0) {
+			nng_mtx_lock(s->mtx);
+			k = bus_conn_find(s, (uint32_t)nng_pipe_id(c->pipe));
+			if (k != NULL && !k->active) {
+				k->active = true;
+				s->nnew--;
+			}
+			nng_mtx_unlock(s->mtx);
 		}
-		nng_mtx_unlock(s->mtx);
 		c->state = BUS_CALL_HELD;
 		s->fn(s->arg, c);
 		return;
@@ -489,9 +492,25 @@ bus_server_set_limits(bus_server *s, const bus_server_limits *l)
 	return 0;
 }
 
+void
+bus_server_counts(bus_server *s, unsigned *open, unsigned *unproven)
+{
+	nng_mtx_lock(s->mtx);
+	*open = s->nconns;
+	*unproven = s->nnew;
+	nng_mtx_unlock(s->mtx);
+}
+
 int
 bus_server_open(bus_server **out, const char *url, unsigned nctx,
     size_t max_msg, bus_request_fn fn, void *arg)
+{
+	return bus_server_open_flags(out, url, nctx, max_msg, 0, fn, arg);
+}
+
+int
+bus_server_open_flags(bus_server **out, const char *url, unsigned nctx,
+    size_t max_msg, unsigned flags, bus_request_fn fn, void *arg)
 {
 	bus_server *s;
 	int nrv, rv = 0;
@@ -509,6 +528,7 @@ bus_server_open(bus_server **out, const char *url, unsigned nctx,
 		return KC_ENOMEM;
 	}
 	snprintf(s->url, sizeof(s->url), "%s", url);
+	s->flags = flags;
 	s->fn = fn;
 	s->arg = arg;
 	s->lim = (bus_server_limits){.max_conns = BUS_MAX_CONNS,
@@ -610,6 +630,21 @@ bus_call_reply(bus_call *c, const void *data, size_t len)
 	nng_aio_set_timeout(c->aio, c->srv->lim.send_ms);
 	nng_ctx_send(c->ctx, c->aio);
 	return 0;
+}
+
+void
+bus_call_prove(bus_call *c)
+{
+	bus_server *s = c->srv;
+	struct bus_conn *k;
+
+	nng_mtx_lock(s->mtx);
+	k = bus_conn_find(s, (uint32_t)nng_pipe_id(c->pipe));
+	if (k != NULL && !k->active) {
+		k->active = true;
+		s->nnew--;
+	}
+	nng_mtx_unlock(s->mtx);
 }
 
 void

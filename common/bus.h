@@ -26,13 +26,17 @@
 
 /*
  * Limits of every bus_server (docs/security.md "Connections"). NNG buffers
- * a message whole before kclaw sees it, so a connection that has not yet
- * delivered one request may be holding up to max_msg bytes of a peer that
- * proved nothing: at most BUS_MAX_NEW_CONNS such connections at once, each
- * closed after BUS_NEW_CONN_MS; memory for them stays below
- * BUS_MAX_NEW_CONNS * max_msg. A reply the peer's connection does not take
- * within BUS_SEND_MS (it does not read) closes that connection, so one
- * peer cannot hold the contexts that serve everyone.
+ * a message whole before kclaw sees it, so a connection whose peer has not
+ * proved itself may be holding up to max_msg bytes: at most
+ * BUS_MAX_NEW_CONNS such connections at once, each closed BUS_NEW_CONN_MS
+ * after it opened unless proved by then; memory for them stays below
+ * BUS_MAX_NEW_CONNS * max_msg. A connection is proved by its first whole
+ * request, or, on a server opened with BUS_PROVE_BY_HANDLER, only when the
+ * handler says a request of it was authentic (bus_call_prove): a request
+ * with a wrong token then leaves its connection counted and on the clock.
+ * A reply the peer's connection does not take within BUS_SEND_MS (it does
+ * not read) closes that connection, so one peer cannot hold the contexts
+ * that serve everyone.
  */
 #define BUS_MAX_CONNS 256
 #define BUS_MAX_NEW_CONNS 4
@@ -78,23 +82,38 @@ typedef void (*bus_request_fn)(void *arg, bus_call *call);
 /*
  * Listens on url with nctx contexts, i.e. at most nctx requests held at
  * once (more wait in NNG's queue). Requests larger than max_msg bytes are
- * refused by NNG (the connection is dropped).
+ * refused by NNG (the connection is dropped). A connection's first whole
+ * request proves it (bus.h's limits above).
  */
 int bus_server_open(bus_server **out, const char *url, unsigned nctx,
     size_t max_msg, bus_request_fn fn, void *arg);
+
+/* Flags of bus_server_open_flags. */
+enum {
+	/* A connection is proved only by bus_call_prove (after the handler
+	 * checked the request's token), not by delivering a request. */
+	BUS_PROVE_BY_HANDLER = 1u << 0,
+};
+
+/* bus_server_open with flags (BUS_PROVE_BY_HANDLER). */
+int bus_server_open_flags(bus_server **out, const char *url, unsigned nctx,
+    size_t max_msg, unsigned flags, bus_request_fn fn, void *arg);
 /* Stops receiving, aborts held calls (their replies become no-ops), frees. */
 void bus_server_close(bus_server *s);
 
 /* A zero field keeps the default (the BUS_* constants above). */
 typedef struct bus_server_limits {
 	unsigned max_conns;     /* open connections, at most BUS_MAX_CONNS */
-	unsigned max_new_conns; /* of them, not yet through one request */
-	int new_ms;  /* a connection's first request must arrive within */
+	unsigned max_new_conns; /* of them, not yet proved */
+	int new_ms;             /* a connection must be proved within */
 	int send_ms; /* the peer's connection must take a reply within */
 } bus_server_limits;
 
 /* Changes the limits of a running server (tests use short ones). */
 int bus_server_set_limits(bus_server *s, const bus_server_limits *l);
+
+/* How many connections are open, and how many of them are not proved. */
+void bus_server_counts(bus_server *s, unsigned *open, unsigned *unproven);
 
 /* The request's bytes, valid until the call is replied to or dropped. */
 const void *bus_call_data(const bus_call *c, size_t *len);
@@ -102,6 +121,14 @@ const void *bus_call_data(const bus_call *c, size_t *len);
 int bus_call_reply(bus_call *c, const void *data, size_t len);
 /* Frees the call without replying (the client times out or retries). */
 void bus_call_drop(bus_call *c);
+/*
+ * Marks the connection the request came on as proved: it leaves the capped
+ * set of new connections and their deadline. The handler of a
+ * BUS_PROVE_BY_HANDLER server calls it once the request is authentic (its
+ * token matched); before replying or dropping. Safe from any thread; a
+ * no-op when the connection is gone or already proved.
+ */
+void bus_call_prove(bus_call *c);
 
 typedef struct bus_client bus_client;
 

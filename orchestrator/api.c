@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blobs.h"
 #include "bundle.h"
 #include "kc_err.h"
 #include "kc_log.h"
@@ -99,6 +100,17 @@ orch_api_task(
 	return t;
 }
 
+/* Every blob the spec names by hash (uploaded with PutBlob) must be in the
+ * store: a stat of its cache file each, so the loop does not wait. */
+static int
+orch_api_blobs_check(orch *o, const Kclaw__TaskSpec *spec)
+{
+	char dir[KC_PATH_MAX + 16];
+
+	snprintf(dir, sizeof(dir), "%s/blobs", o->opt.cfg.run_dir);
+	return orch_blobs_check_stored(o->db, dir, (Kclaw__TaskSpec *)spec);
+}
+
 /* ------------------------------------------------------------ handlers */
 
 static void
@@ -145,7 +157,8 @@ api_submit(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 	 * needs its bundle folder; that is work in proportion to the task's
 	 * size, done off the loop while the task is IMPORTING: Submit
 	 * answers at once. */
-	if ((rv = orch_spec_paths_check(&o->opt.cfg, spec)) == 0)
+	if ((rv = orch_spec_paths_check(&o->opt.cfg, spec)) == 0 &&
+	    (rv = orch_api_blobs_check(o, spec)) == 0)
 		rv = orch_submit(o, spec, req->task_id, id);
 out:
 	if (rv == 0) {
@@ -627,6 +640,9 @@ orch_api_call(orch *o, bus_call *call)
 		    NULL);
 		goto out;
 	}
+	/* Authentic (or no token is asked for): the connection leaves the
+	 * capped set of unproven ones (docs/security.md). */
+	bus_call_prove(call);
 	for (size_t i = 0; i < KC_ARRAY_LEN(orch_api_methods); i++)
 		if (strcmp(env->method, orch_api_methods[i].method) == 0) {
 			orch_api_methods[i].fn(o, call, env);
@@ -634,7 +650,7 @@ orch_api_call(orch *o, bus_call *call)
 		}
 	snprintf(text, sizeof(text),
 	    "unknown method '%.40s': this orchestrator answers Submit, "
-	    "Cancel, Status, List, Result, Events, Health, Memory",
+	    "PutBlob, Cancel, Status, List, Result, Events, Health, Memory",
 	    env->method);
 	orch_api_answer(o, call, env->request_id,
 	    KCLAW__API_CODE__API_UNKNOWN_METHOD, text, NULL);

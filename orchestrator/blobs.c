@@ -145,6 +145,57 @@ orch_blobs_import(store *s, Kclaw__TaskSpec *spec, const char *cache_dir,
 	return kc_spec_each_tensor_data(spec, blobs_import_one, &ctx);
 }
 
+bool
+orch_blob_stored(
+    store *s, const char *cache_dir, const char *hash, uint64_t *size)
+{
+	char path[KC_PATH_MAX + 80];
+	struct stat st;
+	size_t len;
+
+	snprintf(path, sizeof(path), "%s/%s.npy", cache_dir, hash);
+	if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+		if (size)
+			*size = (uint64_t)st.st_size;
+		return true;
+	}
+	if (store_blob_has(s, hash, &len) != 0) {
+		kc_clearerr();
+		return false;
+	}
+	if (size)
+		*size = len;
+	return true;
+}
+
+struct blobs_check {
+	store *s;
+	const char *dir;
+};
+
+static int
+blobs_check_one(Kclaw__TensorData *td, void *arg)
+{
+	const struct blobs_check *c = arg;
+
+	if (!blobs_has_hash(td) ||
+	    orch_blob_stored(c->s, c->dir, td->blob, NULL))
+		return 0;
+	return kc_seterr(KC_EINVAL,
+	    "tensor '%s': blob %s is not in the orchestrator's store; upload "
+	    "its content first (PutBlob; `kclaw submit DIR` does), or send "
+	    "it inline or by path",
+	    td->name ? td->name : "", td->blob);
+}
+
+int
+orch_blobs_check_stored(store *s, const char *cache_dir, Kclaw__TaskSpec *spec)
+{
+	struct blobs_check c = {.s = s, .dir = cache_dir};
+
+	return kc_spec_each_tensor_data(spec, blobs_check_one, &c);
+}
+
 /* -------------------------------------------------------- materialize */
 
 static int
@@ -304,6 +355,7 @@ blob_serve(orch_blob_server *bs, bus_call *call)
 		    "version as the orchestrator?");
 		return;
 	}
+	bus_call_prove(call);
 	br = req->blob;
 	if (!blob_hash_ok(br->hash)) {
 		blob_refuse(call, NULL,

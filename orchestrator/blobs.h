@@ -46,6 +46,21 @@ bool orch_blobs_pending(const Kclaw__TaskSpec *spec);
 int orch_blobs_import(store *s, Kclaw__TaskSpec *spec, const char *cache_dir,
     int (*progress)(void *arg, const orch_blobs_progress *p), void *arg);
 
+/*
+ * Whether the store holds blob hash (64 lowercase hex digits): its cache
+ * file cache_dir/<hash>.npy exists (written only after the store's copy,
+ * so a cheap stat answers), or the store says so. *size (may be NULL) is
+ * its size in bytes.
+ */
+bool orch_blob_stored(
+    store *s, const char *cache_dir, const char *hash, uint64_t *size);
+
+/* Refuses (KC_EINVAL, with the tensor named) a spec that names a blob the
+ * store does not hold: Submit checks it, so a task never waits for
+ * content nobody sent. */
+int orch_blobs_check_stored(
+    store *s, const char *cache_dir, Kclaw__TaskSpec *spec);
+
 /* Points every TensorData with a blob at cache_dir/<hash>.npy, writing the
  * file from the store when it is missing. */
 int orch_blobs_materialize(

@@ -28,6 +28,7 @@
 #include "api.h"
 #include "blobs.h"
 #include "orch_int.h"
+#include "upload.h"
 
 /* ---------------------------------------------------------- options */
 
@@ -97,7 +98,8 @@ orch_options_json(orch_options *opt, const char *path)
 	    {"profile", 0, 1}, {"max_duplicates", 0, 1000},
 	    {"retry_backoff_ms", 0, 36e5}, {"retry_backoff_max_ms", 0, 36e5},
 	    {"sm_count", 0, 1e5}, {"explore_share", 0, 1}, {"sol_stop", 0, 1},
-	    {"reference_check", 0, 1}};
+	    {"reference_check", 0, 1}, {"upload_idle_ms", 100, 864e5},
+	    {"upload_staged_bytes", 1 << 20, 1e15}};
 	double v[KC_ARRAY_LEN(keys)];
 	const cJSON *obj;
 	cJSON *root;
@@ -135,6 +137,8 @@ orch_options_json(orch_options *opt, const char *path)
 	v[18] = opt->defaults.explore_share;
 	v[19] = opt->defaults.sol_stop;
 	v[20] = opt->reference_check;
+	v[21] = opt->upload_idle_ms;
+	v[22] = (double)opt->upload_staged_bytes;
 	for (size_t i = 0; i < KC_ARRAY_LEN(keys); i++)
 		if (!orch_json_num(
 		        obj, keys[i].key, keys[i].lo, keys[i].hi, &v[i])) {
@@ -168,6 +172,8 @@ orch_options_json(orch_options *opt, const char *path)
 	opt->defaults.explore_share = v[18];
 	opt->defaults.sol_stop = v[19];
 	opt->reference_check = (uint32_t)v[20];
+	opt->upload_idle_ms = (uint32_t)v[21];
+	opt->upload_staged_bytes = (uint64_t)v[22];
 	rv = orch_options_role_timeouts(opt, obj, path);
 out:
 	cJSON_Delete(root);
@@ -201,6 +207,8 @@ orch_options_load(orch_options *opt, const kc_config *cfg)
 	opt->render_bytes = 6000;
 	opt->profile = 1;
 	opt->reference_check = 1;
+	opt->upload_idle_ms = ORCH_UPLOAD_IDLE_DEFAULT_MS;
+	opt->upload_staged_bytes = ORCH_UPLOAD_STAGED_DEFAULT;
 	opt->memory = orch_memory_kc() ? orch_memory_kc() : orch_memory_basic();
 	return orch_options_json(opt, cfg->config_path);
 }
@@ -1862,6 +1870,17 @@ orch_on_call(orch *o, bus_call *call, enum orch_msg_kind kind)
 static void
 orch_on_api(void *arg, bus_call *call)
 {
+	orch *o = arg;
+	const void *data;
+	size_t len;
+
+	/* PutBlob writes and hashes tensor contents: the upload thread
+	 * serves it, never the loop (ApiRequest.method is field 1). */
+	data = bus_call_data(call, &len);
+	if (o->upload != NULL && kc_pb_field_is(data, len, 1, "PutBlob")) {
+		orch_upload_post(o->upload, call);
+		return;
+	}
 	orch_on_call(arg, call, ORCH_MSG_API);
 }
 
@@ -1925,21 +1944,32 @@ orch_open(orch **out, const orch_options *opt)
 	{
 		char blobs[KC_PATH_MAX];
 		snprintf(blobs, sizeof(blobs), "%s/blobs", opt->cfg.run_dir);
+		orch_upload_limits ul = {.staged_max = opt->upload_staged_bytes,
+		    .idle_ms = opt->upload_idle_ms};
 		if ((rv = orch_blob_server_open(
-		         &o->blobsrv, o->db, blobs, opt->cfg.token)) != 0)
+		         &o->blobsrv, o->db, blobs, opt->cfg.token)) != 0 ||
+		    (rv = orch_upload_open(
+		         &o->upload, o->db, blobs, opt->cfg.token, &ul)) != 0)
 			goto fail;
 	}
 	/* Listen last: a worker's request is only taken once every task is
 	 * loaded. */
+	/* A connection is proved only by a request whose token matched
+	 * (bus_call_prove in api.c, sched.c, blobs.c): until then it counts
+	 * among the few unproven ones that may hold a partial message, and
+	 * is closed at their deadline (docs/security.md). */
 	if ((rv = bus_pub_open(&o->pub, opt->cfg.events_url)) != 0 ||
 	    /* Work requests are results and Blob requests, never tensors
 	     * (blobs travel from kclawd in chunks): a smaller limit keeps
 	     * what unproven connections may make NNG buffer at 4 x 16 MiB
 	     * (bus.h). */
-	    (rv = bus_server_open(&o->work, opt->cfg.work_url, 512,
-	         ORCH_WORK_MAX_MSG, orch_on_work, o)) != 0 ||
-	    (rv = bus_server_open(&o->api, opt->cfg.api_url, 64, 64u << 20,
-	         orch_on_api, o)) != 0)
+	    (rv = bus_server_open_flags(&o->work, opt->cfg.work_url, 512,
+	         ORCH_WORK_MAX_MSG, BUS_PROVE_BY_HANDLER, orch_on_work, o)) !=
+	        0 ||
+	    /* Tensors come with PutBlob in pieces of at most 2 MiB, not
+	     * with Submit: 4 MiB admits every request (upload.h). */
+	    (rv = bus_server_open_flags(&o->api, opt->cfg.api_url, 64,
+	         ORCH_API_MAX_MSG, BUS_PROVE_BY_HANDLER, orch_on_api, o)) != 0)
 		goto fail;
 	*out = o;
 	return 0;
@@ -2244,13 +2274,17 @@ orch_close(orch *o)
 		return;
 	/* First: the importer posts inputs and reads the store. */
 	orch_import_close(o);
-	/* The blob threads hold calls of the work socket: they stop first. */
+	/* The blob and upload threads hold calls of the work and API
+	 * sockets: they stop first. */
 	orch_blob_server_stop(o->blobsrv);
+	orch_upload_stop(o->upload);
 	bus_server_close(o->api);
 	bus_server_close(o->work);
 	o->api = o->work = NULL;
 	orch_blob_server_close(o->blobsrv);
 	o->blobsrv = NULL;
+	orch_upload_close(o->upload);
+	o->upload = NULL;
 	orch_sched_close(o);
 	bus_pub_close(o->pub);
 	for (m = o->in_head; m; m = next) {

@@ -111,6 +111,10 @@ typedef struct {
 	/* One reference-only evaluation per task when it starts seeding
 	 * (1, the default; docs/orchestrator.md "The reference check"). */
 	uint32_t reference_check;
+	/* Uploads (PutBlob, upload.h): one untouched this long is removed;
+	 * the declared sizes of unfinished ones, in all, at most. */
+	uint32_t upload_idle_ms;
+	uint64_t upload_staged_bytes;
 	const orch_memory_ops *memory;
 	void *memory_arg;
 } orch_options;
@@ -121,8 +125,8 @@ typedef struct {
  * target_speedup (the task defaults), job_retries, retry_backoff_ms,
  * retry_backoff_max_ms, agent_timeout_ms (every agent role), role_timeout_ms
  * ({"generator": ms, ...}), eval_timeout_ms, poll_ms, render_bytes,
- * profile, sm_count, reference_check. A task's params and budget override
- * them.
+ * profile, sm_count, reference_check, upload_idle_ms, upload_staged_bytes.
+ * A task's params and budget override them.
  */
 int orch_options_load(orch_options *opt, const kc_config *cfg);
 

@@ -179,6 +179,7 @@ struct orch {
 	size_t nto_import, capto_import;
 	struct orch_importer *importer;
 	struct orch_blob_server *blobsrv; /* the Blob rpc (blobs.c) */
+	struct orch_upload *upload;       /* the PutBlob rpc (upload.c) */
 
 	uint64_t last_seq;      /* the last event's, maybe not committed yet */
 	uint64_t committed_seq; /* the last event in the store */

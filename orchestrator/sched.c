@@ -459,6 +459,7 @@ orch_work_call(orch *o, bus_call *call)
 		    "kclaw.json) to the orchestrator's");
 		goto out;
 	}
+	bus_call_prove(call);
 	if (req->role <= KCLAW__ROLE__ROLE_UNSPECIFIED ||
 	    req->role >= ORCH_NROLES || req->worker_id == NULL ||
 	    !*req->worker_id) {

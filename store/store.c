@@ -393,6 +393,40 @@ store_blob_put(store *s, const void *data, size_t len, char hash[65])
 }
 
 int
+store_blob_put_as(store *s, const char hash[65], const void *data, size_t len)
+{
+	int rv;
+
+	if ((rv = store_blob_has(s, hash, NULL)) != KC_ENOENT)
+		return rv;
+	return store_put(s, STORE_CF_BLOBS, hash, 64, data, len, true);
+}
+
+int
+store_blob_has(store *s, const char *hash, size_t *len)
+{
+	rocksdb_pinnableslice_t *v;
+	char *err = NULL;
+	size_t n = 0;
+
+	if (hash == NULL || strlen(hash) != 64)
+		return kc_seterr(KC_EINVAL,
+		    "store: blob hash must be 64 hex "
+		    "characters");
+	v = rocksdb_get_pinned_cf(
+	    s->db, s->ropts, s->cf[STORE_CF_BLOBS], hash, 64, &err);
+	if (err != NULL)
+		return store_err(err, "get", s->path);
+	if (v == NULL)
+		return KC_ENOENT;
+	rocksdb_pinnableslice_value(v, &n);
+	rocksdb_pinnableslice_destroy(v);
+	if (len != NULL)
+		*len = n;
+	return 0;
+}
+
+int
 store_blob_get(store *s, const char *hash, void **data, size_t *len)
 {
 	if (hash == NULL || strlen(hash) != 64)

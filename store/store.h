@@ -93,5 +93,12 @@ store_key_get_u64(const uint8_t in[8])
 /* Content-addressed blobs: *hash (65 bytes) receives the sha256 hex. */
 int store_blob_put(store *s, const void *data, size_t len, char hash[65]);
 int store_blob_get(store *s, const char *hash, void **data, size_t *len);
+/* Stores data under hash, which the caller has checked is its sha256
+ * (an upload hashed as it arrived); a blob already there is kept. */
+int store_blob_put_as(
+    store *s, const char hash[65], const void *data, size_t len);
+/* 0 when the blob is in the store (*len its size, when len is not NULL),
+ * KC_ENOENT when not; copies nothing out. */
+int store_blob_has(store *s, const char *hash, size_t *len);
 
 #endif

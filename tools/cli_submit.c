@@ -1,15 +1,18 @@
 /*
  * cli_submit.c - `kclaw submit BUNDLE_DIR`: loads and checks the bundle
- * here (so mistakes are reported before anything is sent), submits its
- * content and prints the task's id. A bundle that is already running (the
- * same content, by fingerprint) is not submitted twice unless --new says
- * so, and a --task-id that names another bundle's task is refused.
+ * here (so mistakes are reported before anything is sent), uploads the
+ * tensor files the orchestrator lacks (PutBlob, common/blobput.h), submits
+ * the spec naming them by hash and prints the task's id. A bundle that is
+ * already running (the same content, by fingerprint) is not submitted
+ * twice unless --new says so, and a --task-id that names another bundle's
+ * task is refused.
  */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "blobput.h"
 #include "bundle.h"
 #include "cli.h"
 #include "cli_args.h"
@@ -17,9 +20,6 @@
 #include "kc_err.h"
 #include "kc_util.h"
 #include "pbjson.h"
-
-/* Tensors sent inline with a spec, at most (the bus takes 64 MiB). */
-#define SUBMIT_INLINE_MAX ((size_t)48 << 20)
 
 static void
 submit_usage(FILE *f)
@@ -29,10 +29,11 @@ submit_usage(FILE *f)
 	    "[--wait]\n            [--json] [--home DIR]\n\n"
 	    "Submits a task bundle (a folder with task.json) to the running "
 	    "orchestrator\nand prints the task's id. The bundle is loaded and "
-	    "checked here and sent with its tensors (up to 48 MiB; larger "
-	    "ones go by\npath, inside the orchestrator's bundle roots); "
-	    "--remote sends only its path,\nfor an orchestrator that reads "
-	    "the same folder (inside its bundle roots).\n\n"
+	    "checked here; its tensor\nfiles are uploaded by content (those "
+	    "the orchestrator lacks; an interrupted\nupload resumes when the "
+	    "command is run again), so no folder need be shared.\n--remote "
+	    "sends only its path, for an orchestrator that reads the same\n"
+	    "folder (inside its bundle roots).\n\n"
 	    "A bundle whose content is already running as a task is not "
 	    "submitted again:\nthe command says so and prints that task's id "
 	    "(--new submits it anyway).\n--task-id ID names the task (1-16 "
@@ -87,6 +88,78 @@ submit_wait(orch_client *c, const char *id, bool json)
 		kclaw__status_response__free_unpacked(resp, NULL);
 		return code;
 	}
+}
+
+/* ------------------------------------------------------------ uploads */
+
+/* Names a tensor file by the sha256 of its content (the path stays until
+ * the content is uploaded). */
+static int
+submit_hash_tensor(Kclaw__TensorData *td, void *arg)
+{
+	char hash[65], *v;
+
+	(void)arg;
+	if (td->path == NULL || *td->path == '\0' ||
+	    (td->blob != NULL && strlen(td->blob) == 64))
+		return 0;
+	if (kc_blob_hash_file(td->path, hash, NULL) != 0) {
+		char why[512];
+		kc_strlcpy(why, kc_lasterr(), sizeof(why));
+		return kc_seterr(KC_EIO, "tensor '%s': %s", td->name, why);
+	}
+	if ((v = strdup(hash)) == NULL)
+		return KC_ENOMEM;
+	if (td->blob != NULL && td->blob != protobuf_c_empty_string)
+		free(td->blob);
+	td->blob = v;
+	return 0;
+}
+
+/* Sends the content of a tensor file the orchestrator lacks; the spec
+ * then names it by hash only. */
+static int
+submit_upload_tensor(Kclaw__TensorData *td, void *arg)
+{
+	orch_client *c = arg;
+	int rv;
+
+	if (td->path == NULL || *td->path == '\0' || td->blob == NULL ||
+	    strlen(td->blob) != 64)
+		return 0;
+	if ((rv = kc_blob_put_file(
+	         c->bus, c->cfg.token, td->path, td->blob, NULL)) != 0)
+		return rv;
+	if (td->path != protobuf_c_empty_string)
+		free(td->path);
+	td->path = (char *)protobuf_c_empty_string;
+	return 0;
+}
+
+static int
+submit_has_file(Kclaw__TensorData *td, void *arg)
+{
+	(void)arg;
+	return td->path != NULL && *td->path != '\0' ? 1 : 0;
+}
+
+/* Uploads what the orchestrator lacks. A Health call first, so that an
+ * orchestrator that is not there is reported as quickly and in the same
+ * words as for any command. */
+static int
+submit_uploads(orch_client *c, Kclaw__TaskSpec *spec)
+{
+	Kclaw__HealthRequest hr = KCLAW__HEALTH_REQUEST__INIT;
+	ProtobufCMessage *resp;
+	int rv;
+
+	if (kc_spec_each_tensor_data(spec, submit_has_file, NULL) != 1)
+		return 0;
+	if ((rv = orch_client_call(c, "Health", &hr.base,
+	         &kclaw__health_response__descriptor, &resp)) != 0)
+		return rv;
+	protobuf_c_message_free_unpacked(resp, NULL);
+	return kc_spec_each_tensor_data(spec, submit_upload_tensor, c);
 }
 
 /* ---------------------------------------------------- same bundle twice */
@@ -342,12 +415,10 @@ cli_submit(int argc, char **argv)
 	} else if ((rv = kc_bundle_load(dir, &spec)) != 0) {
 		code = cli_fail("submit", rv);
 		return code == CLI_USAGE ? CLI_FAIL : code;
-	} else if ((rv = kc_bundle_inline(spec, SUBMIT_INLINE_MAX)) != 0 &&
-	    rv != KC_ENOSPC) {
-		/* Tensors up to the limit travel with the spec (the
-		 * orchestrator stores them by content); larger ones keep
-		 * their paths, which the orchestrator must be allowed to
-		 * read (its bundle roots). */
+	} else if ((rv = kc_spec_each_tensor_data(
+	                spec, submit_hash_tensor, NULL)) != 0) {
+		/* Tensors travel by content, named by their hash (the
+		 * fingerprint below reads no file again). */
 		code = cli_fail("submit", rv);
 		kclaw__task_spec__free_unpacked(spec, NULL);
 		return code == CLI_USAGE ? CLI_FAIL : code;
@@ -368,6 +439,15 @@ cli_submit(int argc, char **argv)
 			printf("%s\n", dup);
 		if (code == CLI_OK && wait)
 			code = submit_wait(&c, dup, json);
+		orch_client_close(&c);
+		goto out;
+	}
+	/* Each tensor file the orchestrator lacks, then the spec that names
+	 * them: Submit carries no tensor (the API takes 4 MiB). */
+	if (!remote && (rv = submit_uploads(&c, spec)) != 0) {
+		code = cli_fail("submit", rv);
+		if (code == CLI_USAGE)
+			code = CLI_FAIL;
 		orch_client_close(&c);
 		goto out;
 	}

@@ -489,6 +489,82 @@ test_api(const char *url)
 	bus_client_close(cl);
 }
 
+/* Proves the connection of a "GOOD" request, as kclawd does for a
+ * request whose token matched; answers every request. */
+static void
+prove_on_request(void *arg, bus_call *call)
+{
+	size_t len;
+	const char *d = bus_call_data(call, &len);
+
+	(void)arg;
+	if (len == 4 && memcmp(d, "GOOD", 4) == 0)
+		bus_call_prove(call);
+	bus_call_reply(call, "OK", 2);
+}
+
+static void
+counts_are(bus_server *srv, unsigned open, unsigned unproven)
+{
+	unsigned o = 0, u = 0;
+
+	/* Connections are counted on NNG's threads: give them a moment. */
+	for (int i = 0; i < 100; i++) {
+		bus_server_counts(srv, &o, &u);
+		if (o == open && u == unproven)
+			return;
+		kc_sleep_ms(10);
+	}
+	KT_FAIL("%u open, %u unproven; want %u and %u", o, u, open, unproven);
+}
+
+/* With BUS_PROVE_BY_HANDLER a request proves nothing by itself: its
+ * connection stays counted among the new ones and is closed at their
+ * deadline; a proved one stays. Without the flag any request proves. */
+static void
+test_prove(const char *url)
+{
+	bus_server_limits lim = {.new_ms = 400};
+	bus_server *srv;
+	bus_client *bad, *good;
+	void *rep;
+	size_t rlen;
+
+	KT_OK(bus_server_open_flags(
+	    &srv, url, 4, 1024, BUS_PROVE_BY_HANDLER, prove_on_request, NULL));
+	KT_OK(bus_server_set_limits(srv, &lim));
+	KT_OK(bus_client_open(&bad, url, 0));
+	KT_OK(bus_client_call(bad, "BAD", 3, 3000, &rep, &rlen));
+	free(rep);
+	counts_are(srv, 1, 1);
+	KT_OK(bus_client_open(&good, url, 0));
+	KT_OK(bus_client_call(good, "GOOD", 4, 3000, &rep, &rlen));
+	free(rep);
+	counts_are(srv, 2, 1);
+	/* Past the deadline: the unproven one was closed (its NNG may have
+	 * dialled again, unproven), the proved one is still there. */
+	kc_sleep_ms(900);
+	{
+		unsigned o, u;
+		bus_server_counts(srv, &o, &u);
+		KT_ASSERT(u <= 1);
+		KT_EQ_INT(o - u, 1);
+	}
+	KT_OK(bus_client_call(good, "GOOD", 4, 3000, &rep, &rlen));
+	free(rep);
+	bus_client_close(bad);
+	bus_client_close(good);
+	bus_server_close(srv);
+
+	KT_OK(bus_server_open(&srv, url, 4, 1024, prove_on_request, NULL));
+	KT_OK(bus_client_open(&bad, url, 0));
+	KT_OK(bus_client_call(bad, "BAD", 3, 3000, &rep, &rlen));
+	free(rep);
+	counts_are(srv, 1, 0);
+	bus_client_close(bad);
+	bus_server_close(srv);
+}
+
 static int
 free_tcp_port(void)
 {
@@ -532,6 +608,10 @@ main(int argc, char **argv)
 	fprintf(stderr, "-- api tcp\n");
 	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port + 2);
 	test_api(url);
+
+	fprintf(stderr, "-- prove tcp\n");
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port + 3);
+	test_prove(url);
 
 	char cmd[256];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
