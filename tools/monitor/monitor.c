@@ -1168,12 +1168,15 @@ mon_stop(mon *m)
 		pthread_join(m->event_thread, NULL);
 		pthread_join(m->http_thread, NULL);
 	}
+	/* The WebSocket listener shares the HTTP server (and holds it): it
+	 * is closed first. Stopping the server under it first made the close
+	 * wait forever, now and then (sec_hostile hung at kclawd's exit). */
+	if (m->ws_open)
+		nng_close(m->ws_pub);
 	if (m->http != NULL) {
 		nng_http_server_stop(m->http);
 		nng_http_server_release(m->http);
 	}
-	if (m->ws_open)
-		nng_close(m->ws_pub);
 	bus_sub_close(m->sub);
 	bus_client_close(m->api);
 	bus_client_close(m->http_api);
