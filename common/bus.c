@@ -410,7 +410,6 @@ bus_call_cb(void *arg)
 	struct bus_call *c = arg;
 	bus_server *s = c->srv;
 	int nrv = nng_aio_result(c->aio);
-	struct bus_conn *k;
 	bool closing, warn = false;
 
 	nng_mtx_lock(s->mtx);
@@ -432,15 +431,8 @@ bus_call_cb(void *arg)
 		}
 		c->req = nng_aio_get_msg(c->aio);
 		c->pipe = nng_msg_get_pipe(c->req);
-		if ((s->flags & BUS_PROVE_BY_HANDLER) == 0) {
-			nng_mtx_lock(s->mtx);
-			k = bus_conn_find(s, (uint32_t)nng_pipe_id(c->pipe));
-			if (k != NULL && !k->active) {
-				k->active = true;
-				s->nnew--;
-			}
-			nng_mtx_unlock(s->mtx);
-		}
+		if ((s->flags & BUS_PROVE_BY_HANDLER) == 0)
+			bus_call_prove(c);
 		c->state = BUS_CALL_HELD;
 		s->fn(s->arg, c);
 		return;

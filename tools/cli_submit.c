@@ -92,12 +92,26 @@ submit_wait(orch_client *c, const char *id, bool json)
 
 /* ------------------------------------------------------------ uploads */
 
+/* The tensor's content is named by its hash (a copy replaces the old). */
+static int
+submit_set_blob(Kclaw__TensorData *td, const char *hash)
+{
+	char *v = strdup(hash);
+
+	if (v == NULL)
+		return KC_ENOMEM;
+	if (td->blob != NULL && td->blob != protobuf_c_empty_string)
+		free(td->blob);
+	td->blob = v;
+	return 0;
+}
+
 /* Names a tensor file by the sha256 of its content (the path stays until
  * the content is uploaded). */
 static int
 submit_hash_tensor(Kclaw__TensorData *td, void *arg)
 {
-	char hash[65], *v;
+	char hash[65];
 
 	(void)arg;
 	if (td->path == NULL || *td->path == '\0' ||
@@ -108,12 +122,7 @@ submit_hash_tensor(Kclaw__TensorData *td, void *arg)
 		kc_strlcpy(why, kc_lasterr(), sizeof(why));
 		return kc_seterr(KC_EIO, "tensor '%s': %s", td->name, why);
 	}
-	if ((v = strdup(hash)) == NULL)
-		return KC_ENOMEM;
-	if (td->blob != NULL && td->blob != protobuf_c_empty_string)
-		free(td->blob);
-	td->blob = v;
-	return 0;
+	return submit_set_blob(td, hash);
 }
 
 /* Sends the content of a tensor file the orchestrator lacks; the spec
@@ -169,7 +178,7 @@ submit_uploads(orch_client *c, Kclaw__TaskSpec *spec)
 static int
 submit_norm_tensor(Kclaw__TensorData *td, void *arg)
 {
-	char hash[65], *data, *v;
+	char hash[65], *data;
 	size_t len;
 
 	(void)arg;
@@ -185,12 +194,7 @@ submit_norm_tensor(Kclaw__TensorData *td, void *arg)
 		kc_clearerr();
 		return 0;
 	}
-	if ((v = strdup(hash)) == NULL)
-		return KC_ENOMEM;
-	if (td->blob != NULL && td->blob != protobuf_c_empty_string)
-		free(td->blob);
-	td->blob = v;
-	return 0;
+	return submit_set_blob(td, hash);
 }
 
 /* Clears what a stored spec and the loaded one may hold differently for
