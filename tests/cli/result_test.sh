@@ -87,6 +87,8 @@ assert r["torch_compile_ms"] is None and r["compile_speedup"] is None
 for k in ("max_abs_err", "max_rel_err", "rel_norm"):
     assert k in r["errors"], r["errors"]
 assert isinstance(r["warnings"], list)
+# Every output's variation, as the (double) sandbox measured it.
+assert r["outputs"] == [{"name": "y", "variation": 0.5, "admits": 1e-5, "degenerate": False}], r["outputs"]
 assert r["tolerance"] == {"atol": 1e-5, "rtol": 1e-5, "max_rel_norm": 1e-5}
 v = r["verified"]["tensors"]
 assert [(t["name"], t["kind"], t["dtype"], t["shape"]) for t in v] == [

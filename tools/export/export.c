@@ -361,6 +361,22 @@ kx_result_json(const Kclaw__ResultResponse *r)
 	    o, "warnings", e ? e->warnings : NULL, e ? e->n_warnings : 0);
 	kx_add_strings(
 	    o, "degenerate", e ? e->degenerate : NULL, e ? e->n_degenerate : 0);
+	/* Every output's variation between two input sets and what the
+	 * tolerance admits (EvalResult.output_variations). */
+	x = cJSON_AddArrayToObject(o, "outputs");
+	for (size_t i = 0; e && i < e->n_output_variations; i++) {
+		const Kclaw__OutputVariation *ov = e->output_variations[i];
+		cJSON *j = cJSON_CreateObject();
+		if (j == NULL || !cJSON_AddItemToArray(x, j))
+			break;
+		kx_add_str(j, "name", ov->name);
+		if (ov->measured)
+			cJSON_AddNumberToObject(j, "variation", ov->variation);
+		else
+			cJSON_AddNullToObject(j, "variation");
+		cJSON_AddNumberToObject(j, "admits", ov->admits);
+		cJSON_AddBoolToObject(j, "degenerate", ov->degenerate);
+	}
 	kx_add_str(o, "tuned_config", e ? e->tuned_config : NULL);
 
 	x = cJSON_AddObjectToObject(o, "verified");
