@@ -84,6 +84,55 @@ kc_worker_reopen(kc_worker *w)
 	}
 }
 
+/*
+ * One WorkRequest (the worker's identity and token filled in) and its
+ * decoded reply. A broken or timed-out call reopens the socket and is
+ * KC_ETIMEDOUT with `gone` as its message (printf-style, the url first);
+ * a refusal (WorkReply.error) is KC_EPERM.
+ */
+static int
+kc_worker_call(kc_worker *w, Kclaw__WorkRequest *req, int timeout_ms,
+    const char *what, Kclaw__WorkReply **out)
+{
+	Kclaw__WorkReply *rep;
+	uint8_t *buf;
+	size_t len, rlen;
+	void *rbuf;
+	int rv;
+
+	req->worker_id = w->id;
+	req->role = w->role;
+	req->device = w->device;
+	req->host = w->host;
+	req->pid = (uint32_t)getpid();
+	req->token = w->token;
+	if ((rv = kc_pb_pack(&req->base, &buf, &len)) != 0)
+		return rv;
+	rv = bus_client_call(w->client, buf, len, timeout_ms, &rbuf, &rlen);
+	free(buf);
+	if (rv == KC_EBUS || rv == KC_ECLOSED || rv == KC_ETIMEDOUT) {
+		kc_worker_reopen(w);
+		return kc_seterr(KC_ETIMEDOUT,
+		    "%s: no answer from %s within %d ms", what, w->url,
+		    timeout_ms);
+	}
+	if (rv != 0)
+		return rv;
+	rep = kclaw__work_reply__unpack(NULL, rlen, rbuf);
+	free(rbuf);
+	if (rep == NULL)
+		return kc_seterr(
+		    KC_EPROTO, "%s: the reply did not decode", what);
+	if (rep->error != NULL && *rep->error != '\0') {
+		rv = kc_seterr(KC_EPERM, "orchestrator refused worker %s: %s",
+		    w->id, rep->error);
+		kclaw__work_reply__free_unpacked(rep, NULL);
+		return rv;
+	}
+	*out = rep;
+	return 0;
+}
+
 int
 kc_worker_blob(kc_worker *w, const char *hash, uint64_t offset, uint32_t length,
     int timeout_ms, Kclaw__BlobChunk **out)
@@ -91,41 +140,17 @@ kc_worker_blob(kc_worker *w, const char *hash, uint64_t offset, uint32_t length,
 	Kclaw__WorkRequest req = KCLAW__WORK_REQUEST__INIT;
 	Kclaw__BlobRequest br = KCLAW__BLOB_REQUEST__INIT;
 	Kclaw__WorkReply *rep;
-	uint8_t *buf;
-	size_t len, rlen;
-	void *rbuf;
+	char what[96];
 	int rv;
 
 	br.hash = (char *)hash;
 	br.offset = offset;
 	br.length = length;
-	req.worker_id = w->id;
-	req.role = w->role;
-	req.device = w->device;
-	req.host = w->host;
-	req.pid = (uint32_t)getpid();
-	req.token = w->token;
 	req.blob = &br;
-	if ((rv = kc_pb_pack(&req.base, &buf, &len)) != 0)
+	snprintf(what, sizeof(what), "blob %.16s...", hash ? hash : "");
+	if ((rv = kc_worker_call(w, &req, timeout_ms, what, &rep)) != 0)
 		return rv;
-	rv = bus_client_call(w->client, buf, len, timeout_ms, &rbuf, &rlen);
-	free(buf);
-	if (rv == KC_EBUS || rv == KC_ECLOSED || rv == KC_ETIMEDOUT) {
-		kc_worker_reopen(w);
-		return kc_seterr(KC_ETIMEDOUT,
-		    "blob %.16s...: no answer from %s within %d ms", hash,
-		    w->url, timeout_ms);
-	}
-	if (rv != 0)
-		return rv;
-	rep = kclaw__work_reply__unpack(NULL, rlen, rbuf);
-	free(rbuf);
-	if (rep == NULL)
-		return kc_seterr(KC_EPROTO, "blob reply did not decode");
-	if (rep->error != NULL && *rep->error != '\0') {
-		rv = kc_seterr(KC_EPERM, "orchestrator refused worker %s: %s",
-		    w->id, rep->error);
-	} else if (rep->blob == NULL) {
+	if (rep->blob == NULL) {
 		rv = kc_seterr(KC_EPROTO,
 		    "the orchestrator at %s does not serve blobs (an older "
 		    "version?)",
@@ -149,55 +174,33 @@ kc_worker_next(kc_worker *w, const Kclaw__AgentReply *agent_reply,
 {
 	Kclaw__WorkRequest req = KCLAW__WORK_REQUEST__INIT;
 	Kclaw__WorkReply *rep;
-	uint8_t *buf;
-	size_t len, rlen;
-	void *rbuf;
 	int rv;
 
-	req.worker_id = w->id;
-	req.role = w->role;
-	req.device = w->device;
-	req.host = w->host;
-	req.pid = (uint32_t)getpid();
-	req.token = w->token;
 	req.agent_reply = (Kclaw__AgentReply *)agent_reply;
 	req.eval_result = (Kclaw__EvalResult *)eval_result;
-	if ((rv = kc_pb_pack(&req.base, &buf, &len)) != 0)
-		return rv;
 	/* Never forever: a dialer NNG 1.5.2 stopped redialling waits for a
 	 * connection for good (tests/chaos saw it). kclawd answers a held
 	 * request within its poll_ms; a call that outlives the bound gets a
-	 * fresh socket below. */
-	rv = bus_client_call(w->client, buf, len,
+	 * fresh socket. */
+	rv = kc_worker_call(w, &req,
 	    wait_ms < 0 || wait_ms > KC_WORKER_MAX_WAIT_MS
 	        ? KC_WORKER_MAX_WAIT_MS
 	        : wait_ms,
-	    &rbuf, &rlen);
-	free(buf);
-	if (rv == KC_EBUS || rv == KC_ECLOSED || rv == KC_ETIMEDOUT) {
+	    "work request", &rep);
+	if (rv == KC_ETIMEDOUT) {
 		/*
-		 * The orchestrator went away mid-call (it restarted). NNG 1.5
-		 * does not resend, and a client that saw many restarts may stop
-		 * redialling: start over with a fresh socket and tell the
-		 * caller to send its result again, as after a timeout.
+		 * The orchestrator went away mid-call (it restarted), or the
+		 * bound passed. NNG 1.5 does not resend, and a client that
+		 * saw many restarts may stop redialling: the socket is fresh
+		 * now; tell the caller to send its result again, as after a
+		 * timeout.
 		 */
-		kc_worker_reopen(w);
 		kc_sleep_ms(100);
 		return kc_seterr(KC_ETIMEDOUT,
 		    "orchestrator at %s went away; asking again", w->url);
 	}
 	if (rv != 0)
 		return rv;
-	rep = kclaw__work_reply__unpack(NULL, rlen, rbuf);
-	free(rbuf);
-	if (rep == NULL)
-		return kc_seterr(KC_EPROTO, "work reply did not decode");
-	if (rep->error != NULL && *rep->error != '\0') {
-		rv = kc_seterr(KC_EPERM, "orchestrator refused worker %s: %s",
-		    w->id, rep->error);
-		kclaw__work_reply__free_unpacked(rep, NULL);
-		return rv;
-	}
 	if (rep->shutdown) {
 		kclaw__work_reply__free_unpacked(rep, NULL);
 		return KC_ECANCELED;
