@@ -20,47 +20,6 @@
 
 #define TOKEN "blob-rpc-secret"
 
-static int
-t_call(const char *method, const ProtobufCMessage *req,
-    const ProtobufCMessageDescriptor *d, ProtobufCMessage **resp)
-{
-	return kc_api_call(h_api, method, req, TOKEN, 3000, d, resp);
-}
-
-static void
-t_wait_up(void)
-{
-	Kclaw__HealthRequest req = KCLAW__HEALTH_REQUEST__INIT;
-	ProtobufCMessage *resp;
-
-	for (int i = 0; i < 100; i++) {
-		if (t_call("Health", &req.base,
-		        &kclaw__health_response__descriptor, &resp) == 0) {
-			protobuf_c_message_free_unpacked(resp, NULL);
-			return;
-		}
-		kc_sleep_ms(100);
-	}
-	KT_FAIL("kclawd did not answer Health (see %s/children.log)", h_home);
-}
-
-/* Deterministic bytes: the blob's content is its seed's. */
-static uint8_t *
-t_bytes(size_t n, uint32_t seed)
-{
-	uint8_t *b = malloc(n);
-	uint32_t x = seed * 2654435761u + 1;
-
-	KT_ASSERT(b != NULL);
-	for (size_t i = 0; i < n; i++) {
-		x ^= x << 13;
-		x ^= x >> 17;
-		x ^= x << 5;
-		b[i] = (uint8_t)x;
-	}
-	return b;
-}
-
 /* Submits a task whose input and expected output are x and y, uploaded
  * first (PutBlob: the API takes no 9 MiB Submit); waits until the task has
  * left IMPORTING. */
@@ -81,7 +40,7 @@ t_submit(
 	spec->reference->sets[0]->expected[0]->blob = hy;
 	req.spec = spec;
 	req.task_id = "";
-	KT_OK(t_call("Submit", &req.base, &kclaw__submit_response__descriptor,
+	KT_OK(h_call("Submit", &req.base, &kclaw__submit_response__descriptor,
 	    (ProtobufCMessage **)&resp));
 	snprintf(id, sizeof(id), "%s", resp->task_id);
 	kclaw__submit_response__free_unpacked(resp, NULL);
@@ -90,7 +49,7 @@ t_submit(
 		Kclaw__StatusResponse *st;
 		bool importing;
 		sr.task_id = id;
-		KT_OK(t_call("Status", &sr.base,
+		KT_OK(h_call("Status", &sr.base,
 		    &kclaw__status_response__descriptor,
 		    (ProtobufCMessage **)&st));
 		importing = strcmp(st->task->state, "IMPORTING") == 0 ||
@@ -129,8 +88,8 @@ int
 main(void)
 {
 	const size_t na = (9u << 20) + 123, nb = 1u << 20, nc = 2u << 20;
-	uint8_t *a = t_bytes(na, 1), *b = t_bytes(nb, 2), *c = t_bytes(nc, 3);
-	uint8_t *d = t_bytes(64, 4);
+	uint8_t *a = h_bytes(na, 1), *b = h_bytes(nb, 2), *c = h_bytes(nc, 3);
+	uint8_t *d = h_bytes(64, 4);
 	char ha[65], hb[65], hc[65], path[KC_PATH_MAX + 80], whome[256];
 	char orig[KC_PATH_MAX + 80];
 	kc_config wcfg;
@@ -139,13 +98,14 @@ main(void)
 	Kclaw__BlobChunk *ch = NULL;
 	struct stat st;
 
+	h_token = TOKEN;
 	setenv("KCLAW_TOKEN", TOKEN, 1);
 	kc_sha256_hex(a, na, ha);
 	kc_sha256_hex(b, nb, hb);
 	kc_sha256_hex(c, nc, hc);
 	h_setup("blobrpc", NULL);
 	h_kclawd();
-	t_wait_up();
+	h_wait_up();
 	t_submit("blob_a", a, na, b, nb);
 	t_submit("blob_c", c, nc, d, 64);
 

@@ -52,6 +52,8 @@ h_reap_all(void)
 }
 static kc_config h_cfg;
 static bus_client *h_api;
+/* The token h_call and h_wait_up send (NULL: an ipc deployment's none). */
+static const char *h_token;
 
 /* A fresh home with kclaw.json's orchestrator settings (a JSON object's
  * members, e.g. "\"agent_timeout_ms\": 1500"). */
@@ -154,7 +156,7 @@ static int
 h_call(const char *method, const ProtobufCMessage *req,
     const ProtobufCMessageDescriptor *d, ProtobufCMessage **resp)
 {
-	return kc_api_call(h_api, method, req, NULL, 3000, d, resp);
+	return kc_api_call(h_api, method, req, h_token, 3000, d, resp);
 }
 
 /* Waits until the orchestrator answers Health. */
@@ -171,13 +173,30 @@ h_wait_up(void)
 			bus_client_close(h_api);
 			KT_OK(bus_client_open(&h_api, h_cfg.api_url, 0));
 		}
-		if (kc_api_call(h_api, "Health", &req.base, NULL, 300,
+		if (kc_api_call(h_api, "Health", &req.base, h_token, 300,
 		        &kclaw__health_response__descriptor, &resp) == 0) {
 			protobuf_c_message_free_unpacked(resp, NULL);
 			return;
 		}
 	}
 	KT_FAIL("kclawd did not answer Health (see %s/children.log)", h_home);
+}
+
+/* n deterministic bytes: the content is its seed's (xorshift). */
+static inline uint8_t *
+h_bytes(size_t n, uint32_t seed)
+{
+	uint8_t *b = malloc(n);
+	uint32_t x = seed * 2654435761u + 1;
+
+	KT_ASSERT(b != NULL);
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		b[i] = (uint8_t)x;
+	}
+	return b;
 }
 
 /* A minimal valid spec whose context is the doubles' script. */

@@ -37,44 +37,6 @@ t_call(const char *method, const ProtobufCMessage *req,
 	return kc_api_call(h_api, method, req, TOKEN, 10000, d, resp);
 }
 
-static void
-t_wait_up(void)
-{
-	Kclaw__HealthRequest req = KCLAW__HEALTH_REQUEST__INIT;
-	ProtobufCMessage *resp;
-
-	for (int i = 0; i < 100; i++) {
-		if (i % 10 == 9) {
-			bus_client_close(h_api);
-			KT_OK(bus_client_open(&h_api, h_cfg.api_url, 0));
-		}
-		if (kc_api_call(h_api, "Health", &req.base, TOKEN, 300,
-		        &kclaw__health_response__descriptor, &resp) == 0) {
-			protobuf_c_message_free_unpacked(resp, NULL);
-			return;
-		}
-		kc_sleep_ms(100);
-	}
-	KT_FAIL("kclawd did not answer Health (see %s/children.log)", h_home);
-}
-
-/* Deterministic bytes: the content is its seed's. */
-static uint8_t *
-t_bytes(size_t n, uint32_t seed)
-{
-	uint8_t *b = malloc(n);
-	uint32_t x = seed * 2654435761u + 1;
-
-	KT_ASSERT(b != NULL);
-	for (size_t i = 0; i < n; i++) {
-		x ^= x << 13;
-		x ^= x >> 17;
-		x ^= x << 5;
-		b[i] = (uint8_t)x;
-	}
-	return b;
-}
-
 /* One PutBlob; its code, with *received and *stored from the answer. */
 static int
 t_put(const char *hash, uint64_t total, uint64_t offset, const uint8_t *data,
@@ -174,7 +136,7 @@ static void
 test_good_upload(void)
 {
 	const size_t n = 5 * MIB + 123;
-	uint8_t *a = t_bytes(n, 1);
+	uint8_t *a = h_bytes(n, 1);
 	char ha[65], path[600], id[64];
 	uint64_t sent = 0, received;
 	bool stored;
@@ -205,7 +167,7 @@ static void
 test_resend_and_offsets(void)
 {
 	const size_t n = 5 * MIB;
-	uint8_t *b = t_bytes(n, 2);
+	uint8_t *b = h_bytes(n, 2);
 	char hb[65];
 	uint64_t received = 0;
 	bool stored = false;
@@ -240,7 +202,7 @@ static void
 test_refusals(void)
 {
 	const size_t n = 3 * MIB;
-	uint8_t *c = t_bytes(n, 3), *big = t_bytes(2 * MIB + 1, 4);
+	uint8_t *c = h_bytes(n, 3), *big = h_bytes(2 * MIB + 1, 4);
 	char hc[65], other[65], path[600];
 	uint64_t received;
 	bool stored;
@@ -321,7 +283,7 @@ static void
 test_killed_mid_upload(void)
 {
 	const size_t n = 8 * MIB + 7;
-	uint8_t *d = t_bytes(n, 5);
+	uint8_t *d = h_bytes(n, 5);
 	char hd[65], stale[65], path[600];
 	uint64_t received = 0, sent = 0;
 	bool stored = false;
@@ -341,7 +303,7 @@ test_killed_mid_upload(void)
 	t_path(path, sizeof(path), "/staging", "junk", "");
 	KT_OK(kc_write_file(path, "x", 1));
 	kclawd = h_kclawd();
-	t_wait_up();
+	h_wait_up();
 	/* The young partial is adopted; the stale and the stray removed. */
 	KT_EQ_INT(t_staged(), 1);
 	KT_OK(t_put(hd, n, 0, NULL, 0, TOKEN, &received, &stored));
@@ -359,7 +321,7 @@ test_killed_mid_upload(void)
 static void
 test_bounds_and_idle(void)
 {
-	uint8_t *a = t_bytes(16 * MIB, 6), *b = t_bytes(10 * MIB, 7);
+	uint8_t *a = h_bytes(16 * MIB, 6), *b = h_bytes(10 * MIB, 7);
 	uint8_t small[1024];
 	char ha[65], hb[65], hs[16][65], path[600];
 	uint64_t received, t0;
@@ -408,7 +370,7 @@ t_npy(const char *path, size_t n, uint32_t seed)
 {
 	char hdr[128];
 	size_t hl;
-	uint8_t *body = t_bytes(n * 4, seed);
+	uint8_t *body = h_bytes(n * 4, seed);
 	FILE *f = fopen(path, "wb");
 
 	KT_ASSERT(f != NULL);
@@ -540,6 +502,7 @@ main(void)
 {
 	char url[64], orch[160];
 
+	h_token = TOKEN;
 	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", t_free_port());
 	setenv("KCLAW_API_URL", url, 1);
 	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", t_free_port());
@@ -551,7 +514,7 @@ main(void)
 	    IDLE_MS);
 	h_setup("upload", orch);
 	kclawd = h_kclawd();
-	t_wait_up();
+	h_wait_up();
 	KT_RUN(test_good_upload);
 	KT_RUN(test_resend_and_offsets);
 	KT_RUN(test_refusals);
