@@ -1,5 +1,7 @@
 #include "blobs.h"
 
+#include "callq.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -248,23 +250,13 @@ orch_blobs_materialize(store *s, const char *cache_dir, Kclaw__TaskSpec *spec)
 
 /* ------------------------------------------------------------- serving */
 
-struct blob_q {
-	bus_call *call;
-	struct blob_q *next;
-};
-
 struct orch_blob_server {
 	store *s;
 	char dir[KC_PATH_MAX];
 	char token[128];
-	pthread_mutex_t mtx;
-	pthread_cond_t cv;
+	pthread_mutex_t mtx;       /* served_bytes */
 	pthread_mutex_t write_mtx; /* one materialisation at a time */
-	struct blob_q *head, *tail;
-	unsigned nq;
-	bool stopping;
-	pthread_t threads[ORCH_BLOB_THREADS];
-	unsigned nthreads;
+	orch_callq *q;
 	uint64_t served_bytes;
 };
 
@@ -425,36 +417,17 @@ out:
 	kclaw__work_request__free_unpacked(req, NULL);
 }
 
-static void *
-blob_thread(void *arg)
+static void
+blob_serve_cb(void *arg, bus_call *call)
 {
-	orch_blob_server *bs = arg;
-
-	for (;;) {
-		struct blob_q *q;
-
-		pthread_mutex_lock(&bs->mtx);
-		while (bs->head == NULL && !bs->stopping)
-			pthread_cond_wait(&bs->cv, &bs->mtx);
-		if (bs->stopping) {
-			pthread_mutex_unlock(&bs->mtx);
-			return NULL;
-		}
-		q = bs->head;
-		bs->head = q->next;
-		if (bs->head == NULL)
-			bs->tail = NULL;
-		bs->nq--;
-		pthread_mutex_unlock(&bs->mtx);
-		blob_serve(bs, q->call);
-		free(q);
-	}
+	blob_serve(arg, call);
 }
 
 int
 orch_blob_server_open(
     orch_blob_server **out, store *s, const char *cache_dir, const char *token)
 {
+	orch_callq_ops ops = {blob_serve_cb, NULL, NULL};
 	orch_blob_server *bs;
 	int rv;
 
@@ -465,19 +438,12 @@ orch_blob_server_open(
 	kc_strlcpy(bs->token, token ? token : "", sizeof(bs->token));
 	pthread_mutex_init(&bs->mtx, NULL);
 	pthread_mutex_init(&bs->write_mtx, NULL);
-	pthread_cond_init(&bs->cv, NULL);
-	if ((rv = kc_mkdirs(cache_dir, 0700)) != 0) {
+	ops.arg = bs;
+	if ((rv = kc_mkdirs(cache_dir, 0700)) != 0 ||
+	    (rv = orch_callq_open(&bs->q, "blobs", ORCH_BLOB_THREADS,
+	         ORCH_BLOB_QUEUE, 0, &ops)) != 0) {
 		orch_blob_server_close(bs);
 		return rv;
-	}
-	for (unsigned i = 0; i < ORCH_BLOB_THREADS; i++) {
-		if (pthread_create(&bs->threads[i], NULL, blob_thread, bs) !=
-		    0) {
-			orch_blob_server_close(bs);
-			return kc_seterr(
-			    KC_ENOMEM, "blobs: cannot start a thread");
-		}
-		bs->nthreads++;
 	}
 	*out = bs;
 	return 0;
@@ -486,50 +452,14 @@ orch_blob_server_open(
 void
 orch_blob_server_post(orch_blob_server *bs, bus_call *call)
 {
-	struct blob_q *q = NULL;
-	bool busy;
-
-	pthread_mutex_lock(&bs->mtx);
-	busy = bs->stopping || bs->nq >= ORCH_BLOB_QUEUE;
-	if (!busy && (q = malloc(sizeof(*q))) != NULL) {
-		q->call = call;
-		q->next = NULL;
-		if (bs->tail)
-			bs->tail->next = q;
-		else
-			bs->head = q;
-		bs->tail = q;
-		bs->nq++;
-		pthread_cond_signal(&bs->cv);
-	}
-	pthread_mutex_unlock(&bs->mtx);
-	/* Full: the worker's call times out and it asks again. */
-	if (q == NULL)
-		bus_call_drop(call);
+	orch_callq_post(bs->q, call);
 }
 
 void
 orch_blob_server_stop(orch_blob_server *bs)
 {
-	struct blob_q *q, *next;
-
-	if (bs == NULL)
-		return;
-	pthread_mutex_lock(&bs->mtx);
-	bs->stopping = true;
-	pthread_cond_broadcast(&bs->cv);
-	q = bs->head;
-	bs->head = bs->tail = NULL;
-	bs->nq = 0;
-	pthread_mutex_unlock(&bs->mtx);
-	for (unsigned i = 0; i < bs->nthreads; i++)
-		pthread_join(bs->threads[i], NULL);
-	bs->nthreads = 0;
-	for (; q; q = next) {
-		next = q->next;
-		bus_call_drop(q->call);
-		free(q);
-	}
+	if (bs != NULL)
+		orch_callq_stop(bs->q);
 }
 
 void
@@ -537,9 +467,8 @@ orch_blob_server_close(orch_blob_server *bs)
 {
 	if (bs == NULL)
 		return;
-	orch_blob_server_stop(bs);
+	orch_callq_close(bs->q);
 	pthread_mutex_destroy(&bs->mtx);
 	pthread_mutex_destroy(&bs->write_mtx);
-	pthread_cond_destroy(&bs->cv);
 	free(bs);
 }

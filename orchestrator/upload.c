@@ -10,6 +10,8 @@
  */
 #include "upload.h"
 
+#include "callq.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -41,24 +43,13 @@ struct upl {
 	uint64_t touched_ms;
 };
 
-struct upl_q {
-	bus_call *call;
-	struct upl_q *next;
-};
-
 struct orch_upload {
 	store *s;
 	char blobs[KC_PATH_MAX];   /* run/blobs: the evaluations' cache */
 	char staging[KC_PATH_MAX]; /* run/blobs/staging */
 	char token[128];
 	orch_upload_limits lim;
-	pthread_mutex_t mtx;
-	pthread_cond_t cv;
-	struct upl_q *head, *tail;
-	unsigned nq;
-	bool stopping, started;
-	pthread_t thr;
-	/* The thread's own. */
+	orch_callq *q; /* one thread: what follows is its own */
 	struct upl ups[ORCH_UPLOAD_MAX_OPEN];
 	unsigned nups;
 };
@@ -512,46 +503,23 @@ out:
 
 /* ------------------------------------------------------------- thread */
 
-static void *
-upl_thread(void *arg)
+static void
+upl_serve_cb(void *arg, bus_call *call)
 {
-	orch_upload *u = arg;
+	upl_serve(arg, call);
+}
 
-	for (;;) {
-		struct upl_q *q;
-		struct timespec ts;
-
-		pthread_mutex_lock(&u->mtx);
-		if (u->head == NULL && !u->stopping) {
-			/* Wake each second to remove idle uploads. */
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			ts.tv_sec += 1;
-			pthread_cond_timedwait(&u->cv, &u->mtx, &ts);
-		}
-		if (u->stopping) {
-			pthread_mutex_unlock(&u->mtx);
-			return NULL;
-		}
-		q = u->head;
-		if (q != NULL) {
-			if ((u->head = q->next) == NULL)
-				u->tail = NULL;
-			u->nq--;
-		}
-		pthread_mutex_unlock(&u->mtx);
-		if (q != NULL) {
-			upl_serve(u, q->call);
-			free(q);
-		}
-		upl_reap(u);
-	}
+static void
+upl_reap_cb(void *arg)
+{
+	upl_reap(arg);
 }
 
 int
 orch_upload_open(orch_upload **out, store *s, const char *blobs_dir,
     const char *token, const orch_upload_limits *lim)
 {
-	pthread_condattr_t ca;
+	orch_callq_ops ops = {upl_serve_cb, upl_reap_cb, NULL};
 	orch_upload *u;
 	int rv;
 
@@ -562,21 +530,18 @@ orch_upload_open(orch_upload **out, store *s, const char *blobs_dir,
 	kc_strlcpy(u->blobs, blobs_dir, sizeof(u->blobs));
 	snprintf(u->staging, sizeof(u->staging), "%s/staging", blobs_dir);
 	kc_strlcpy(u->token, token ? token : "", sizeof(u->token));
-	pthread_mutex_init(&u->mtx, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&u->cv, &ca);
-	pthread_condattr_destroy(&ca);
 	if ((rv = kc_mkdirs(u->staging, 0700)) != 0) {
 		orch_upload_close(u);
 		return rv;
 	}
 	upl_scan(u);
-	if (pthread_create(&u->thr, NULL, upl_thread, u) != 0) {
+	/* One thread; each second it also removes idle uploads. */
+	ops.arg = u;
+	if ((rv = orch_callq_open(
+	         &u->q, "uploads", 1, ORCH_UPLOAD_QUEUE, 1000, &ops)) != 0) {
 		orch_upload_close(u);
-		return kc_seterr(KC_ENOMEM, "uploads: cannot start a thread");
+		return rv;
 	}
-	u->started = true;
 	*out = u;
 	return 0;
 }
@@ -584,49 +549,14 @@ orch_upload_open(orch_upload **out, store *s, const char *blobs_dir,
 void
 orch_upload_post(orch_upload *u, bus_call *call)
 {
-	struct upl_q *q = NULL;
-
-	pthread_mutex_lock(&u->mtx);
-	if (!u->stopping && u->nq < ORCH_UPLOAD_QUEUE &&
-	    (q = malloc(sizeof(*q))) != NULL) {
-		q->call = call;
-		q->next = NULL;
-		if (u->tail)
-			u->tail->next = q;
-		else
-			u->head = q;
-		u->tail = q;
-		u->nq++;
-		pthread_cond_signal(&u->cv);
-	}
-	pthread_mutex_unlock(&u->mtx);
-	/* Full: the client's call times out and it asks again. */
-	if (q == NULL)
-		bus_call_drop(call);
+	orch_callq_post(u->q, call);
 }
 
 void
 orch_upload_stop(orch_upload *u)
 {
-	struct upl_q *q, *next;
-
-	if (u == NULL)
-		return;
-	pthread_mutex_lock(&u->mtx);
-	u->stopping = true;
-	pthread_cond_broadcast(&u->cv);
-	q = u->head;
-	u->head = u->tail = NULL;
-	u->nq = 0;
-	pthread_mutex_unlock(&u->mtx);
-	if (u->started)
-		pthread_join(u->thr, NULL);
-	u->started = false;
-	for (; q; q = next) {
-		next = q->next;
-		bus_call_drop(q->call);
-		free(q);
-	}
+	if (u != NULL)
+		orch_callq_stop(u->q);
 }
 
 void
@@ -634,10 +564,8 @@ orch_upload_close(orch_upload *u)
 {
 	if (u == NULL)
 		return;
-	orch_upload_stop(u);
+	orch_callq_close(u->q);
 	while (u->nups > 0)
 		upl_remove(u, &u->ups[0], false);
-	pthread_mutex_destroy(&u->mtx);
-	pthread_cond_destroy(&u->cv);
 	free(u);
 }
