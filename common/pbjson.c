@@ -224,10 +224,10 @@ kc_pb_to_json_public(const ProtobufCMessage *m)
 	return pbjson_message(m, true);
 }
 
-char *
-kc_pb_to_json_public_text(const ProtobufCMessage *m)
+/* j as one line of text; j is freed. */
+static char *
+pbjson_text(cJSON *j)
 {
-	cJSON *j = kc_pb_to_json_public(m);
 	char *t;
 
 	if (j == NULL)
@@ -238,14 +238,13 @@ kc_pb_to_json_public_text(const ProtobufCMessage *m)
 }
 
 char *
+kc_pb_to_json_public_text(const ProtobufCMessage *m)
+{
+	return pbjson_text(kc_pb_to_json_public(m));
+}
+
+char *
 kc_pb_to_json_text(const ProtobufCMessage *m)
 {
-	cJSON *j = kc_pb_to_json(m);
-	char *t;
-
-	if (j == NULL)
-		return NULL;
-	t = cJSON_PrintUnformatted(j);
-	cJSON_Delete(j);
-	return t;
+	return pbjson_text(kc_pb_to_json(m));
 }
