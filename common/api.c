@@ -120,6 +120,16 @@ kc_token_check(const void *msg, size_t len, unsigned field, const char *want)
 	return diff == 0 ? 0 : KC_EPERM;
 }
 
+int
+kc_call_authorize(bus_call *call, const void *data, size_t len, unsigned field,
+    const char *token)
+{
+	if (token[0] && kc_token_check(data, len, field, token) != 0)
+		return KC_EPERM;
+	bus_call_prove(call);
+	return 0;
+}
+
 static int
 kc_api_code_err(Kclaw__ApiCode code)
 {

@@ -39,6 +39,24 @@ int kc_api_reply(bus_call *call, uint64_t request_id, Kclaw__ApiCode code,
  */
 int kc_token_check(
     const void *msg, size_t len, unsigned field, const char *want);
+#define KC_API_TOKEN_FIELD 5  /* ApiRequest.token */
+#define KC_WORK_TOKEN_FIELD 8 /* WorkRequest.token */
+/* What a refused token is told, on the API and on the work socket. */
+#define KC_TOKEN_REFUSED_API                                                   \
+	"bad or missing token: set KCLAW_TOKEN to the deployment's token"
+#define KC_TOKEN_REFUSED_WORK                                                  \
+	"bad or missing token: set KCLAW_TOKEN (or \"token\" in kclaw.json) "  \
+	"to the orchestrator's"
+/*
+ * The token gate of a server opened with BUS_PROVE_BY_HANDLER: where a
+ * token is asked for (token not empty), the request's field `field` on the
+ * wire must be it (kc_token_check). 0 when authentic, and the connection
+ * is then proved (it leaves the capped set of unproven ones,
+ * docs/security.md); KC_EPERM otherwise, and the caller answers with
+ * KC_TOKEN_REFUSED_*.
+ */
+int kc_call_authorize(bus_call *call, const void *data, size_t len,
+    unsigned field, const char *token);
 /* Whether msg has a top-level length-delimited field number `field` (a
  * cheap look at the wire before decoding, e.g. WorkRequest.blob = 9). */
 bool kc_pb_has_field(const void *msg, size_t len, unsigned field);

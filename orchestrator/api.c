@@ -630,19 +630,13 @@ orch_api_call(orch *o, bus_call *call)
 		    NULL);
 		return;
 	}
-	/* On the wire, not the decoded string: "token\0zzz" is refused. */
-	if (o->opt.cfg.token[0] &&
-	    kc_token_check(data, len, 5, o->opt.cfg.token) != 0) {
+	if (kc_call_authorize(
+	        call, data, len, KC_API_TOKEN_FIELD, o->opt.cfg.token) != 0) {
 		orch_api_answer(o, call, env->request_id,
-		    KCLAW__API_CODE__API_UNAUTHORIZED,
-		    "bad or missing token: set KCLAW_TOKEN to the "
-		    "deployment's token",
+		    KCLAW__API_CODE__API_UNAUTHORIZED, KC_TOKEN_REFUSED_API,
 		    NULL);
 		goto out;
 	}
-	/* Authentic (or no token is asked for): the connection leaves the
-	 * capped set of unproven ones (docs/security.md). */
-	bus_call_prove(call);
 	for (size_t i = 0; i < KC_ARRAY_LEN(orch_api_methods); i++)
 		if (strcmp(env->method, orch_api_methods[i].method) == 0) {
 			orch_api_methods[i].fn(o, call, env);

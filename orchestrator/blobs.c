@@ -330,11 +330,10 @@ blob_serve(orch_blob_server *bs, bus_call *call)
 	int fd;
 
 	data = bus_call_data(call, &len);
-	/* The token first, on the wire, like every work request. */
-	if (bs->token[0] && kc_token_check(data, len, 8, bs->token) != 0) {
-		wr.error =
-		    "bad or missing token: set KCLAW_TOKEN (or \"token\" "
-		    "in kclaw.json) to the orchestrator's";
+	/* The token first, like every work request. */
+	if (kc_call_authorize(
+	        call, data, len, KC_WORK_TOKEN_FIELD, bs->token) != 0) {
+		wr.error = KC_TOKEN_REFUSED_WORK;
 		kc_call_reply_msg(call, &wr.base);
 		return;
 	}
@@ -347,7 +346,6 @@ blob_serve(orch_blob_server *bs, bus_call *call)
 		    "version as the orchestrator?");
 		return;
 	}
-	bus_call_prove(call);
 	br = req->blob;
 	if (!blob_hash_ok(br->hash)) {
 		blob_refuse(call, NULL,

@@ -451,15 +451,11 @@ orch_work_call(orch *o, bus_call *call)
 		    "version as the orchestrator?");
 		return;
 	}
-	/* On the wire, in constant time: "token\0zzz" is not "token". */
-	if (o->opt.cfg.token[0] &&
-	    kc_token_check(data, len, 8, o->opt.cfg.token) != 0) {
-		orch_work_refuse(call,
-		    "bad or missing token: set KCLAW_TOKEN (or \"token\" in "
-		    "kclaw.json) to the orchestrator's");
+	if (kc_call_authorize(
+	        call, data, len, KC_WORK_TOKEN_FIELD, o->opt.cfg.token) != 0) {
+		orch_work_refuse(call, KC_TOKEN_REFUSED_WORK);
 		goto out;
 	}
-	bus_call_prove(call);
 	if (req->role <= KCLAW__ROLE__ROLE_UNSPECIFIED ||
 	    req->role >= ORCH_NROLES || req->worker_id == NULL ||
 	    !*req->worker_id) {

@@ -468,16 +468,13 @@ upl_serve(orch_upload *u, bus_call *call)
 		    NULL);
 		return;
 	}
-	/* On the wire, not the decoded string, as api.c does. */
-	if (u->token[0] && kc_token_check(data, len, 5, u->token) != 0) {
+	if (kc_call_authorize(call, data, len, KC_API_TOKEN_FIELD, u->token) !=
+	    0) {
 		kc_api_reply(call, env->request_id,
-		    KCLAW__API_CODE__API_UNAUTHORIZED,
-		    "bad or missing token: set KCLAW_TOKEN to the "
-		    "deployment's token",
+		    KCLAW__API_CODE__API_UNAUTHORIZED, KC_TOKEN_REFUSED_API,
 		    NULL);
 		goto out;
 	}
-	bus_call_prove(call);
 	req = kclaw__put_blob_request__unpack(
 	    NULL, env->payload.len, env->payload.data);
 	if (req == NULL) {

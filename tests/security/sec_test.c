@@ -653,13 +653,15 @@ test_token_bytes(void)
 
 	/* The comparison itself: lengths count, a prefix is no match. */
 	health_env(good, sizeof(good) - 1, &buf, &len);
-	KT_OK(kc_token_check(buf, len, 5, good));
-	KT_EQ_INT(kc_token_check(buf, len, 5, "s3cret-tokenX"), KC_EPERM);
-	KT_EQ_INT(kc_token_check(buf, len, 5, "s3cret"), KC_EPERM);
+	KT_OK(kc_token_check(buf, len, KC_API_TOKEN_FIELD, good));
+	KT_EQ_INT(kc_token_check(buf, len, KC_API_TOKEN_FIELD, "s3cret-tokenX"),
+	    KC_EPERM);
+	KT_EQ_INT(
+	    kc_token_check(buf, len, KC_API_TOKEN_FIELD, "s3cret"), KC_EPERM);
 	free(buf);
 	/* Through the real kclawd: "token\0zzz" refused, the token served. */
 	health_env(nul, sizeof(nul) - 1, &buf, &len);
-	KT_EQ_INT(kc_token_check(buf, len, 5, good), KC_EPERM);
+	KT_EQ_INT(kc_token_check(buf, len, KC_API_TOKEN_FIELD, good), KC_EPERM);
 	KT_OK(raw_call(h_cfg.api_url, buf, len, 3000, &rep, &rlen));
 	free(buf);
 	KT_ASSERT((ar = kclaw__api_response__unpack(NULL, rlen, rep)) != NULL);
@@ -686,8 +688,8 @@ test_token_bytes(void)
 		buf[len] = (8 << 3) | 2;
 		buf[len + 1] = (uint8_t)(sizeof(nul) - 1);
 		memcpy(buf + len + 2, nul, sizeof(nul) - 1);
-		KT_EQ_INT(
-		    kc_token_check(buf, len + 2 + sizeof(nul) - 1, 8, good),
+		KT_EQ_INT(kc_token_check(buf, len + 2 + sizeof(nul) - 1,
+		              KC_WORK_TOKEN_FIELD, good),
 		    KC_EPERM);
 		KT_OK(raw_call(h_cfg.work_url, buf, len + 2 + sizeof(nul) - 1,
 		    3000, &rep, &rlen));
