@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bundle.h"
@@ -361,4 +362,29 @@ kc_tolerance_admits(const Kclaw__Tolerance *tol)
 			lim = tol->max_rel_norm;
 	}
 	return lim > 0 ? lim : 1e-5;
+}
+
+void
+kc_result_add_variation(Kclaw__EvalResult *r, const char *name, int measured,
+    double variation, const Kclaw__Tolerance *tol)
+{
+	Kclaw__OutputVariation **g, *v;
+
+	g = realloc(
+	    r->output_variations, (r->n_output_variations + 1) * sizeof(*g));
+	if (g == NULL)
+		return;
+	r->output_variations = g;
+	if ((v = malloc(sizeof(*v))) == NULL)
+		return;
+	kclaw__output_variation__init(v);
+	if ((v->name = strdup(name ? name : "")) == NULL) {
+		free(v);
+		return;
+	}
+	v->measured = measured != 0;
+	v->variation = measured ? variation : 0;
+	v->admits = kc_tolerance_admits(tol);
+	v->degenerate = measured && variation < v->admits;
+	r->output_variations[r->n_output_variations++] = v;
 }

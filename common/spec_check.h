@@ -48,4 +48,15 @@ int kc_spec_tensor_bytes(
  */
 double kc_tolerance_admits(const Kclaw__Tolerance *tol);
 
+/*
+ * Appends output name's variation rule figures to r->output_variations:
+ * how much it changes between two input sets of one distribution
+ * (measured 0: not measured, variation ignored), what tol admits
+ * (kc_tolerance_admits) and whether it is degenerate (it varies less).
+ * The sandbox and the test doubles report with it. Out of memory:
+ * nothing is appended.
+ */
+void kc_result_add_variation(Kclaw__EvalResult *r, const char *name,
+    int measured, double variation, const Kclaw__Tolerance *tol);
+
 #endif

@@ -43,6 +43,7 @@
 #include "npy.h"
 #include "plan.h"
 #include "sandbox.h"
+#include "spec_check.h"
 #include "torchref.h"
 #include "verify.h"
 
@@ -3068,7 +3069,7 @@ ev_note_degenerate(ev *e)
 		const char *name = e->task->tensors[t]->name;
 		char **v;
 		if (e->task->tensors[t]->kind == KCLAW__TENSOR_KIND__OUTPUT)
-			sbx_result_add_variation(
+			kc_result_add_variation(
 			    res, name, e->var_known[t], e->var_rel[t], tol);
 		if (!e->var_known[t] ||
 		    !sbx_output_degenerate(e->var_rel[t], tol))

@@ -86,31 +86,6 @@ sbx_result_add_metric(
 	r->metrics[r->n_metrics++] = m;
 }
 
-void
-sbx_result_add_variation(Kclaw__EvalResult *r, const char *name, int measured,
-    double variation, const Kclaw__Tolerance *tol)
-{
-	Kclaw__OutputVariation **g, *v;
-
-	g = realloc(
-	    r->output_variations, (r->n_output_variations + 1) * sizeof(*g));
-	if (g == NULL)
-		return;
-	r->output_variations = g;
-	if ((v = malloc(sizeof(*v))) == NULL)
-		return;
-	kclaw__output_variation__init(v);
-	if ((v->name = strdup(name ? name : "")) == NULL) {
-		free(v);
-		return;
-	}
-	v->measured = measured != 0;
-	v->variation = measured ? variation : 0;
-	v->admits = kc_tolerance_admits(tol);
-	v->degenerate = measured && sbx_output_degenerate(variation, tol);
-	r->output_variations[r->n_output_variations++] = v;
-}
-
 const char *
 sbx_status_name(Kclaw__EvalStatus s)
 {

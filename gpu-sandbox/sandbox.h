@@ -53,15 +53,6 @@ void sbx_result_status(Kclaw__EvalResult *r, Kclaw__EvalStatus status,
     const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void sbx_result_add_metric(
     Kclaw__EvalResult *r, const char *name, double value, const char *unit);
-/*
- * Appends output name's variation rule figures to r->output_variations:
- * how much it changes between two input sets of one distribution
- * (measured 0: not measured, variation ignored), what tol admits
- * (kc_tolerance_admits) and whether it is degenerate
- * (sbx_output_degenerate). Out of memory: nothing is appended.
- */
-void sbx_result_add_variation(Kclaw__EvalResult *r, const char *name,
-    int measured, double variation, const Kclaw__Tolerance *tol);
 const char *sbx_status_name(Kclaw__EvalStatus s);
 
 /* ---- the child and its backend seam ---- */

@@ -20,6 +20,7 @@
 #include "kc_err.h"
 #include "kc_util.h"
 #include "sandbox.h"
+#include "spec_check.h"
 
 static void fc_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -128,7 +129,7 @@ fc_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 		res->output_variation = 0.5;
 		for (size_t i = 0; i < t->n_tensors; i++)
 			if (t->tensors[i]->kind == KCLAW__TENSOR_KIND__OUTPUT)
-				sbx_result_add_variation(res,
+				kc_result_add_variation(res,
 				    t->tensors[i]->name, 1, 0.5, t->tolerance);
 		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
 		    "reference only (fleet child)");

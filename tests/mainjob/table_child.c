@@ -27,6 +27,7 @@
 #include "kc_err.h"
 #include "kc_util.h"
 #include "sandbox.h"
+#include "spec_check.h"
 
 typedef struct {
 	char key[65];
@@ -142,7 +143,7 @@ tc_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 		for (size_t i = 0; task && i < task->n_tensors; i++)
 			if (task->tensors[i]->kind ==
 			    KCLAW__TENSOR_KIND__OUTPUT)
-				sbx_result_add_variation(res,
+				kc_result_add_variation(res,
 				    task->tensors[i]->name, 1, 0.5,
 				    task->tolerance);
 		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,

@@ -189,23 +189,8 @@ dbl_output(Kclaw__EvalResult *r, const Kclaw__Tolerance *tol, const char *name,
 
 	if (r->output_variation == 0 || var < r->output_variation)
 		r->output_variation = var;
-	if (!old) {
-		Kclaw__OutputVariation **g, *v;
-		g = realloc(r->output_variations,
-		    (r->n_output_variations + 1) * sizeof(*g));
-		if (g == NULL)
-			return;
-		r->output_variations = g;
-		if ((v = malloc(sizeof(*v))) == NULL)
-			return;
-		kclaw__output_variation__init(v);
-		v->name = strdup(name);
-		v->variation = var;
-		v->admits = admits;
-		v->measured = true;
-		v->degenerate = var < admits;
-		g[r->n_output_variations++] = v;
-	}
+	if (!old)
+		kc_result_add_variation(r, name, 1, var, tol);
 	if (var >= admits)
 		return;
 	dbl_strv_add(&r->degenerate, &r->n_degenerate, name);

@@ -31,6 +31,7 @@
 #include "kc_err.h"
 #include "kc_util.h"
 #include "sandbox.h"
+#include "spec_check.h"
 
 static uint64_t started_ms;
 
@@ -57,8 +58,7 @@ script_variation(const Kclaw__TaskSpec *task, Kclaw__EvalResult *res)
 		char **v;
 		if (ts->kind != KCLAW__TENSOR_KIND__OUTPUT)
 			continue;
-		sbx_result_add_variation(
-		    res, ts->name, 1, var, task->tolerance);
+		kc_result_add_variation(res, ts->name, 1, var, task->tolerance);
 		if (res->output_variation == 0 || var < res->output_variation)
 			res->output_variation = var;
 		if (!sbx_output_degenerate(var, task->tolerance) ||
