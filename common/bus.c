@@ -258,6 +258,11 @@ bus_watch_start(struct bus_watch *w, nng_socket sock, const char *url,
 	if ((rv = bus_listen(sock, url, &w->lst)) != 0)
 		return rv;
 	w->listening = true;
+	/* Only ipc:// loses its listener (a write to a peer gone during the
+	 * handshake is EPIPE, which NNG maps to NNG_ECLOSED; tcp:// gets
+	 * ECONNRESET): other transports are not watched. */
+	if (strncmp(url, "ipc://", 6) != 0)
+		return 0;
 	if ((nrv = nng_thread_create(&w->thr, bus_watch_main, w)) != 0) {
 		nng_listener_close(w->lst);
 		w->listening = false;
