@@ -6,9 +6,13 @@
 #ifndef KC_TEST_H
 #define KC_TEST_H
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define KT_FAIL(...)                                                           \
 	do {                                                                   \
@@ -65,5 +69,33 @@
 		fprintf(stderr, "-- %s\n", #fn);                               \
 		fn();                                                          \
 	} while (0)
+
+/*
+ * n (at most 8) distinct TCP ports of 127.0.0.1 that nothing listens on
+ * now: the kernel's picks, each socket held until the last is picked. A
+ * port derived from the pid can meet another test's listener or any
+ * process's ephemeral port (32768-60999) when ctest runs tests in
+ * parallel.
+ */
+static inline void
+kt_free_ports(int *ports, int n)
+{
+	int fd[8];
+
+	KT_ASSERT(n > 0 && n <= 8);
+	for (int i = 0; i < n; i++) {
+		struct sockaddr_in a = {.sin_family = AF_INET,
+		    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		socklen_t len = sizeof(a);
+
+		fd[i] = socket(AF_INET, SOCK_STREAM, 0);
+		KT_ASSERT(fd[i] >= 0 &&
+		    bind(fd[i], (struct sockaddr *)&a, sizeof(a)) == 0);
+		KT_ASSERT(getsockname(fd[i], (struct sockaddr *)&a, &len) == 0);
+		ports[i] = ntohs(a.sin_port);
+	}
+	for (int i = 0; i < n; i++)
+		close(fd[i]);
+}
 
 #endif

@@ -732,13 +732,6 @@ test_prove(const char *url)
 	bus_server_close(srv);
 }
 
-static int
-free_tcp_port(void)
-{
-	/* Ports from the pid keep parallel test runs apart. */
-	return 20000 + (int)(getpid() % 20000);
-}
-
 int
 main(int argc, char **argv)
 {
@@ -757,7 +750,8 @@ main(int argc, char **argv)
 
 	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kc-bus-XXXXXX");
 	KT_ASSERT(mkdtemp(tmpdir) != NULL);
-	int port = free_tcp_port();
+	int port[4];
+	kt_free_ports(port, 4);
 
 	/* Test-only: `bus_test repeat work|hangup N` runs one section N
 	 * times (to chase a race under load). */
@@ -783,14 +777,14 @@ main(int argc, char **argv)
 	snprintf(url, sizeof(url), "ipc://%s/events.ipc", tmpdir);
 	test_events(url);
 	fprintf(stderr, "-- events tcp\n");
-	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port);
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port[0]);
 	test_events(url);
 
 	fprintf(stderr, "-- work ipc\n");
 	snprintf(url, sizeof(url), "ipc://%s/work.ipc", tmpdir);
 	test_work_pull(url);
 	fprintf(stderr, "-- work tcp\n");
-	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port + 1);
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port[1]);
 	test_work_pull(url);
 
 	fprintf(stderr, "-- hang-up during the handshake ipc\n");
@@ -810,11 +804,11 @@ main(int argc, char **argv)
 	snprintf(url, sizeof(url), "ipc://%s/api.ipc", tmpdir);
 	test_api(url);
 	fprintf(stderr, "-- api tcp\n");
-	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port + 2);
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port[2]);
 	test_api(url);
 
 	fprintf(stderr, "-- prove tcp\n");
-	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port + 3);
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port[3]);
 	test_prove(url);
 
 	char cmd[256];

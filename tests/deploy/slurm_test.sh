@@ -55,7 +55,7 @@ grep -q "no GPU allocated" "$T/e4" || bad "no GPU: $(cat "$T/e4")"
 [ $fails -eq 0 ] && echo "ok   refusals and --dry-run"
 
 # A real node run against a real kclawd.
-port=$((20000 + $$ % 20000))
+port=$(python3 "$SRC/tests/free_port.py" 3)
 mkdir "$T/home"
 export KCLAW_HOME="$T/home" KCLAW_API_URL=tcp://127.0.0.1:$port KCLAW_WORK_URL=tcp://127.0.0.1:$((port + 1)) \
 	KCLAW_EVENTS_URL=tcp://127.0.0.1:$((port + 2)) KCLAW_TOKEN=slurm-test-token

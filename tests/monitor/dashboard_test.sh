@@ -20,7 +20,7 @@ HERE="$KCLAW_SRC/tests/monitor"
 
 H=$(mktemp -d /tmp/kc-dash-XXXXXX)
 export KCLAW_HOME="$H"
-PORT=$((20000 + $$ % 20000))
+PORT=$(python3 "$KCLAW_SRC/tests/free_port.py" 4)
 H0="$H"
 MON= ORCH=
 . "$HERE/live_env.sh"

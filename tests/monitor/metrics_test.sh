@@ -16,7 +16,7 @@ B="$KCLAW_BIN"
 HERE="$KCLAW_SRC/tests/monitor"
 . "$HERE/live_env.sh"
 H=$(mktemp -d /tmp/kc-metrics-XXXXXX)
-PORT=$((20000 + $$ % 20000))
+PORT=$(python3 "$KCLAW_SRC/tests/free_port.py" 4)
 MON=
 cleanup() {
 	[ -z "$MON" ] || kill "$MON" 2>/dev/null

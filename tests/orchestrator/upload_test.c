@@ -482,30 +482,17 @@ test_big_bundle_over_tcp(void)
 	KT_EQ_INT(t_staged(), 0);
 }
 
-/* A port nothing listens on now. */
-static int
-t_free_port(void)
-{
-	struct sockaddr_in a = {
-	    .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t n = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	KT_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-	KT_ASSERT(getsockname(fd, (struct sockaddr *)&a, &n) == 0);
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
 int
 main(void)
 {
 	char url[64], orch[160];
+	int port[2];
 
 	h_token = TOKEN;
-	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", t_free_port());
+	kt_free_ports(port, 2);
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port[0]);
 	setenv("KCLAW_API_URL", url, 1);
-	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", t_free_port());
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port[1]);
 	setenv("KCLAW_WORK_URL", url, 1);
 	setenv("KCLAW_TOKEN", TOKEN, 1);
 	unsetenv("KCLAW_BUNDLE_ROOTS");

@@ -297,20 +297,16 @@ test_bundle_dir_roots(void)
 
 /* ------------------------------------------------------------ tcp:// */
 
-static int
-tcp_port(int k)
-{
-	return 20000 + (int)(getpid() % 20000) * 2 + k;
-}
-
 static void
 tcp_env(void)
 {
 	char url[64];
+	int port[2];
 
-	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", tcp_port(0));
+	kt_free_ports(port, 2);
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port[0]);
 	setenv("KCLAW_API_URL", url, 1);
-	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", tcp_port(1));
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port[1]);
 	setenv("KCLAW_WORK_URL", url, 1);
 }
 
@@ -365,6 +361,7 @@ test_tcp_token(void)
 		        300, &kclaw__health_response__descriptor,
 		        (ProtobufCMessage **)&h) != 0)
 			kc_sleep_ms(50);
+	alive(); /* a kclawd that could not listen has exited */
 	KT_ASSERT(h != NULL);
 	kclaw__health_response__free_unpacked(h, NULL);
 
@@ -511,23 +508,6 @@ test_tcp_start(void)
 #include "spec_check.h"
 
 static int h_ports[3]; /* api, work, dashboard of the hostile group */
-
-/* A port nothing listens on now: the kernel's pick for a bound socket
- * (the derived ports of tcp_port can meet another process's ephemeral
- * port). */
-static int
-free_port(void)
-{
-	struct sockaddr_in a = {
-	    .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t n = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	KT_ASSERT(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-	KT_ASSERT(getsockname(fd, (struct sockaddr *)&a, &n) == 0);
-	close(fd);
-	return ntohs(a.sin_port);
-}
 
 /* A raw TCP connection to 127.0.0.1:port that has done the SP handshake
  * as a REQ peer (NNG's TCP framing: 8-byte header, then 8-byte sizes). A
@@ -1145,8 +1125,7 @@ hostile_setup(void)
 {
 	char url[64];
 
-	for (int i = 0; i < 3; i++)
-		h_ports[i] = free_port();
+	kt_free_ports(h_ports, 3);
 	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", h_ports[0]);
 	setenv("KCLAW_API_URL", url, 1);
 	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", h_ports[1]);
