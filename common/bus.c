@@ -9,10 +9,14 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/util/platform.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "kc_err.h"
 #include "kc_log.h"
@@ -87,12 +91,14 @@ bus_limits(nng_socket sock, size_t max_msg)
  * reach the socket, so their requests wait forever and nothing is logged.
  *
  * The watch finds that state and listens again. When the socket has seen
- * no new connection for idle_ms, it dials the socket itself (a probe of
- * the peer protocol). Once the probe's connection is up, the socket must
+ * no new connection for idle_ms, it connects to the socket itself (a probe
+ * speaking the peer protocol's handshake; nothing listening at all: listen
+ * again). Once the probe's handshake is done, the socket must
  * see a new connection (any: the probe's or another's) within
  * BUS_WATCH_WAIT_MS; if none came the listener is dead: it is closed (that
  * drops its connections; their peers redial) and opened again.
  */
+#define BUS_SUB0_PROTO 0x21 /* SP's SUB (NNG's headers name only REQ, REP) */
 #define BUS_WATCH_TICK_MS 100
 #define BUS_WATCH_WAIT_MS 2000
 #define BUS_WATCH_GIVEUP_MS 10000 /* a probe that never connects */
@@ -102,7 +108,7 @@ struct bus_watch {
 	nng_listener lst;
 	bool listening; /* lst is open */
 	char url[256];
-	int (*peer_open)(nng_socket *);
+	uint16_t peer_proto; /* the SP protocol a peer of the socket speaks */
 	nng_mtx *mtx;
 	nng_cv *cv;
 	nng_thread *thr;
@@ -111,8 +117,11 @@ struct bus_watch {
 	uint64_t nadd;    /* connections the socket saw (ADD_PRE) */
 	uint64_t last_ms; /* when it saw the last one, or probed */
 	bool probing;
-	nng_socket probe;
-	uint64_t probe_ms, up_ms, nadd0; /* probe opened, connected; nadd */
+	int probe_fd;     /* the probe: a raw connection to the socket file */
+	unsigned hdr_got; /* bytes of the socket's SP header read */
+	bool refused;     /* the probe found nothing listening */
+	/* probe opened, its handshake done; nadd then */
+	uint64_t probe_ms, up_ms, nadd0;
 	unsigned restarts;
 };
 
@@ -126,60 +135,83 @@ bus_watch_saw(struct bus_watch *w)
 	nng_mtx_unlock(w->mtx);
 }
 
-static void
-bus_watch_probe_cb(nng_pipe pipe, nng_pipe_ev ev, void *arg)
-{
-	struct bus_watch *w = arg;
-
-	(void)pipe;
-	(void)ev;
-	nng_mtx_lock(w->mtx);
-	if (w->probing && w->up_ms == 0)
-		w->up_ms = kc_mono_ms();
-	nng_mtx_unlock(w->mtx);
-}
-
-/* On the watch's thread, without w->mtx (closing a socket waits for its
- * pipe callbacks, which take it). */
+/*
+ * The probe is not an NNG socket: closing one whose dialer was redialling
+ * was itself a hang-up during a handshake (a SUB probe's size limit broke
+ * its connection at the first event), and nng_close of a probe at times
+ * never returned. It is a plain connection to the socket file that does
+ * the SP handshake by hand (ipc://: the 8-byte header 0 'S' 'P' 0, the
+ * protocol, 0 0) and is closed only after the socket's own header has
+ * arrived, when the socket's side of the handshake, its write, is over:
+ * closing it then is no hang-up. On the watch's thread, without w->mtx.
+ */
 static void
 bus_watch_probe_open(struct bus_watch *w)
 {
-	nng_socket p;
-	int nrv;
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	uint8_t hdr[8] = {0, 'S', 'P', 0, (uint8_t)(w->peer_proto >> 8),
+	    (uint8_t)w->peer_proto, 0, 0};
+	const char *path = w->url + 6;
+	int fd;
 
-	if ((nrv = w->peer_open(&p)) != 0) {
-		KC_WARN("bus: %s: cannot open a probe: %s", w->url,
-		    nng_strerror(nrv));
+	if (strlen(path) >= sizeof(a.sun_path))
+		return;
+	memcpy(a.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		/* Nothing listens (the file is gone or refuses): listen
+		 * again. A full backlog: try later. */
+		bool gone = errno == ECONNREFUSED || errno == ENOENT;
+		close(fd);
+		nng_mtx_lock(w->mtx);
+		w->refused = gone;
+		w->last_ms = kc_mono_ms();
+		nng_mtx_unlock(w->mtx);
 		return;
 	}
-	/* The probe never reads: whatever comes is dropped by size. */
-	nng_socket_set_size(p, NNG_OPT_RECVMAXSZ, 64);
-	nng_socket_set_ms(p, NNG_OPT_RECONNMINT, 20);
-	nng_socket_set_ms(p, NNG_OPT_RECONNMAXT, 1000);
-	nng_pipe_notify(p, NNG_PIPE_EV_ADD_POST, bus_watch_probe_cb, w);
+	if (send(fd, hdr, sizeof(hdr), MSG_NOSIGNAL) != (ssize_t)sizeof(hdr)) {
+		close(fd);
+		return;
+	}
 	nng_mtx_lock(w->mtx);
-	w->probe = p;
+	w->probe_fd = fd;
 	w->probing = true;
 	w->probe_ms = kc_mono_ms();
 	w->up_ms = 0;
+	w->hdr_got = 0;
 	w->nadd0 = w->nadd;
 	nng_mtx_unlock(w->mtx);
-	if ((nrv = nng_dial(p, w->url, NULL, NNG_FLAG_NONBLOCK)) != 0)
-		KC_WARN("bus: %s: cannot dial a probe: %s", w->url,
-		    nng_strerror(nrv));
+}
+
+/* Reads what is left of the socket's 8-byte header; once it is all in,
+ * the probe's handshake is done (up_ms). Under w->mtx. */
+static void
+bus_watch_probe_read(struct bus_watch *w)
+{
+	uint8_t hdr[8];
+	ssize_t n;
+
+	if (w->hdr_got >= sizeof(hdr))
+		return;
+	n = recv(w->probe_fd, hdr, sizeof(hdr) - w->hdr_got, MSG_DONTWAIT);
+	if (n > 0)
+		w->hdr_got += (unsigned)n;
+	if (w->hdr_got >= sizeof(hdr) && w->up_ms == 0)
+		w->up_ms = kc_mono_ms();
 }
 
 static void
 bus_watch_probe_close(struct bus_watch *w)
 {
-	nng_socket p;
-
 	nng_mtx_lock(w->mtx);
-	p = w->probe;
+	if (w->probing)
+		close(w->probe_fd);
 	w->probing = false;
+	w->probe_fd = -1;
 	w->last_ms = kc_mono_ms();
 	nng_mtx_unlock(w->mtx);
-	nng_close(p);
 }
 
 static void
@@ -193,7 +225,9 @@ bus_watch_relisten(struct bus_watch *w)
 		    w->url);
 		nng_listener_close(w->lst);
 		w->listening = false;
+		nng_mtx_lock(w->mtx);
 		w->restarts++;
+		nng_mtx_unlock(w->mtx);
 	}
 	if (bus_listen(w->sock, w->url, &w->lst) == 0)
 		w->listening = true;
@@ -214,13 +248,21 @@ bus_watch_main(void *arg)
 			break;
 		uint64_t now = kc_mono_ms();
 		act = NONE;
-		if (!w->listening)
+		if (w->probing)
+			bus_watch_probe_read(w);
+		if (!w->listening || w->refused)
 			act = RESTART;
 		else if (!w->probing)
 			act = now - w->last_ms >= (uint64_t)w->idle_ms ? START
 			                                               : NONE;
 		else if (w->nadd != w->nadd0)
-			act = END; /* it accepts */
+			/* It accepts. The socket's header came before it
+			 * took the connection: the probe is closed after the
+			 * socket's side of the handshake. */
+			act = w->up_ms != 0 ||
+			        now - w->probe_ms >= BUS_WATCH_GIVEUP_MS
+			    ? END
+			    : NONE;
 		else if (w->up_ms != 0 && now - w->up_ms >= BUS_WATCH_WAIT_MS)
 			act = RESTART;
 		else if (now - w->probe_ms >= BUS_WATCH_GIVEUP_MS)
@@ -230,28 +272,30 @@ bus_watch_main(void *arg)
 		case START: bus_watch_probe_open(w); break;
 		case END: bus_watch_probe_close(w); break;
 		case RESTART:
-			if (w->probing)
-				bus_watch_probe_close(w);
+			bus_watch_probe_close(w);
 			bus_watch_relisten(w);
+			nng_mtx_lock(w->mtx);
+			w->refused = false;
+			nng_mtx_unlock(w->mtx);
 			break;
 		case NONE: break;
 		}
 		nng_mtx_lock(w->mtx);
 	}
 	nng_mtx_unlock(w->mtx);
-	if (w->probing)
-		bus_watch_probe_close(w);
+	bus_watch_probe_close(w);
 }
 
 /* Listens on url with sock and starts watching the listener. */
 static int
-bus_watch_start(struct bus_watch *w, nng_socket sock, const char *url,
-    int (*peer_open)(nng_socket *))
+bus_watch_start(
+    struct bus_watch *w, nng_socket sock, const char *url, uint16_t peer_proto)
 {
 	int nrv, rv;
 
 	w->sock = sock;
-	w->peer_open = peer_open;
+	w->peer_proto = peer_proto;
+	w->probe_fd = -1;
 	w->idle_ms = BUS_WATCH_MS;
 	w->last_ms = kc_mono_ms();
 	snprintf(w->url, sizeof(w->url), "%s", url);
@@ -283,6 +327,17 @@ bus_watch_init(struct bus_watch *w)
 		w->mtx = NULL;
 	}
 	return nrv;
+}
+
+static unsigned
+bus_watch_restarts(struct bus_watch *w)
+{
+	unsigned n;
+
+	nng_mtx_lock(w->mtx);
+	n = w->restarts;
+	nng_mtx_unlock(w->mtx);
+	return n;
 }
 
 /* Stops the watch (before its socket closes) and frees it. */
@@ -372,7 +427,7 @@ bus_pub_open(bus_pub **out, const char *url)
 	/* Each subscriber holds a queue of up to 1024 events: cap them. */
 	nng_pipe_notify(p->sock, NNG_PIPE_EV_ADD_PRE, bus_pub_pipe_cb, p);
 	nng_pipe_notify(p->sock, NNG_PIPE_EV_REM_POST, bus_pub_pipe_cb, p);
-	if ((rv = bus_watch_start(&p->watch, p->sock, url, nng_sub0_open)) !=
+	if ((rv = bus_watch_start(&p->watch, p->sock, url, BUS_SUB0_PROTO)) !=
 	    0) {
 		nng_close(p->sock);
 		bus_watch_fini(&p->watch);
@@ -410,6 +465,12 @@ bus_pub_set_watch_ms(bus_pub *p, int ms)
 	nng_mtx_lock(p->watch.mtx);
 	p->watch.idle_ms = ms > 0 ? ms : BUS_WATCH_MS;
 	nng_mtx_unlock(p->watch.mtx);
+}
+
+unsigned
+bus_pub_relistens(bus_pub *p)
+{
+	return bus_watch_restarts(&p->watch);
 }
 
 void
@@ -745,6 +806,12 @@ bus_server_set_limits(bus_server *s, const bus_server_limits *l)
 	return 0;
 }
 
+unsigned
+bus_server_relistens(bus_server *s)
+{
+	return bus_watch_restarts(&s->watch);
+}
+
 void
 bus_server_counts(bus_server *s, unsigned *open, unsigned *unproven)
 {
@@ -818,7 +885,7 @@ bus_server_open_flags(bus_server **out, const char *url, unsigned nctx,
 		s->nctx++;
 	}
 	if (rv == 0)
-		rv = bus_watch_start(&s->watch, s->sock, url, nng_req0_open);
+		rv = bus_watch_start(&s->watch, s->sock, url, NNG_REQ0_SELF);
 	if (rv != 0) {
 		bus_server_close(s);
 		return rv;

@@ -65,6 +65,9 @@ void bus_pub_close(bus_pub *p);
 /* Changes the listener watch's idle time (BUS_WATCH_MS; tests use short
  * ones). */
 void bus_pub_set_watch_ms(bus_pub *p, int ms);
+/* How many times the listener watch found the listener lost and listened
+ * again (also bus_server_relistens). */
+unsigned bus_pub_relistens(bus_pub *p);
 
 /* Dials url and keeps redialling in the background; never fails on an
  * absent publisher. */
@@ -128,6 +131,7 @@ int bus_server_set_limits(bus_server *s, const bus_server_limits *l);
 
 /* How many connections are open, and how many of them are not proved. */
 void bus_server_counts(bus_server *s, unsigned *open, unsigned *unproven);
+unsigned bus_server_relistens(bus_server *s);
 
 /* The request's bytes, valid until the call is replied to or dropped. */
 const void *bus_call_data(const bus_call *c, size_t *len);
