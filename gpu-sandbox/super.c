@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -114,7 +115,7 @@ super_spawn(sbx_super *s, pid_t *opid, int *oto, int *ofrom)
 	char dev[16];
 	char *argv[10];
 	int argc = 0;
-	pid_t pid;
+	pid_t pid, parent;
 
 	super_reap(s);
 	if (pipe2(in, O_CLOEXEC) != 0)
@@ -137,6 +138,7 @@ super_spawn(sbx_super *s, pid_t *opid, int *oto, int *ofrom)
 		argv[argc++] = s->arch;
 	}
 	argv[argc] = NULL;
+	parent = getpid();
 	if ((pid = fork()) < 0) {
 		close(in[0]);
 		close(in[1]);
@@ -145,6 +147,13 @@ super_spawn(sbx_super *s, pid_t *opid, int *oto, int *ofrom)
 		return kc_seterr(KC_EIO, "fork: %s", strerror(errno));
 	}
 	if (pid == 0) {
+		/* The child dies with this process (a sandbox killed with
+		 * SIGKILL cannot kill it): a child busy in a hung kernel
+		 * would otherwise hold its GPU context and memory for good.
+		 * The signal follows the thread that forked, the main one. */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 ||
+		    getppid() != parent)
+			_exit(125);
 		/* dup2 clears O_CLOEXEC on the new descriptors. */
 		if (dup2(in[0], SBX_CHILD_IN_FD) < 0 ||
 		    dup2(out[1], SBX_CHILD_OUT_FD) < 0)

@@ -11,6 +11,7 @@
  *    points nowhere): NO_DEVICE, while compile-only requests still work.
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +142,89 @@ test_scripted_child_is_replaced(void)
 	kclaw__eval_result__free_unpacked(r, NULL);
 	e = ok_pid(s);
 	KT_ASSERT(e != d);
+	sbx_session_close(s);
+}
+
+/* Whether pid is gone (reaped, or a zombie nobody reaps yet). */
+static int
+pid_gone(int pid)
+{
+	char path[64], st = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if ((f = fopen(path, "r")) == NULL)
+		return 1;
+	if (fscanf(f, "%*d (%*[^)]) %c", &st) != 1)
+		st = 0;
+	fclose(f);
+	return st == 'Z' || st == 'X';
+}
+
+static void *
+kill_parent_later(void *arg)
+{
+	kc_sleep_ms(500);
+	kill(*(pid_t *)arg, SIGKILL);
+	return NULL;
+}
+
+/* A sandbox killed with SIGKILL while its child runs a hung evaluation:
+ * the child dies with it (it would otherwise hold its GPU context and
+ * memory), within a second. */
+static void
+test_child_dies_with_its_parent(void)
+{
+	sbx_client_opts o = {.child_path = script_child, .home = home};
+	Kclaw__EvalRequest req = KCLAW__EVAL_REQUEST__INIT;
+	Kclaw__Candidate c = KCLAW__CANDIDATE__INIT;
+	Kclaw__EvalOptions opt = KCLAW__EVAL_OPTIONS__INIT;
+	Kclaw__TaskSpec t = KCLAW__TASK_SPEC__INIT;
+	Kclaw__TensorSpec y = KCLAW__TENSOR_SPEC__INIT;
+	Kclaw__TensorSpec *yp = &y;
+	int64_t shape[1] = {256};
+	Kclaw__EvalResult *r = NULL;
+	sbx_session *s;
+	pthread_t killer;
+	pid_t parent;
+	int child;
+	uint64_t t0;
+
+	KT_OK(sbx_session_open(&s, &o));
+	child = ok_pid(s);
+	parent = sbx_session_pid(s);
+	KT_ASSERT(parent > 0 && !pid_gone(child));
+	KT_ASSERT(
+	    pthread_create(&killer, NULL, kill_parent_later, &parent) == 0);
+	y.name = "y";
+	y.kind = KCLAW__TENSOR_KIND__OUTPUT;
+	y.dtype = KCLAW__DTYPE__F32;
+	y.n_shape = 1;
+	y.shape = shape;
+	t.name = "t";
+	t.n_tensors = 1;
+	t.tensors = &yp;
+	c.source = "hang";
+	c.plan_json = "";
+	opt.timeout_ms = 20000;
+	req.task = &t;
+	req.candidate = &c;
+	req.options = &opt;
+	/* The sandbox dies under the call: it fails, or answers nothing. */
+	if (sbx_session_eval(s, &req, 5000, &r) == 0 && r != NULL)
+		kclaw__eval_result__free_unpacked(r, NULL);
+	free(req.job_id);
+	pthread_join(killer, NULL);
+	t0 = kc_mono_ms();
+	while (!pid_gone(child) && kc_mono_ms() - t0 < 3000)
+		kc_sleep_ms(20);
+	if (!pid_gone(child)) {
+		kill(child, SIGKILL); /* it holds ctest's output open */
+		KT_FAIL("child %d outlived its sandbox %d by 3 s", child,
+		    (int)parent);
+	}
+	fprintf(stderr, "  child gone %llu ms after its sandbox was killed\n",
+	    (unsigned long long)(kc_mono_ms() - t0));
 	sbx_session_close(s);
 }
 
@@ -361,5 +445,6 @@ main(void)
 	KT_RUN(test_without_spare);
 	KT_RUN(test_cancel_aborts_the_evaluation);
 	KT_RUN(test_no_device);
+	KT_RUN(test_child_dies_with_its_parent);
 	return 0;
 }
