@@ -9,14 +9,10 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/util/platform.h>
-#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
 
 #include "kc_err.h"
 #include "kc_log.h"
@@ -37,7 +33,7 @@ bus_err(int nrv, const char *what, const char *url)
  * of the host cannot talk to kclaw's processes.
  */
 static int
-bus_listen(nng_socket sock, const char *url, nng_listener *out)
+bus_listen(nng_socket sock, const char *url)
 {
 	nng_listener l;
 	int nrv;
@@ -45,16 +41,10 @@ bus_listen(nng_socket sock, const char *url, nng_listener *out)
 	if ((nrv = nng_listener_create(&l, sock, url)) != 0)
 		return bus_err(nrv, "cannot listen on", url);
 	if (strncmp(url, "ipc://", 6) == 0 &&
-	    (nrv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600)) !=
-	        0) {
-		nng_listener_close(l);
+	    (nrv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600)) != 0)
 		return bus_err(nrv, "cannot restrict permissions of", url);
-	}
-	if ((nrv = nng_listener_start(l, 0)) != 0) {
-		nng_listener_close(l);
+	if ((nrv = nng_listener_start(l, 0)) != 0)
 		return bus_err(nrv, "cannot listen on", url);
-	}
-	*out = l;
 	return 0;
 }
 
@@ -79,286 +69,6 @@ bus_limits(nng_socket sock, size_t max_msg)
 	nng_socket_set_ms(sock, NNG_OPT_RECONNMAXT, 1000);
 }
 
-/* ---------------------------------------------------- listener watch */
-
-/*
- * NNG 1.5.2 bug (nanomsg/nng#1518, fixed in 1.6.0): when a peer hangs up
- * while its connection's handshake is under way (a client that exits or is
- * killed right after connecting), the ipc:// transport fails the
- * listener's pending accept with NNG_ECLOSED, which the listener takes for
- * its own close: it never accepts again. Peers still connect (the
- * transport goes on accepting and handshaking) but their connections never
- * reach the socket, so their requests wait forever and nothing is logged.
- *
- * The watch finds that state and listens again. When the socket has seen
- * no new connection for idle_ms, it connects to the socket itself (a probe
- * speaking the peer protocol's handshake; nothing listening at all: listen
- * again). Once the probe's handshake is done, the socket must
- * see a new connection (any: the probe's or another's) within
- * BUS_WATCH_WAIT_MS; if none came the listener is dead: it is closed (that
- * drops its connections; their peers redial) and opened again.
- */
-#define BUS_SUB0_PROTO 0x21 /* SP's SUB (NNG's headers name only REQ, REP) */
-#define BUS_WATCH_TICK_MS 100
-#define BUS_WATCH_WAIT_MS 2000
-#define BUS_WATCH_GIVEUP_MS 10000 /* a probe that never connects */
-
-struct bus_watch {
-	nng_socket sock; /* the listening socket */
-	nng_listener lst;
-	bool listening; /* lst is open */
-	char url[256];
-	uint16_t peer_proto; /* the SP protocol a peer of the socket speaks */
-	nng_mtx *mtx;
-	nng_cv *cv;
-	nng_thread *thr;
-	bool stop;
-	int idle_ms;
-	uint64_t nadd;    /* connections the socket saw (ADD_PRE) */
-	uint64_t last_ms; /* when it saw the last one, or probed */
-	bool probing;
-	int probe_fd;     /* the probe: a raw connection to the socket file */
-	unsigned hdr_got; /* bytes of the socket's SP header read */
-	bool refused;     /* the probe found nothing listening */
-	/* probe opened, its handshake done; nadd then */
-	uint64_t probe_ms, up_ms, nadd0;
-	unsigned restarts;
-};
-
-/* A connection reached the socket: its listener accepts. Any thread. */
-static void
-bus_watch_saw(struct bus_watch *w)
-{
-	nng_mtx_lock(w->mtx);
-	w->nadd++;
-	w->last_ms = kc_mono_ms();
-	nng_mtx_unlock(w->mtx);
-}
-
-/*
- * The probe is not an NNG socket: closing one whose dialer was redialling
- * was itself a hang-up during a handshake (a SUB probe's size limit broke
- * its connection at the first event), and nng_close of a probe at times
- * never returned. It is a plain connection to the socket file that does
- * the SP handshake by hand (ipc://: the 8-byte header 0 'S' 'P' 0, the
- * protocol, 0 0) and is closed only after the socket's own header has
- * arrived, when the socket's side of the handshake, its write, is over:
- * closing it then is no hang-up. On the watch's thread, without w->mtx.
- */
-static void
-bus_watch_probe_open(struct bus_watch *w)
-{
-	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	uint8_t hdr[8] = {0, 'S', 'P', 0, (uint8_t)(w->peer_proto >> 8),
-	    (uint8_t)w->peer_proto, 0, 0};
-	const char *path = w->url + 6;
-	int fd;
-
-	if (strlen(path) >= sizeof(a.sun_path))
-		return;
-	memcpy(a.sun_path, path, strlen(path) + 1);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return;
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-		/* Nothing listens (the file is gone or refuses): listen
-		 * again. A full backlog: try later. */
-		bool gone = errno == ECONNREFUSED || errno == ENOENT;
-		close(fd);
-		nng_mtx_lock(w->mtx);
-		w->refused = gone;
-		w->last_ms = kc_mono_ms();
-		nng_mtx_unlock(w->mtx);
-		return;
-	}
-	if (send(fd, hdr, sizeof(hdr), MSG_NOSIGNAL) != (ssize_t)sizeof(hdr)) {
-		close(fd);
-		return;
-	}
-	nng_mtx_lock(w->mtx);
-	w->probe_fd = fd;
-	w->probing = true;
-	w->probe_ms = kc_mono_ms();
-	w->up_ms = 0;
-	w->hdr_got = 0;
-	w->nadd0 = w->nadd;
-	nng_mtx_unlock(w->mtx);
-}
-
-/* Reads what is left of the socket's 8-byte header; once it is all in,
- * the probe's handshake is done (up_ms). Under w->mtx. */
-static void
-bus_watch_probe_read(struct bus_watch *w)
-{
-	uint8_t hdr[8];
-	ssize_t n;
-
-	if (w->hdr_got >= sizeof(hdr))
-		return;
-	n = recv(w->probe_fd, hdr, sizeof(hdr) - w->hdr_got, MSG_DONTWAIT);
-	if (n > 0)
-		w->hdr_got += (unsigned)n;
-	if (w->hdr_got >= sizeof(hdr) && w->up_ms == 0)
-		w->up_ms = kc_mono_ms();
-}
-
-static void
-bus_watch_probe_close(struct bus_watch *w)
-{
-	nng_mtx_lock(w->mtx);
-	if (w->probing)
-		close(w->probe_fd);
-	w->probing = false;
-	w->probe_fd = -1;
-	w->last_ms = kc_mono_ms();
-	nng_mtx_unlock(w->mtx);
-}
-
-static void
-bus_watch_relisten(struct bus_watch *w)
-{
-	if (w->listening) {
-		KC_WARN("bus: %s: the listener stopped accepting connections "
-		        "(NNG 1.5.2 loses it when a peer hangs up during the "
-		        "handshake); listening again, which drops its "
-		        "connections (their peers redial)",
-		    w->url);
-		nng_listener_close(w->lst);
-		w->listening = false;
-		nng_mtx_lock(w->mtx);
-		w->restarts++;
-		nng_mtx_unlock(w->mtx);
-	}
-	if (bus_listen(w->sock, w->url, &w->lst) == 0)
-		w->listening = true;
-	else
-		KC_WARN("%s; trying again", kc_lasterr());
-}
-
-static void
-bus_watch_main(void *arg)
-{
-	struct bus_watch *w = arg;
-	enum { NONE, START, END, RESTART } act;
-
-	nng_mtx_lock(w->mtx);
-	while (!w->stop) {
-		nng_cv_until(w->cv, nng_clock() + BUS_WATCH_TICK_MS);
-		if (w->stop)
-			break;
-		uint64_t now = kc_mono_ms();
-		act = NONE;
-		if (w->probing)
-			bus_watch_probe_read(w);
-		if (!w->listening || w->refused)
-			act = RESTART;
-		else if (!w->probing)
-			act = now - w->last_ms >= (uint64_t)w->idle_ms ? START
-			                                               : NONE;
-		else if (w->nadd != w->nadd0)
-			/* It accepts. The socket's header came before it
-			 * took the connection: the probe is closed after the
-			 * socket's side of the handshake. */
-			act = w->up_ms != 0 ||
-			        now - w->probe_ms >= BUS_WATCH_GIVEUP_MS
-			    ? END
-			    : NONE;
-		else if (w->up_ms != 0 && now - w->up_ms >= BUS_WATCH_WAIT_MS)
-			act = RESTART;
-		else if (now - w->probe_ms >= BUS_WATCH_GIVEUP_MS)
-			act = END; /* inconclusive: try again later */
-		nng_mtx_unlock(w->mtx);
-		switch (act) {
-		case START: bus_watch_probe_open(w); break;
-		case END: bus_watch_probe_close(w); break;
-		case RESTART:
-			bus_watch_probe_close(w);
-			bus_watch_relisten(w);
-			nng_mtx_lock(w->mtx);
-			w->refused = false;
-			nng_mtx_unlock(w->mtx);
-			break;
-		case NONE: break;
-		}
-		nng_mtx_lock(w->mtx);
-	}
-	nng_mtx_unlock(w->mtx);
-	bus_watch_probe_close(w);
-}
-
-/* Listens on url with sock and starts watching the listener. */
-static int
-bus_watch_start(
-    struct bus_watch *w, nng_socket sock, const char *url, uint16_t peer_proto)
-{
-	int nrv, rv;
-
-	w->sock = sock;
-	w->peer_proto = peer_proto;
-	w->probe_fd = -1;
-	w->idle_ms = BUS_WATCH_MS;
-	w->last_ms = kc_mono_ms();
-	snprintf(w->url, sizeof(w->url), "%s", url);
-	if ((rv = bus_listen(sock, url, &w->lst)) != 0)
-		return rv;
-	w->listening = true;
-	/* Only ipc:// loses its listener (a write to a peer gone during the
-	 * handshake is EPIPE, which NNG maps to NNG_ECLOSED; tcp:// gets
-	 * ECONNRESET): other transports are not watched. */
-	if (strncmp(url, "ipc://", 6) != 0)
-		return 0;
-	if ((nrv = nng_thread_create(&w->thr, bus_watch_main, w)) != 0) {
-		nng_listener_close(w->lst);
-		w->listening = false;
-		return bus_err(nrv, "cannot watch the listener on", url);
-	}
-	return 0;
-}
-
-static int
-bus_watch_init(struct bus_watch *w)
-{
-	int nrv;
-
-	if ((nrv = nng_mtx_alloc(&w->mtx)) != 0)
-		return nrv;
-	if ((nrv = nng_cv_alloc(&w->cv, w->mtx)) != 0) {
-		nng_mtx_free(w->mtx);
-		w->mtx = NULL;
-	}
-	return nrv;
-}
-
-static unsigned
-bus_watch_restarts(struct bus_watch *w)
-{
-	unsigned n;
-
-	nng_mtx_lock(w->mtx);
-	n = w->restarts;
-	nng_mtx_unlock(w->mtx);
-	return n;
-}
-
-/* Stops the watch (before its socket closes) and frees it. */
-static void
-bus_watch_fini(struct bus_watch *w)
-{
-	if (w->mtx == NULL)
-		return;
-	if (w->thr != NULL) {
-		nng_mtx_lock(w->mtx);
-		w->stop = true;
-		nng_cv_wake(w->cv);
-		nng_mtx_unlock(w->mtx);
-		nng_thread_destroy(w->thr);
-		w->thr = NULL;
-	}
-	nng_cv_free(w->cv);
-	nng_mtx_free(w->mtx);
-	w->mtx = NULL;
-}
-
 /* ------------------------------------------------------------- events */
 
 struct bus_pub {
@@ -366,7 +76,6 @@ struct bus_pub {
 	nng_mtx *mtx;
 	unsigned npipes;
 	unsigned refused; /* subscribers turned away since the last warning */
-	struct bus_watch watch;
 };
 
 /* Counts subscribers; one beyond BUS_MAX_SUBSCRIBERS is closed. A pipe
@@ -379,7 +88,6 @@ bus_pub_pipe_cb(nng_pipe pipe, nng_pipe_ev ev, void *arg)
 
 	nng_mtx_lock(p->mtx);
 	if (ev == NNG_PIPE_EV_ADD_PRE) {
-		bus_watch_saw(&p->watch);
 		if (++p->npipes > BUS_MAX_SUBSCRIBERS) {
 			warn = p->refused++ == 0;
 			nng_pipe_close(pipe);
@@ -406,13 +114,7 @@ bus_pub_open(bus_pub **out, const char *url)
 		free(p);
 		return bus_err(nrv, "cannot open PUB for", url);
 	}
-	if ((nrv = bus_watch_init(&p->watch)) != 0) {
-		nng_mtx_free(p->mtx);
-		free(p);
-		return bus_err(nrv, "cannot open PUB for", url);
-	}
 	if ((nrv = nng_pub0_open(&p->sock)) != 0) {
-		bus_watch_fini(&p->watch);
 		nng_mtx_free(p->mtx);
 		free(p);
 		return bus_err(nrv, "cannot open PUB for", url);
@@ -427,10 +129,8 @@ bus_pub_open(bus_pub **out, const char *url)
 	/* Each subscriber holds a queue of up to 1024 events: cap them. */
 	nng_pipe_notify(p->sock, NNG_PIPE_EV_ADD_PRE, bus_pub_pipe_cb, p);
 	nng_pipe_notify(p->sock, NNG_PIPE_EV_REM_POST, bus_pub_pipe_cb, p);
-	if ((rv = bus_watch_start(&p->watch, p->sock, url, BUS_SUB0_PROTO)) !=
-	    0) {
+	if ((rv = bus_listen(p->sock, url)) != 0) {
 		nng_close(p->sock);
-		bus_watch_fini(&p->watch);
 		nng_mtx_free(p->mtx);
 		free(p);
 		return rv;
@@ -460,25 +160,10 @@ bus_pub_send(bus_pub *p, const char *topic, const void *data, size_t len)
 }
 
 void
-bus_pub_set_watch_ms(bus_pub *p, int ms)
-{
-	nng_mtx_lock(p->watch.mtx);
-	p->watch.idle_ms = ms > 0 ? ms : BUS_WATCH_MS;
-	nng_mtx_unlock(p->watch.mtx);
-}
-
-unsigned
-bus_pub_relistens(bus_pub *p)
-{
-	return bus_watch_restarts(&p->watch);
-}
-
-void
 bus_pub_close(bus_pub *p)
 {
 	if (p == NULL)
 		return;
-	bus_watch_fini(&p->watch);
 	nng_close(p->sock);
 	nng_mtx_free(p->mtx);
 	free(p);
@@ -604,7 +289,6 @@ struct bus_server {
 	unsigned nconns, nnew;
 	unsigned refused, stalled; /* since the last warning of each */
 	nng_aio *reaper;
-	struct bus_watch watch;
 	char url[256];
 };
 
@@ -651,8 +335,6 @@ bus_server_pipe_cb(nng_pipe pipe, nng_pipe_ev ev, void *arg)
 	bool refuse = false, warn = false;
 	struct bus_conn *k;
 
-	if (ev == NNG_PIPE_EV_ADD_PRE)
-		bus_watch_saw(&s->watch);
 	nng_mtx_lock(s->mtx);
 	if (ev == NNG_PIPE_EV_ADD_PRE) {
 		nold = bus_conn_expired(s, old, KC_ARRAY_LEN(old));
@@ -789,8 +471,7 @@ bus_server_set_limits(bus_server *s, const bus_server_limits *l)
 	    .max_new_conns =
 	        l->max_new_conns ? l->max_new_conns : BUS_MAX_NEW_CONNS,
 	    .new_ms = l->new_ms > 0 ? l->new_ms : BUS_NEW_CONN_MS,
-	    .send_ms = l->send_ms > 0 ? l->send_ms : BUS_SEND_MS,
-	    .watch_ms = l->watch_ms > 0 ? l->watch_ms : BUS_WATCH_MS};
+	    .send_ms = l->send_ms > 0 ? l->send_ms : BUS_SEND_MS};
 
 	if (n.max_conns > BUS_MAX_CONNS || n.max_new_conns > n.max_conns)
 		return kc_seterr(KC_EINVAL,
@@ -800,16 +481,7 @@ bus_server_set_limits(bus_server *s, const bus_server_limits *l)
 	nng_mtx_lock(s->mtx);
 	s->lim = n;
 	nng_mtx_unlock(s->mtx);
-	nng_mtx_lock(s->watch.mtx);
-	s->watch.idle_ms = n.watch_ms;
-	nng_mtx_unlock(s->watch.mtx);
 	return 0;
-}
-
-unsigned
-bus_server_relistens(bus_server *s)
-{
-	return bus_watch_restarts(&s->watch);
 }
 
 void
@@ -854,14 +526,11 @@ bus_server_open_flags(bus_server **out, const char *url, unsigned nctx,
 	s->lim = (bus_server_limits){.max_conns = BUS_MAX_CONNS,
 	    .max_new_conns = BUS_MAX_NEW_CONNS,
 	    .new_ms = BUS_NEW_CONN_MS,
-	    .send_ms = BUS_SEND_MS,
-	    .watch_ms = BUS_WATCH_MS};
+	    .send_ms = BUS_SEND_MS};
 	if ((nrv = nng_mtx_alloc(&s->mtx)) != 0 ||
-	    (nrv = bus_watch_init(&s->watch)) != 0 ||
 	    (nrv = nng_aio_alloc(&s->reaper, bus_server_reap_cb, s)) != 0 ||
 	    (nrv = nng_rep0_open(&s->sock)) != 0) {
 		rv = bus_err(nrv, "cannot open REP for", url);
-		bus_watch_fini(&s->watch);
 		if (s->reaper)
 			nng_aio_free(s->reaper);
 		if (s->mtx)
@@ -885,7 +554,7 @@ bus_server_open_flags(bus_server **out, const char *url, unsigned nctx,
 		s->nctx++;
 	}
 	if (rv == 0)
-		rv = bus_watch_start(&s->watch, s->sock, url, NNG_REQ0_SELF);
+		rv = bus_listen(s->sock, url);
 	if (rv != 0) {
 		bus_server_close(s);
 		return rv;
@@ -905,7 +574,6 @@ bus_server_close(bus_server *s)
 	nng_mtx_lock(s->mtx);
 	s->closing = true;
 	nng_mtx_unlock(s->mtx);
-	bus_watch_fini(&s->watch);
 	nng_aio_stop(s->reaper);
 	for (unsigned i = 0; i < s->nctx; i++)
 		nng_aio_stop(s->calls[i].aio);

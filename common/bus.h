@@ -42,15 +42,6 @@
 #define BUS_MAX_NEW_CONNS 4
 #define BUS_NEW_CONN_MS 10000
 #define BUS_SEND_MS 5000
-/*
- * NNG 1.5.2's ipc:// listener stops accepting for good once a peer hangs up
- * during the handshake (nanomsg/nng#1518): every listening socket (bus_pub,
- * bus_server) is watched. After BUS_WATCH_MS without a new connection it
- * dials itself; if that connection is up but never reaches the socket
- * within 2 s, the listener is closed (dropping its connections; their
- * peers redial) and opened again, with a warning.
- */
-#define BUS_WATCH_MS 5000
 #define BUS_MAX_SUBSCRIBERS 256 /* per bus_pub; each queues 1024 events */
 
 /* ---- events ---- */
@@ -62,12 +53,6 @@ int bus_pub_open(bus_pub **out, const char *url);
 /* Copies topic and data; never blocks (a slow subscriber loses messages). */
 int bus_pub_send(bus_pub *p, const char *topic, const void *data, size_t len);
 void bus_pub_close(bus_pub *p);
-/* Changes the listener watch's idle time (BUS_WATCH_MS; tests use short
- * ones). */
-void bus_pub_set_watch_ms(bus_pub *p, int ms);
-/* How many times the listener watch found the listener lost and listened
- * again (also bus_server_relistens). */
-unsigned bus_pub_relistens(bus_pub *p);
 
 /* Dials url and keeps redialling in the background; never fails on an
  * absent publisher. */
@@ -121,9 +106,7 @@ typedef struct bus_server_limits {
 	unsigned max_conns;     /* open connections, at most BUS_MAX_CONNS */
 	unsigned max_new_conns; /* of them, not yet proved */
 	int new_ms;             /* a connection must be proved within */
-	int send_ms;  /* the peer's connection must take a reply within */
-	int watch_ms; /* probe the listener after this long without a new
-	               * connection (BUS_WATCH_MS) */
+	int send_ms; /* the peer's connection must take a reply within */
 } bus_server_limits;
 
 /* Changes the limits of a running server (tests use short ones). */
@@ -131,7 +114,6 @@ int bus_server_set_limits(bus_server *s, const bus_server_limits *l);
 
 /* How many connections are open, and how many of them are not proved. */
 void bus_server_counts(bus_server *s, unsigned *open, unsigned *unproven);
-unsigned bus_server_relistens(bus_server *s);
 
 /* The request's bytes, valid until the call is replied to or dropped. */
 const void *bus_call_data(const bus_call *c, size_t *len);
