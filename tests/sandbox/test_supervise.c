@@ -27,9 +27,12 @@
 static char home[] = "/tmp/kc-sbx-home-XXXXXX";
 static char script_child[1024];
 
-static Kclaw__EvalResult *
-eval_task(sbx_session *s, const char *task_id, const char *src,
-    const char *plan, unsigned timeout_ms, int compile_only, const char *arch)
+/* One request for the one-output task "t", answered within wait_ms: the
+ * session's return code, with the result in *out. */
+static int
+eval_try(sbx_session *s, const char *task_id, const char *src, const char *plan,
+    unsigned timeout_ms, int compile_only, const char *arch, int wait_ms,
+    Kclaw__EvalResult **out)
 {
 	Kclaw__EvalRequest req = KCLAW__EVAL_REQUEST__INIT;
 	Kclaw__Candidate c = KCLAW__CANDIDATE__INIT;
@@ -38,7 +41,7 @@ eval_task(sbx_session *s, const char *task_id, const char *src,
 	Kclaw__TensorSpec y = KCLAW__TENSOR_SPEC__INIT;
 	Kclaw__TensorSpec *yp = &y;
 	int64_t shape[1] = {256};
-	Kclaw__EvalResult *r = NULL;
+	int rv;
 
 	y.name = "y";
 	y.kind = KCLAW__TENSOR_KIND__OUTPUT;
@@ -57,8 +60,19 @@ eval_task(sbx_session *s, const char *task_id, const char *src,
 	req.task_id = (char *)(task_id ? task_id : "");
 	req.candidate = &c;
 	req.options = &o;
-	KT_OK(sbx_session_eval(s, &req, 30000, &r));
+	rv = sbx_session_eval(s, &req, wait_ms, out);
 	free(req.job_id);
+	return rv;
+}
+
+static Kclaw__EvalResult *
+eval_task(sbx_session *s, const char *task_id, const char *src,
+    const char *plan, unsigned timeout_ms, int compile_only, const char *arch)
+{
+	Kclaw__EvalResult *r = NULL;
+
+	KT_OK(eval_try(
+	    s, task_id, src, plan, timeout_ms, compile_only, arch, 30000, &r));
 	return r;
 }
 
@@ -176,13 +190,6 @@ static void
 test_child_dies_with_its_parent(void)
 {
 	sbx_client_opts o = {.child_path = script_child, .home = home};
-	Kclaw__EvalRequest req = KCLAW__EVAL_REQUEST__INIT;
-	Kclaw__Candidate c = KCLAW__CANDIDATE__INIT;
-	Kclaw__EvalOptions opt = KCLAW__EVAL_OPTIONS__INIT;
-	Kclaw__TaskSpec t = KCLAW__TASK_SPEC__INIT;
-	Kclaw__TensorSpec y = KCLAW__TENSOR_SPEC__INIT;
-	Kclaw__TensorSpec *yp = &y;
-	int64_t shape[1] = {256};
 	Kclaw__EvalResult *r = NULL;
 	sbx_session *s;
 	pthread_t killer;
@@ -196,24 +203,10 @@ test_child_dies_with_its_parent(void)
 	KT_ASSERT(parent > 0 && !pid_gone(child));
 	KT_ASSERT(
 	    pthread_create(&killer, NULL, kill_parent_later, &parent) == 0);
-	y.name = "y";
-	y.kind = KCLAW__TENSOR_KIND__OUTPUT;
-	y.dtype = KCLAW__DTYPE__F32;
-	y.n_shape = 1;
-	y.shape = shape;
-	t.name = "t";
-	t.n_tensors = 1;
-	t.tensors = &yp;
-	c.source = "hang";
-	c.plan_json = "";
-	opt.timeout_ms = 20000;
-	req.task = &t;
-	req.candidate = &c;
-	req.options = &opt;
 	/* The sandbox dies under the call: it fails, or answers nothing. */
-	if (sbx_session_eval(s, &req, 5000, &r) == 0 && r != NULL)
+	if (eval_try(s, NULL, "hang", NULL, 20000, 0, NULL, 5000, &r) == 0 &&
+	    r != NULL)
 		kclaw__eval_result__free_unpacked(r, NULL);
-	free(req.job_id);
 	pthread_join(killer, NULL);
 	t0 = kc_mono_ms();
 	while (!pid_gone(child) && kc_mono_ms() - t0 < 3000)
