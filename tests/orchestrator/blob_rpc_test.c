@@ -63,18 +63,6 @@ t_submit(
 }
 
 static void
-t_same_file(const char *path, const uint8_t *want, size_t n)
-{
-	char *got;
-	size_t len;
-
-	KT_OK(kc_read_file(path, n + 1, &got, &len));
-	KT_ASSERT(len == n);
-	KT_ASSERT(memcmp(got, want, n) == 0);
-	free(got);
-}
-
-static void
 t_age(const char *path, time_t secs_ago)
 {
 	struct timespec ts[2];
@@ -120,7 +108,7 @@ main(void)
 	KT_OK(kc_blob_cache_init(&cache, &wcfg));
 	KT_OK(kc_blob_get(&cache, w, ha, NULL, 0, path, sizeof(path)));
 	KT_ASSERT(strncmp(path, whome, strlen(whome)) == 0);
-	t_same_file(path, a, na);
+	h_same_file(path, a, na);
 	KT_ASSERT(cache.fetched_bytes == na && cache.fetched_blobs == 1);
 	KT_ASSERT(cache.local_hits == 0);
 
@@ -165,13 +153,13 @@ main(void)
 	    "LRU: the least recently used file goes, the newest stay");
 	cache.max_bytes = na + nb + (64u << 10); /* a and b fit, not c too */
 	KT_OK(kc_blob_get(&cache, w, hb, NULL, 0, path, sizeof(path)));
-	t_same_file(path, b, nb);
+	h_same_file(path, b, nb);
 	/* a was used 10 minutes ago, b 5: a is the least recent. */
 	snprintf(orig, sizeof(orig), "%s/%s", cache.dir, ha);
 	t_age(orig, 600);
 	t_age(path, 300);
 	KT_OK(kc_blob_get(&cache, w, hc, NULL, 0, path, sizeof(path)));
-	t_same_file(path, c, nc);
+	h_same_file(path, c, nc);
 	KT_ASSERT(stat(orig, &st) != 0 && errno == ENOENT);
 	snprintf(orig, sizeof(orig), "%s/%s", cache.dir, hb);
 	KT_ASSERT(stat(orig, &st) == 0);
@@ -206,7 +194,7 @@ main(void)
 	/* The orchestrator's file is rewritten from its store when gone. */
 	KT_ASSERT(unlink(orig) == 0);
 	KT_OK(kc_blob_get(&cache, w, ha, NULL, 0, path, sizeof(path)));
-	t_same_file(path, a, na);
+	h_same_file(path, a, na);
 
 	fprintf(stderr, "-- %s\n",
 	    "the same home as kclawd's: its file is used, not copied");

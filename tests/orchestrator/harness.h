@@ -199,6 +199,19 @@ h_bytes(size_t n, uint32_t seed)
 	return b;
 }
 
+/* The file at path holds exactly the n bytes of want. */
+static inline void
+h_same_file(const char *path, const uint8_t *want, size_t n)
+{
+	char *got;
+	size_t len;
+
+	KT_OK(kc_read_file(path, n + 1, &got, &len));
+	KT_ASSERT(len == n);
+	KT_ASSERT(memcmp(got, want, n) == 0);
+	free(got);
+}
+
 /* A minimal valid spec whose context is the doubles' script. */
 static Kclaw__TaskSpec *
 h_spec(const char *name, const char *script, uint32_t rounds)

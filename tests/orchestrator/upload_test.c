@@ -96,18 +96,6 @@ t_staged(void)
 	return n;
 }
 
-static void
-t_same_file(const char *path, const uint8_t *want, size_t n)
-{
-	char *got;
-	size_t len;
-
-	KT_OK(kc_read_file(path, n + 1, &got, &len));
-	KT_ASSERT(len == n);
-	KT_ASSERT(memcmp(got, want, n) == 0);
-	free(got);
-}
-
 /* A Submit naming hash as the task's input and expected output. */
 static int
 t_submit_blob(const char *name, const char *hash, char *id)
@@ -150,7 +138,7 @@ test_good_upload(void)
 	KT_EQ_INT(sent, 0);
 	/* In the evaluations' cache as an imported tensor; nothing staged. */
 	t_path(path, sizeof(path), "", ha, ".npy");
-	t_same_file(path, a, n);
+	h_same_file(path, a, n);
 	KT_EQ_INT(t_staged(), 0);
 	/* A Submit names it by hash; one naming an unknown blob is
 	 * refused. */
@@ -312,7 +300,7 @@ test_killed_mid_upload(void)
 	KT_OK(kc_blob_put_bytes(h_api, TOKEN, d, n, hd, &sent));
 	KT_EQ_INT(sent, n - 6 * MIB);
 	t_path(path, sizeof(path), "", hd, ".npy");
-	t_same_file(path, d, n);
+	h_same_file(path, d, n);
 	KT_EQ_INT(t_staged(), 0);
 	free(d);
 }
@@ -359,7 +347,7 @@ test_bounds_and_idle(void)
 	/* And the one refused before now fits. */
 	KT_OK(kc_blob_put_bytes(h_api, TOKEN, b, 10 * MIB, hb, NULL));
 	t_path(path, sizeof(path), "", hb, ".npy");
-	t_same_file(path, b, 10 * MIB);
+	h_same_file(path, b, 10 * MIB);
 	free(a);
 	free(b);
 }
