@@ -36,6 +36,8 @@
 	X(cuMemFree, (CUdeviceptr))                                            \
 	X(cuMemAllocHost, (void **, size_t))                                   \
 	X(cuMemFreeHost, (void *))                                             \
+	X(cuMemHostAlloc, (void **, size_t, unsigned int))                     \
+	X(cuMemHostGetDevicePointer, (CUdeviceptr *, void *, unsigned int))    \
 	X(cuMemGetInfo, (size_t *, size_t *))                                  \
 	X(cuMemcpyHtoD, (CUdeviceptr, const void *, size_t))                   \
 	X(cuMemcpyHtoDAsync, (CUdeviceptr, const void *, size_t, CUstream))    \

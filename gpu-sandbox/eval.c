@@ -72,6 +72,8 @@
 #define EV_SHORT_MS 0.010
 /* Profiled runs (CUPTI activity records), for the span's median. */
 #define EV_PROFILE_RUNS 5
+/* The longest a timed run's hold waits for the host (ev_hold). */
+#define EV_HOLD_MAX_NS 20000000ull
 #define EV_BATCH_RUNS 16
 #define EV_BATCH_BYTES ((size_t)512 << 20)
 /* Per timed run and output: the device comparison's two sums, its bad and
@@ -124,7 +126,13 @@ typedef struct {
 	char arch_override[16];
 	CUmodule helpers;
 	CUfunction gen[9]; /* by Kclaw__DType */
-	CUfunction hash, poison_count, compare, flush_read;
+	CUfunction hash, poison_count, compare, flush_read, hold;
+	/* The hold's flag (ev_hold): [0] the last run released, [1] the
+	 * holds that gave up waiting; host memory the device reads. NULL
+	 * where it could not be had: runs are then timed without a hold. */
+	volatile uint32_t *hold_flag;
+	CUdeviceptr hold_dev;
+	uint32_t hold_seq;
 	/* acc: the spot checks' sums (2 doubles) and counts (2), then the
 	 * poison count of the timed runs. */
 	CUdeviceptr flush, hash_out, lt_work, acc;
@@ -134,6 +142,7 @@ typedef struct {
 	/* Measured at start-up: the device's copy bandwidth and its peak
 	 * arithmetic rate, for the speed of light. */
 	double bw_bytes_per_ms, peak_flops_per_ms;
+	double event_floor_ms; /* an empty held run's time, measured */
 	int measured;
 	size_t flush_bytes;
 	void *pinned;
@@ -313,10 +322,14 @@ gpu_load_helpers(gpu *g)
 	    g->cu.cuModuleGetFunction(&g->compare, g->helpers, "kc_compare") !=
 	        CUDA_SUCCESS ||
 	    g->cu.cuModuleGetFunction(
-	        &g->flush_read, g->helpers, "kc_flush_read") != CUDA_SUCCESS)
+	        &g->flush_read, g->helpers, "kc_flush_read") != CUDA_SUCCESS ||
+	    g->cu.cuModuleGetFunction(&g->hold, g->helpers, "kc_hold") !=
+	        CUDA_SUCCESS)
 		return kc_seterr(KC_EINTERNAL, "a helper kernel is missing");
 	return 0;
 }
+
+static int ev_cmp_double(const void *a, const void *b);
 
 /*
  * The device's ceilings for the speed of light: the copy bandwidth,
@@ -356,8 +369,70 @@ gpu_measure_ceilings(gpu *g)
 	if (best > 0)
 		g->bw_bytes_per_ms = 2.0 * (double)half / best;
 	g->cu.cuMemFree(buf);
-	KC_INFO("copy bandwidth %.0f GB/s, arithmetic peak %.0f TFLOP/s",
-	    g->bw_bytes_per_ms / 1e6, g->peak_flops_per_ms / 1e9);
+	/* The events' own floor: an empty run held like a timed one (the
+	 * median of 9; metric sandbox.event_floor_ms, not subtracted). */
+	if (a != NULL && b != NULL && g->hold_flag != NULL) {
+		double f[9];
+		unsigned n = 0;
+		for (unsigned i = 0; i < KC_ARRAY_LEN(f); i++) {
+			uint32_t want = ++g->hold_seq;
+			uint64_t max_ns = EV_HOLD_MAX_NS;
+			void *params[3] = {&g->hold_dev, &want, &max_ns};
+			float ms = 0;
+			CUresult r = g->cu.cuLaunchKernel(g->hold, 1, 1, 1, 1,
+			    1, 1, 0, g->stream, params, NULL);
+			g->cu.cuEventRecord(a, g->stream);
+			g->cu.cuEventRecord(b, g->stream);
+			__atomic_store_n(
+			    &g->hold_flag[0], want, __ATOMIC_RELEASE);
+			if (r != CUDA_SUCCESS ||
+			    g->cu.cuEventSynchronize(b) != CUDA_SUCCESS ||
+			    g->cu.cuEventElapsedTime(&ms, a, b) != CUDA_SUCCESS)
+				break;
+			f[n++] = ms;
+		}
+		if (n > 0) {
+			qsort(f, n, sizeof(*f), ev_cmp_double);
+			g->event_floor_ms = f[n / 2];
+		}
+	}
+	KC_INFO("copy bandwidth %.0f GB/s, arithmetic peak %.0f TFLOP/s, "
+	        "event floor %.4f ms",
+	    g->bw_bytes_per_ms / 1e6, g->peak_flops_per_ms / 1e9,
+	    g->event_floor_ms);
+}
+
+/*
+ * The hold's flag: two words of host memory mapped for the device. The
+ * hold is launched once here, released at once, so its module is loaded
+ * before any timed run. Without it (a driver that cannot map host
+ * memory) runs are timed as they are launched.
+ */
+static void
+gpu_hold_init(gpu *g)
+{
+	void *p = NULL;
+	uint32_t want = 0;
+	uint64_t max_ns = 0;
+	void *params[3] = {&g->hold_dev, &want, &max_ns};
+
+	if (g->cu.cuMemHostAlloc(&p, 64, CU_MEMHOSTALLOC_DEVICEMAP) !=
+	    CUDA_SUCCESS) {
+		KC_WARN("no host memory for the timing hold: timed runs "
+		        "include their launch latency");
+		return;
+	}
+	memset(p, 0, 64);
+	if (g->cu.cuMemHostGetDevicePointer(&g->hold_dev, p, 0) !=
+	        CUDA_SUCCESS ||
+	    g->cu.cuLaunchKernel(g->hold, 1, 1, 1, 1, 1, 1, 0, g->stream,
+	        params, NULL) != CUDA_SUCCESS) {
+		KC_WARN("the timing hold cannot run: timed runs include "
+		        "their launch latency");
+		g->cu.cuMemFreeHost(p);
+		return;
+	}
+	g->hold_flag = p;
 }
 
 static int
@@ -450,6 +525,7 @@ gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 		goto nodev;
 	/* Defined contents for the L2 flush to read. */
 	g->cu.cuMemsetD8Async(g->flush, 0x5a, g->flush_bytes, g->stream);
+	gpu_hold_init(g);
 	/* The ceilings are measured at the first evaluation, not here: a
 	 * spare child starts beside a busy one, and its copies would disturb
 	 * that one's timing (and be slowed by it). */
@@ -489,6 +565,8 @@ gpu_fini(void *state)
 			sbx_lt_close(g->lt);
 		if (g->pinned)
 			g->cu.cuMemFreeHost(g->pinned);
+		if (g->hold_flag)
+			g->cu.cuMemFreeHost((void *)g->hold_flag);
 		g->cu.cuMemFree(g->flush);
 		g->cu.cuMemFree(g->hash_out);
 		g->cu.cuMemFree(g->acc);
@@ -2736,6 +2814,58 @@ ev_flush_l2(ev *e)
 }
 
 /*
+ * The hold before a timed run's start event: a one-thread kernel that waits
+ * until the host has enqueued the run through its stop event
+ * (ev_hold_release), so the run's launches are all queued when its start
+ * event fires and the events time the GPU's work, not the host's launch
+ * rate (the gaps a multi-kernel plan would otherwise show between its
+ * kernels). It gives up after EV_HOLD_MAX_NS, counted
+ * (sandbox.hold_expired), so a plan whose enqueue waits for the GPU
+ * cannot deadlock.
+ */
+static int
+ev_hold(ev *e)
+{
+	gpu *g = e->g;
+	uint32_t want;
+	uint64_t max_ns = EV_HOLD_MAX_NS;
+	void *params[3] = {&g->hold_dev, &want, &max_ns};
+
+	if (g->hold_flag == NULL)
+		return 0;
+	want = ++g->hold_seq;
+	return ev_ok(e,
+	    g->cu.cuLaunchKernel(
+	        g->hold, 1, 1, 1, 1, 1, 1, 0, g->stream, params, NULL),
+	    EV_INTERNAL, "holding a timed run");
+}
+
+/* Lets the last hold go (also on an error path: idempotent). */
+static void
+ev_hold_release(ev *e)
+{
+	gpu *g = e->g;
+
+	if (g->hold_flag != NULL)
+		__atomic_store_n(
+		    &g->hold_flag[0], g->hold_seq, __ATOMIC_RELEASE);
+}
+
+/* The holds that gave up waiting since the last call (after a sync). */
+static uint32_t
+ev_hold_expired(ev *e)
+{
+	gpu *g = e->g;
+	uint32_t n;
+
+	if (g->hold_flag == NULL)
+		return 0;
+	n = __atomic_load_n(&g->hold_flag[1], __ATOMIC_ACQUIRE);
+	__atomic_store_n(&g->hold_flag[1], 0, __ATOMIC_RELEASE);
+	return n;
+}
+
+/*
  * Whether n timed runs (sorted) pin the median down: the distribution-free
  * 95 % confidence interval of the median (the order statistics
  * n/2 -+ 1.96 sqrt(n)/2) is within EV_ADAPT_CI of it on either side.
@@ -2756,22 +2886,6 @@ ev_median_settled(const double *sorted, unsigned n)
 	return (sorted[hi] - sorted[lo]) / 2 <= EV_ADAPT_CI * med;
 }
 
-/*
- * Times p: warm-up, then runs each between two events. Before each run
- * (outside the events): the next inputs (fresh ones where the reference
- * can compute them, else the next trial's), a fresh state (the poison in
- * outputs and scratch, the module's variables reset), the L2 flushed.
- * With check, every timed run's outputs are then compared with the
- * reference's on the same inputs, after the candidate finished and
- * outside the events, the same work after every run: no run can tell
- * whether it is checked, because all are, and none can reuse what an
- * earlier one left.
- *
- * The runs go in batches, each read (its times and its checks) before the
- * next: e->iters of them when the count was asked for, else adaptively
- * until the median is settled (ev_median_settled), at most e->iters runs
- * or EV_ADAPT_BUDGET_MS.
- */
 /*
  * One back-to-back sample of p: EV_BATCH_RUNS runs, each on its own set
  * (fresh inputs, outputs and scratch poisoned, all before the events),
@@ -2795,18 +2909,22 @@ ev_time_batch(ev *e, prog *p, const ev_sets *sets, int check, int flush,
 			rv = -1;
 	}
 	ev_sets_use(e, p, sets, 0);
-	if (rv != 0 || (flush && ev_flush_l2(e) != 0) ||
+	if (rv != 0 || (flush && ev_flush_l2(e) != 0) || ev_hold(e) != 0 ||
 	    ev_ok(e, g->cu.cuEventRecord(g->ev[2 * b], g->stream), EV_INTERNAL,
-	        "recording an event") != 0)
+	        "recording an event") != 0) {
+		ev_hold_release(e);
 		return -1;
+	}
 	for (unsigned j = 0; j < sets->n && rv == 0; j++) {
 		ev_sets_use(e, p, sets, j);
 		rv = prog_enqueue(e, p);
 	}
 	ev_sets_use(e, p, sets, 0);
-	if (rv != 0 ||
-	    ev_ok(e, g->cu.cuEventRecord(g->ev[2 * b + 1], g->stream),
-	        EV_INTERNAL, "recording an event") != 0)
+	if (rv == 0)
+		rv = ev_ok(e, g->cu.cuEventRecord(g->ev[2 * b + 1], g->stream),
+		    EV_INTERNAL, "recording an event");
+	ev_hold_release(e);
+	if (rv != 0)
 		return -1;
 	for (unsigned j = 0; check && j < sets->n && rv == 0; j++) {
 		ev_sets_use(e, &e->cand, sets, j);
@@ -2820,9 +2938,10 @@ ev_time_batch(ev *e, prog *p, const ev_sets *sets, int check, int flush,
  * Times p: warm-up, then runs each between two events. Before each run
  * (outside the events): the next inputs (fresh ones where the reference
  * can compute them, else the next trial's), a fresh state (the poison in
- * outputs and scratch, the module's variables reset), the L2 flushed.
- * With check, every timed run's outputs are then compared with the
- * reference's on the same inputs, after the candidate finished and
+ * outputs and scratch, the module's variables reset), the L2 flushed,
+ * then the hold (ev_hold), released once the run is enqueued through its
+ * stop event. With check, every timed run's outputs are then compared
+ * with the reference's on the same inputs, after the candidate finished and
  * outside the events, the same work after every run: no run can tell
  * whether it is checked, because all are, and none can reuse what an
  * earlier one left.
@@ -2909,9 +3028,9 @@ ev_time(ev *e, prog *p, int check, Kclaw__Timing **out)
 				if (e->ops->run_inputs(e, k, id) != 0 ||
 				    ev_fresh_state(e, p) != 0)
 					goto fail;
-				if (flush && ev_flush_l2(e) != 0)
-					goto fail;
-				if (ev_ok(e,
+				if ((flush && ev_flush_l2(e) != 0) ||
+				    ev_hold(e) != 0 ||
+				    ev_ok(e,
 				        g->cu.cuEventRecord(
 				            g->ev[2 * i], g->stream),
 				        EV_INTERNAL,
@@ -2922,6 +3041,7 @@ ev_time(ev *e, prog *p, int check, Kclaw__Timing **out)
 				            g->ev[2 * i + 1], g->stream),
 				        EV_INTERNAL, "recording an event") != 0)
 					goto fail;
+				ev_hold_release(e);
 				if (check &&
 				    (rv = e->ops->run_check(
 				         e, k, id, runs + i - lo)) != 0)
@@ -2971,6 +3091,17 @@ ev_time(ev *e, prog *p, int check, Kclaw__Timing **out)
 	}
 	if (sets.n > 0 && cand)
 		e->cand_batched = 1;
+	{
+		uint32_t expired = ev_hold_expired(e);
+		if (cand && g->event_floor_ms > 0)
+			sbx_result_add_metric(e->res, "sandbox.event_floor_ms",
+			    g->event_floor_ms, "ms");
+		if (expired > 0)
+			sbx_result_add_metric(e->res,
+			    cand ? "sandbox.candidate_hold_expired"
+			         : "sandbox.reference_hold_expired",
+			    expired, "runs");
+	}
 	if (sets.n > 0)
 		sbx_result_add_metric(e->res,
 		    cand ? "sandbox.candidate_batch_runs"
@@ -2992,6 +3123,7 @@ ev_time(ev *e, prog *p, int check, Kclaw__Timing **out)
 fail:
 	rv = -1;
 done:
+	ev_hold_release(e);
 	if (sets.n > 0) {
 		ev_sets_use(e, p, &sets, 0);
 		ev_sets_free(e, p, &sets);

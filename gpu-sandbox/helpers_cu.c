@@ -117,6 +117,20 @@ const char sbx_helpers_cu[] =
     " acc ^= v.x + v.y; }\n"
     "  if (acc == 0x9e3779b97f4a7c15ull) *sink = acc;\n"
     "}\n"
+    /* The hold before a timed run's start event (eval.c ev_hold): one
+     * thread waits until the host has enqueued the whole run (flag[0]
+     * reaches want) or max_ns passed, counting the latter in flag[1].
+     * flag is host memory mapped for the device. */
+    "extern \"C\" __global__ void kc_hold(volatile unsigned *flag,"
+    " unsigned want, u64 max_ns) {\n"
+    "  u64 t0, t;\n"
+    "  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t0));\n"
+    "  while ((int)(flag[0] - want) < 0) {\n"
+    "    asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
+    "    if (t - t0 > max_ns) { flag[1] = flag[1] + 1; break; }\n"
+    "    __nanosleep(100);\n"
+    "  }\n"
+    "}\n"
     /* Elements still all-ones bytes (the poison) in a float output. */
     "extern \"C\" __global__ void kc_poison_count(const void *p, u64 n,"
     " int esz, u64 *out) {\n"
