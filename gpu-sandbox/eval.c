@@ -2935,6 +2935,41 @@ ev_time_batch(ev *e, prog *p, const ev_sets *sets, int check, int flush,
 }
 
 /*
+ * Runs lo..hi-1 of p, each between its own pair of events (2 i, 2 i + 1):
+ * its inputs and a fresh state, the L2 flush and the hold before the
+ * start event, then with check its comparison with the reference into
+ * chk slots from `slot`. 0, 1 (wrong: the result is filled) or -1.
+ */
+static int
+ev_time_runs(ev *e, prog *p, int check, int flush, unsigned lo, unsigned hi,
+    unsigned slot)
+{
+	gpu *g = e->g;
+	int rv;
+
+	for (unsigned i = lo; i < hi; i++) {
+		unsigned k = i % e->trials, id = e->fresh_serial++;
+
+		if (e->ops->run_inputs(e, k, id) != 0 ||
+		    ev_fresh_state(e, p) != 0 ||
+		    (flush && ev_flush_l2(e) != 0) || ev_hold(e) != 0 ||
+		    ev_ok(e, g->cu.cuEventRecord(g->ev[2 * i], g->stream),
+		        EV_INTERNAL, "recording an event") != 0 ||
+		    prog_enqueue(e, p) != 0 ||
+		    ev_ok(e, g->cu.cuEventRecord(g->ev[2 * i + 1], g->stream),
+		        EV_INTERNAL, "recording an event") != 0) {
+			ev_hold_release(e);
+			return -1;
+		}
+		ev_hold_release(e);
+		if (check &&
+		    (rv = e->ops->run_check(e, k, id, slot + i - lo)) != 0)
+			return rv;
+	}
+	return 0;
+}
+
+/*
  * Times p: warm-up, then runs each between two events. Before each run
  * (outside the events): the next inputs (fresh ones where the reference
  * can compute them, else the next trial's), a fresh state (the poison in
@@ -2994,77 +3029,40 @@ ev_time(ev *e, prog *p, int check, Kclaw__Timing **out)
 		                  : n + EV_ADAPT_BATCH;
 		if (hi > max)
 			hi = max;
+		unsigned b = 0, nrun;
 		if (sets.n > 0) {
 			/* Back to back: whole batches of runs per sample. */
-			unsigned b = batches++;
 			if (n + sets.n > max)
 				break;
+			b = batches++;
+			nrun = sets.n;
 			rv = ev_time_batch(e, p, &sets, check, flush, b, runs);
-			if (rv != 0)
-				goto done;
-			if (ev_ok(e, g->cu.cuStreamSynchronize(g->stream),
-			        cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR
-			             : EV_INTERNAL,
-			        "timing") != 0)
-				goto fail;
-			if (check &&
-			    (rv = ev_read_checks(e, runs, runs + sets.n)) != 0)
-				goto done;
-			{
-				float f = 0;
-				g->cu.cuEventElapsedTime(
-				    &f, g->ev[2 * b], g->ev[2 * b + 1]);
-				for (unsigned j = 0; j < sets.n; j++)
-					ms[n + j] = f / sets.n;
-			}
-			runs += sets.n;
-			n += sets.n;
-			samples++;
 		} else {
-			for (unsigned i = lo; i < hi; i++) {
-				unsigned k = i % e->trials,
-				         id = e->fresh_serial++;
-
-				if (e->ops->run_inputs(e, k, id) != 0 ||
-				    ev_fresh_state(e, p) != 0)
-					goto fail;
-				if ((flush && ev_flush_l2(e) != 0) ||
-				    ev_hold(e) != 0 ||
-				    ev_ok(e,
-				        g->cu.cuEventRecord(
-				            g->ev[2 * i], g->stream),
-				        EV_INTERNAL,
-				        "recording an event") != 0 ||
-				    prog_enqueue(e, p) != 0 ||
-				    ev_ok(e,
-				        g->cu.cuEventRecord(
-				            g->ev[2 * i + 1], g->stream),
-				        EV_INTERNAL, "recording an event") != 0)
-					goto fail;
-				ev_hold_release(e);
-				if (check &&
-				    (rv = e->ops->run_check(
-				         e, k, id, runs + i - lo)) != 0)
-					goto done;
-			}
-			if (ev_ok(e, g->cu.cuStreamSynchronize(g->stream),
-			        cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR
-			             : EV_INTERNAL,
-			        "timing") != 0)
-				goto fail;
-			if (check &&
-			    (rv = ev_read_checks(e, runs, runs + hi - lo)) != 0)
-				goto done;
-			for (unsigned i = lo; i < hi; i++) {
-				float f = 0;
-				g->cu.cuEventElapsedTime(
-				    &f, g->ev[2 * i], g->ev[2 * i + 1]);
-				ms[i] = f;
-			}
-			runs += hi - lo;
-			n = hi;
-			batches = n;
+			nrun = hi - lo;
+			rv = ev_time_runs(e, p, check, flush, lo, hi, runs);
+			batches = hi;
 		}
+		if (rv != 0)
+			goto done;
+		if (ev_ok(e, g->cu.cuStreamSynchronize(g->stream),
+		        cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
+		        "timing") != 0)
+			goto fail;
+		if (check && (rv = ev_read_checks(e, runs, runs + nrun)) != 0)
+			goto done;
+		for (unsigned j = 0; j < nrun; j++) {
+			/* A batch's runs share its time; a run has its own. */
+			unsigned k = sets.n > 0 ? b : lo + j;
+			float f = 0;
+			if (sets.n == 0 || j == 0)
+				g->cu.cuEventElapsedTime(
+				    &f, g->ev[2 * k], g->ev[2 * k + 1]);
+			ms[n + j] = sets.n == 0 ? f : j == 0 ? f / nrun : ms[n];
+		}
+		runs += nrun;
+		n += nrun;
+		if (sets.n > 0)
+			samples++;
 		if (!e->adaptive)
 			break;
 		memcpy(sorted, ms, n * sizeof(*ms));
