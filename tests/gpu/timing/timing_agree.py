@@ -58,8 +58,15 @@ def main(argv):
             # The median over the profiled runs of each run's span by
             # CUPTI's clock (first kernel start to last kernel end);
             # an older sandbox: the last run's kernels' durations summed.
-            span = {m.get("name"): m.get("value") for m in r.get("metrics") or []} \
-                .get("profile.cupti_span_ms")
+            metrics = {m.get("name"): m.get("value") for m in r.get("metrics") or []}
+            span = metrics.get("profile.cupti_span_ms")
+            # The events' floor (an empty held run) and holds that gave up
+            # waiting for the host (eval.c ev_hold): shown, not applied.
+            extra = ""
+            if metrics.get("sandbox.event_floor_ms"):
+                extra += ", event floor %.4f ms" % metrics["sandbox.event_floor_ms"]
+            if metrics.get("sandbox.candidate_hold_expired"):
+                extra += ", %d holds expired" % metrics["sandbox.candidate_hold_expired"]
             busy = sum(a.get("duration_us") or 0.0 for a in acts) / 1000.0
             cupti = span if span else busy
             if ev <= 0 or cupti <= 0:
@@ -74,8 +81,8 @@ def main(argv):
                     note = "  OVER %.0f %%" % limit
                 else:
                     note = "  (under 10 us: launch latency)"
-            print("%-18s %-5s %11.4f %11.4f %+6.2f%%%s (%d kernels, %.4f ms of them busy in one run)"
-                  % (task, cand, ev, cupti, diff, note, len(acts), busy))
+            print("%-18s %-5s %11.4f %11.4f %+6.2f%%%s (%d kernels, %.4f ms of them busy in one run%s)"
+                  % (task, cand, ev, cupti, diff, note, len(acts), busy, extra))
     return bad
 
 
