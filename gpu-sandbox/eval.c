@@ -71,7 +71,9 @@
  * latency is not in every figure; every run is still checked. */
 #define EV_SHORT_MS 0.010
 /* Profiled runs (CUPTI activity records), for the span's median. */
-#define EV_PROFILE_RUNS 5
+#define EV_PROFILE_RUNS 9
+/* Empty runs that measure the events' cost around a launch. */
+#define EV_CALIB_RUNS 15
 /* The longest a timed run's hold waits for the host (ev_hold). */
 #define EV_HOLD_MAX_NS 20000000ull
 #define EV_BATCH_RUNS 16
@@ -126,7 +128,8 @@ typedef struct {
 	char arch_override[16];
 	CUmodule helpers;
 	CUfunction gen[9]; /* by Kclaw__DType */
-	CUfunction hash, poison_count, compare, flush_read, hold;
+	CUfunction hash, poison_count, compare, flush_read, hold, probe, mark,
+	    mark_end;
 	/* The hold's flag (ev_hold): [0] the last run released, [1] the
 	 * holds that gave up waiting; host memory the device reads. NULL
 	 * where it could not be had: runs are then timed without a hold. */
@@ -142,7 +145,10 @@ typedef struct {
 	/* Measured at start-up: the device's copy bandwidth and its peak
 	 * arithmetic rate, for the speed of light. */
 	double bw_bytes_per_ms, peak_flops_per_ms;
-	double event_floor_ms; /* an empty held run's time, measured */
+	/* Measured at start-up (gpu_calibrate): the events' own time around
+	 * one launch, taken off every timed sample, and the least a launch
+	 * takes by CUPTI; 0 where CUPTI could not measure them. */
+	double launch_cost_ms, launch_floor_ms;
 	int measured;
 	size_t flush_bytes;
 	void *pinned;
@@ -193,6 +199,9 @@ typedef struct {
 	 * subtracts their GPU time from the wall time). */
 	unsigned cand_runs, ref_runs;
 	int cand_batched; /* the candidate was timed back to back */
+	/* Timed runs are bracketed by kc_mark/kc_mark_end under CUPTI (a
+	 * profiled candidate's timing: ev_time). */
+	int trace;
 	size_t nt;
 	CUdeviceptr *tdev; /* per tensor: the buffer the plans see */
 	size_t *tbytes, *tcount;
@@ -324,12 +333,119 @@ gpu_load_helpers(gpu *g)
 	    g->cu.cuModuleGetFunction(
 	        &g->flush_read, g->helpers, "kc_flush_read") != CUDA_SUCCESS ||
 	    g->cu.cuModuleGetFunction(&g->hold, g->helpers, "kc_hold") !=
-	        CUDA_SUCCESS)
+	        CUDA_SUCCESS ||
+	    g->cu.cuModuleGetFunction(&g->probe, g->helpers, "kc_probe") !=
+	        CUDA_SUCCESS ||
+	    g->cu.cuModuleGetFunction(&g->mark, g->helpers, "kc_mark") !=
+	        CUDA_SUCCESS ||
+	    g->cu.cuModuleGetFunction(
+	        &g->mark_end, g->helpers, "kc_mark_end") != CUDA_SUCCESS)
 		return kc_seterr(KC_EINTERNAL, "a helper kernel is missing");
 	return 0;
 }
 
 static int ev_cmp_double(const void *a, const void *b);
+
+/* The median of n doubles (sorted in place); 0 for none. */
+static double
+ev_median(double *v, unsigned n)
+{
+	if (n == 0)
+		return 0;
+	qsort(v, n, sizeof(*v), ev_cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* A kernel that does nothing, one block per SM (kc_mark or kc_probe). */
+static CUresult
+gpu_launch_empty(gpu *g, CUfunction f)
+{
+	CUdeviceptr sink = g->acc + 7 * sizeof(uint64_t);
+	void *params[1] = {&sink};
+
+	return g->cu.cuLaunchKernel(
+	    f, (unsigned)g->sms, 1, 1, 128, 1, 1, 0, g->stream, params, NULL);
+}
+
+/* The L2 flush before a timed run (ev_flush_l2). */
+static CUresult
+gpu_flush_l2(gpu *g)
+{
+	uint64_t n = g->flush_bytes / 16;
+	CUdeviceptr sink = g->acc + 7 * sizeof(uint64_t);
+	void *params[3] = {&g->flush, &n, &sink};
+
+	return g->cu.cuLaunchKernel(g->flush_read, (unsigned)g->sms * 8, 1, 1,
+	    256, 1, 1, 0, g->stream, params, NULL);
+}
+
+/*
+ * What CUDA events add to a run they time: an empty kernel (kc_probe)
+ * enqueued EV_CALIB_RUNS times as timed runs are (ev_held_run: the L2
+ * flush, the hold released once the run is enqueued, no wait between
+ * runs), under CUPTI. launch_cost_ms is the median of its events' time
+ * minus its CUPTI duration (on the H200 about 2.4 us: from the start event
+ * to the first block's start and from the last block's end to the stop
+ * event, the same for any kernel), launch_floor_ms its CUPTI duration.
+ * Every timed sample is reported less the cost (sbx_sample_ms), so a 30 us
+ * kernel reads 30 us and not 32.4. Without CUPTI or the hold both stay 0:
+ * raw event times.
+ */
+static void
+gpu_calibrate(gpu *g)
+{
+	double span[EV_CALIB_RUNS], probe[EV_CALIB_RUNS], cost[EV_CALIB_RUNS];
+	/* The timed runs' own events, made here before any timing. */
+	CUevent *ev = g->ev;
+	unsigned n = 0, made = 0;
+	int bad = g->hold_flag == NULL;
+
+	for (; !bad && made < 2 * EV_CALIB_RUNS; made++)
+		bad = ev[made] == NULL &&
+		    g->cu.cuEventCreate(&ev[made], CU_EVENT_DEFAULT) !=
+		        CUDA_SUCCESS;
+	if (!bad && sbx_prof_activity_start() != 0)
+		bad = 1;
+	for (; !bad && n < EV_CALIB_RUNS; n++) {
+		uint32_t want = ++g->hold_seq;
+		uint64_t max_ns = EV_HOLD_MAX_NS;
+		void *params[3] = {&g->hold_dev, &want, &max_ns};
+		bad = gpu_launch_empty(g, g->mark) != CUDA_SUCCESS ||
+		    gpu_flush_l2(g) != CUDA_SUCCESS ||
+		    g->cu.cuLaunchKernel(g->hold, 1, 1, 1, 1, 1, 1, 0,
+		        g->stream, params, NULL) != CUDA_SUCCESS ||
+		    g->cu.cuEventRecord(ev[2 * n], g->stream) != CUDA_SUCCESS ||
+		    gpu_launch_empty(g, g->probe) != CUDA_SUCCESS ||
+		    g->cu.cuEventRecord(ev[2 * n + 1], g->stream) !=
+		        CUDA_SUCCESS ||
+		    gpu_launch_empty(g, g->mark_end) != CUDA_SUCCESS;
+		__atomic_store_n(&g->hold_flag[0], want, __ATOMIC_RELEASE);
+	}
+	if (made == 2 * EV_CALIB_RUNS && g->hold_flag != NULL) {
+		bad =
+		    bad || g->cu.cuStreamSynchronize(g->stream) != CUDA_SUCCESS;
+		sbx_prof_activity_stop(NULL);
+	}
+	for (unsigned i = 0; !bad && i < n; i++) {
+		float ms = 0;
+		bad = g->cu.cuEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]) !=
+		    CUDA_SUCCESS;
+		cost[i] = ms;
+	}
+	if (bad || n < EV_CALIB_RUNS ||
+	    sbx_prof_runs(span, probe, EV_CALIB_RUNS) != EV_CALIB_RUNS) {
+		KC_WARN("the events' cost around a launch could not be "
+		        "measured: timed runs are reported as their events "
+		        "say");
+		return;
+	}
+	for (unsigned i = 0; i < n; i++)
+		cost[i] -= probe[i];
+	g->launch_cost_ms = ev_median(cost, n);
+	g->launch_floor_ms = ev_median(probe, n);
+	if (g->launch_cost_ms < 0 || g->launch_floor_ms <= 0)
+		g->launch_cost_ms = g->launch_floor_ms = 0;
+}
 
 /*
  * The device's ceilings for the speed of light: the copy bandwidth,
@@ -369,37 +485,11 @@ gpu_measure_ceilings(gpu *g)
 	if (best > 0)
 		g->bw_bytes_per_ms = 2.0 * (double)half / best;
 	g->cu.cuMemFree(buf);
-	/* The events' own floor: an empty run held like a timed one (the
-	 * median of 9; metric sandbox.event_floor_ms, not subtracted). */
-	if (a != NULL && b != NULL && g->hold_flag != NULL) {
-		double f[9];
-		unsigned n = 0;
-		for (unsigned i = 0; i < KC_ARRAY_LEN(f); i++) {
-			uint32_t want = ++g->hold_seq;
-			uint64_t max_ns = EV_HOLD_MAX_NS;
-			void *params[3] = {&g->hold_dev, &want, &max_ns};
-			float ms = 0;
-			CUresult r = g->cu.cuLaunchKernel(g->hold, 1, 1, 1, 1,
-			    1, 1, 0, g->stream, params, NULL);
-			g->cu.cuEventRecord(a, g->stream);
-			g->cu.cuEventRecord(b, g->stream);
-			__atomic_store_n(
-			    &g->hold_flag[0], want, __ATOMIC_RELEASE);
-			if (r != CUDA_SUCCESS ||
-			    g->cu.cuEventSynchronize(b) != CUDA_SUCCESS ||
-			    g->cu.cuEventElapsedTime(&ms, a, b) != CUDA_SUCCESS)
-				break;
-			f[n++] = ms;
-		}
-		if (n > 0) {
-			qsort(f, n, sizeof(*f), ev_cmp_double);
-			g->event_floor_ms = f[n / 2];
-		}
-	}
+	gpu_calibrate(g);
 	KC_INFO("copy bandwidth %.0f GB/s, arithmetic peak %.0f TFLOP/s, "
-	        "event floor %.4f ms",
+	        "events' cost around a launch %.4f ms (an empty one %.4f ms)",
 	    g->bw_bytes_per_ms / 1e6, g->peak_flops_per_ms / 1e9,
-	    g->event_floor_ms);
+	    g->launch_cost_ms, g->launch_floor_ms);
 }
 
 /*
@@ -528,7 +618,11 @@ gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 	gpu_hold_init(g);
 	/* The ceilings are measured at the first evaluation, not here: a
 	 * spare child starts beside a busy one, and its copies would disturb
-	 * that one's timing (and be slowed by it). */
+	 * that one's timing (and be slowed by it). CUPTI is started once
+	 * here, with no GPU work, so the first evaluation's calibration
+	 * (gpu_calibrate) does not wait for its set-up. */
+	if (sbx_prof_activity_start() == 0)
+		sbx_prof_activity_stop(NULL);
 	if (sbx_lt_open(&g->lt) != 0)
 		KC_WARN("cuBLASLt unavailable: %s", kc_lasterr());
 	else
@@ -2327,6 +2421,14 @@ torch_run_check(ev *e, unsigned k, unsigned id, unsigned slot)
 	    e, TORCH_TIMED_SERIAL + id, EV_MAX_TRIALS + slot, when, 1);
 }
 
+/* A figure of PyTorch's timed runs as the reported time (sbx_sample_ms). */
+static double
+torch_sample(const ev *e, double ms)
+{
+	return sbx_sample_ms(
+	    ms, 1, e->g->launch_cost_ms, e->g->launch_floor_ms);
+}
+
 static int
 torch_timing(ev *e, const char *mode, Kclaw__Timing **out, double *setup_s)
 {
@@ -2358,10 +2460,12 @@ torch_timing(ev *e, const char *mode, Kclaw__Timing **out, double *setup_s)
 		return -1;
 	}
 	kclaw__timing__init(t);
-	t->median_ms = torch_num(reply, "median_ms");
-	t->mean_ms = torch_num(reply, "mean_ms");
-	t->min_ms = torch_num(reply, "min_ms");
-	t->max_ms = torch_num(reply, "max_ms");
+	/* PyTorch's runs are timed by events as the candidate's are, one pair
+	 * per run: the same cost comes off (a shift, so the spread stays). */
+	t->median_ms = torch_sample(e, torch_num(reply, "median_ms"));
+	t->mean_ms = torch_sample(e, torch_num(reply, "mean_ms"));
+	t->min_ms = torch_sample(e, torch_num(reply, "min_ms"));
+	t->max_ms = torch_sample(e, torch_num(reply, "max_ms"));
 	t->stddev_ms = torch_num(reply, "stddev_ms");
 	t->iterations = (uint32_t)torch_num(reply, "iterations");
 	t->l2_flushed = !(o && o->no_l2_flush);
@@ -2802,15 +2906,7 @@ ev_sets_use(ev *e, prog *p, const ev_sets *s, unsigned j)
 static int
 ev_flush_l2(ev *e)
 {
-	gpu *g = e->g;
-	uint64_t n = g->flush_bytes / 16;
-	CUdeviceptr sink = g->acc + 7 * sizeof(uint64_t);
-	void *params[3] = {&g->flush, &n, &sink};
-
-	return ev_ok(e,
-	    g->cu.cuLaunchKernel(g->flush_read, (unsigned)g->sms * 8, 1, 1, 256,
-	        1, 1, 0, g->stream, params, NULL),
-	    EV_INTERNAL, "flushing L2");
+	return ev_ok(e, gpu_flush_l2(e->g), EV_INTERNAL, "flushing L2");
 }
 
 /*
@@ -2886,6 +2982,16 @@ ev_median_settled(const double *sorted, unsigned n)
 	return (sorted[hi] - sorted[lo]) / 2 <= EV_ADAPT_CI * med;
 }
 
+/* Where e->trace is set: kernel f (kc_mark or kc_mark_end) for CUPTI's
+ * records, outside the events. */
+static int
+ev_mark(ev *e, CUfunction f)
+{
+	return !e->trace ? 0
+	                 : ev_ok(e, gpu_launch_empty(e->g, f), EV_INTERNAL,
+	                       "marking a run for the profiler");
+}
+
 /*
  * One back-to-back sample of p: EV_BATCH_RUNS runs, each on its own set
  * (fresh inputs, outputs and scratch poisoned, all before the events),
@@ -2909,7 +3015,8 @@ ev_time_batch(ev *e, prog *p, const ev_sets *sets, int check, int flush,
 			rv = -1;
 	}
 	ev_sets_use(e, p, sets, 0);
-	if (rv != 0 || (flush && ev_flush_l2(e) != 0) || ev_hold(e) != 0 ||
+	if (rv != 0 || ev_mark(e, g->mark) != 0 ||
+	    (flush && ev_flush_l2(e) != 0) || ev_hold(e) != 0 ||
 	    ev_ok(e, g->cu.cuEventRecord(g->ev[2 * b], g->stream), EV_INTERNAL,
 	        "recording an event") != 0) {
 		ev_hold_release(e);
@@ -2922,7 +3029,8 @@ ev_time_batch(ev *e, prog *p, const ev_sets *sets, int check, int flush,
 	ev_sets_use(e, p, sets, 0);
 	if (rv == 0)
 		rv = ev_ok(e, g->cu.cuEventRecord(g->ev[2 * b + 1], g->stream),
-		    EV_INTERNAL, "recording an event");
+		         EV_INTERNAL, "recording an event") != 0 ||
+		    ev_mark(e, g->mark_end) != 0;
 	ev_hold_release(e);
 	if (rv != 0)
 		return -1;
@@ -2935,10 +3043,34 @@ ev_time_batch(ev *e, prog *p, const ev_sets *sets, int check, int flush,
 }
 
 /*
- * Runs lo..hi-1 of p, each between its own pair of events (2 i, 2 i + 1):
- * its inputs and a fresh state, the L2 flush and the hold before the
- * start event, then with check its comparison with the reference into
- * chk slots from `slot`. 0, 1 (wrong: the result is filled) or -1.
+ * One run of p, its inputs in place, prepared as every timed run is: a
+ * fresh state, the L2 flush, the hold, then the run between events a and
+ * b, the hold released once it is enqueued. 0 or -1 (result filled).
+ */
+static int
+ev_held_run(ev *e, prog *p, int flush, CUevent a, CUevent b)
+{
+	gpu *g = e->g;
+	int rv = ev_fresh_state(e, p) != 0 || ev_mark(e, g->mark) != 0 ||
+	        (flush && ev_flush_l2(e) != 0) || ev_hold(e) != 0 ||
+	        ev_ok(e, g->cu.cuEventRecord(a, g->stream), EV_INTERNAL,
+	            "recording an event") != 0 ||
+	        prog_enqueue(e, p) != 0 ||
+	        ev_ok(e, g->cu.cuEventRecord(b, g->stream), EV_INTERNAL,
+	            "recording an event") != 0 ||
+	        ev_mark(e, g->mark_end) != 0
+	    ? -1
+	    : 0;
+
+	ev_hold_release(e);
+	return rv;
+}
+
+/*
+ * Runs lo..hi-1 of p, each held between its own pair of events (2 i,
+ * 2 i + 1: ev_held_run), then with check its comparison with the
+ * reference into chk slots from `slot`. 0, 1 (wrong: the result is
+ * filled) or -1.
  */
 static int
 ev_time_runs(ev *e, prog *p, int check, int flush, unsigned lo, unsigned hi,
@@ -2951,22 +3083,45 @@ ev_time_runs(ev *e, prog *p, int check, int flush, unsigned lo, unsigned hi,
 		unsigned k = i % e->trials, id = e->fresh_serial++;
 
 		if (e->ops->run_inputs(e, k, id) != 0 ||
-		    ev_fresh_state(e, p) != 0 ||
-		    (flush && ev_flush_l2(e) != 0) || ev_hold(e) != 0 ||
-		    ev_ok(e, g->cu.cuEventRecord(g->ev[2 * i], g->stream),
-		        EV_INTERNAL, "recording an event") != 0 ||
-		    prog_enqueue(e, p) != 0 ||
-		    ev_ok(e, g->cu.cuEventRecord(g->ev[2 * i + 1], g->stream),
-		        EV_INTERNAL, "recording an event") != 0) {
-			ev_hold_release(e);
+		    ev_held_run(e, p, flush, g->ev[2 * i], g->ev[2 * i + 1]) !=
+		        0)
 			return -1;
-		}
-		ev_hold_release(e);
 		if (check &&
 		    (rv = e->ops->run_check(e, k, id, slot + i - lo)) != 0)
 			return rv;
 	}
 	return 0;
+}
+
+/*
+ * The end of a traced timing (e->trace): CUPTI's span of each of the last
+ * `samples` marked runs or batches (the ones kept; an adaptive timing's
+ * first runs may have been dropped), over `per` runs each, and their
+ * median as metric profile.timed_cupti_ms: the same runs as the reported
+ * median, measured by the profiler's clock. Nothing when the records do
+ * not hold them all (the profiler's buffer full).
+ */
+static void
+ev_time_traced(ev *e, unsigned samples, unsigned per, unsigned cap)
+{
+	double *span = calloc(cap, sizeof(*span)),
+	       *probe = calloc(cap, sizeof(*probe));
+	unsigned n;
+
+	e->trace = 0;
+	sbx_prof_activity_stop(NULL);
+	n = span && probe ? sbx_prof_runs(span, probe, cap) : 0;
+	if (samples > 0 && n >= samples) {
+		double *kept = span + (n - samples);
+		for (unsigned i = 0; i < samples; i++)
+			kept[i] /= per;
+		sbx_result_add_metric(e->res, "profile.timed_cupti_ms",
+		    ev_median(kept, samples), "ms");
+		sbx_result_add_metric(
+		    e->res, "profile.timed_cupti_samples", samples, "samples");
+	}
+	free(span);
+	free(probe);
 }
 
 /*
@@ -2987,7 +3142,8 @@ ev_time_runs(ev *e, prog *p, int check, int flush, unsigned lo, unsigned hi,
  * or EV_ADAPT_BUDGET_MS. A plan whose first runs' median is under
  * EV_SHORT_MS is then timed back to back instead (ev_time_batch): the
  * first runs' times are dropped, and each sample is a batch's time over its
- * runs.
+ * runs. Every sample is reported less the events' own cost around a launch
+ * (sbx_sample_ms, gpu_calibrate), once per pair of events.
  */
 static int
 ev_time(ev *e, prog *p, int check, Kclaw__Timing **out)
@@ -3022,6 +3178,12 @@ ev_time(ev *e, prog *p, int check, Kclaw__Timing **out)
 	        cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
 	        "warm-up") != 0)
 		goto fail;
+	/* Asked for (EvalOptions.trace_timing): the candidate's timed runs
+	 * traced by CUPTI too, the independent measurement of the same runs
+	 * (ev_time_traced). Not by default: tracing slowed one example
+	 * kernel by 10 % (bias_gelu candidate 1 on the H200). */
+	e->trace = cand && e->req->options && e->req->options->trace_timing &&
+	    sbx_prof_activity_start() == 0;
 	while (n < max) {
 		unsigned lo = n, hi;
 		hi = !e->adaptive ? max
@@ -3057,7 +3219,10 @@ ev_time(ev *e, prog *p, int check, Kclaw__Timing **out)
 			if (sets.n == 0 || j == 0)
 				g->cu.cuEventElapsedTime(
 				    &f, g->ev[2 * k], g->ev[2 * k + 1]);
-			ms[n + j] = sets.n == 0 ? f : j == 0 ? f / nrun : ms[n];
+			ms[n + j] = sets.n > 0 && j > 0
+			    ? ms[n]
+			    : sbx_sample_ms(f, sets.n > 0 ? nrun : 1,
+			          g->launch_cost_ms, g->launch_floor_ms);
 		}
 		runs += nrun;
 		n += nrun;
@@ -3089,11 +3254,14 @@ ev_time(ev *e, prog *p, int check, Kclaw__Timing **out)
 	}
 	if (sets.n > 0 && cand)
 		e->cand_batched = 1;
+	if (e->trace)
+		ev_time_traced(e, sets.n > 0 ? samples : n,
+		    sets.n > 0 ? sets.n : 1, 2 * max + 2);
 	{
 		uint32_t expired = ev_hold_expired(e);
-		if (cand && g->event_floor_ms > 0)
-			sbx_result_add_metric(e->res, "sandbox.event_floor_ms",
-			    g->event_floor_ms, "ms");
+		if (cand && g->launch_cost_ms > 0)
+			sbx_result_add_metric(e->res, "sandbox.launch_cost_ms",
+			    g->launch_cost_ms, "ms");
 		if (expired > 0)
 			sbx_result_add_metric(e->res,
 			    cand ? "sandbox.candidate_hold_expired"
@@ -3122,6 +3290,10 @@ fail:
 	rv = -1;
 done:
 	ev_hold_release(e);
+	if (e->trace) {
+		e->trace = 0;
+		sbx_prof_activity_stop(NULL);
+	}
 	if (sets.n > 0) {
 		ev_sets_use(e, p, &sets, 0);
 		ev_sets_free(e, p, &sets);
@@ -3143,37 +3315,52 @@ static void
 ev_profile(ev *e)
 {
 	Kclaw__EvalResult *res = e->res;
+	gpu *g = e->g;
 	int flush = !(e->req->options && e->req->options->no_l2_flush);
-	double spans[EV_PROFILE_RUNS];
-	unsigned nspans = 0;
+	double spans[EV_PROFILE_RUNS], probes[EV_PROFILE_RUNS],
+	    evms[EV_PROFILE_RUNS], over[EV_PROFILE_RUNS];
+	unsigned r = 0, n;
 
-	/* EV_PROFILE_RUNS runs, each prepared as a timed run (inputs, a fresh
-	 * state, the L2 flush: the sandbox's kc_* kernels, left out of the
-	 * records) with no wait before it, so the GPU is as busy as when
-	 * timed. The last run's records are the result's; the median of the
-	 * runs' spans by CUPTI's clock is metric profile.cupti_span_ms, an
-	 * independent measurement of what the timed runs measure
-	 * (tests/gpu/timing/timing_agree.py). */
-	for (unsigned r = 0; r < EV_PROFILE_RUNS; r++) {
-		int last = r + 1 == EV_PROFILE_RUNS;
-		if (sbx_prof_activity_start() != 0)
-			break;
+	/* EV_PROFILE_RUNS runs under one CUPTI session, each between kc_mark
+	 * and kc_mark_end (where the records are cut into runs), prepared,
+	 * held and timed by its own events as a timed run is (ev_held_run,
+	 * e->trace; the sandbox's kc_*
+	 * kernels are left out of the records). The last run's records are
+	 * the result's. Metrics, medians over the runs:
+	 * profile.cupti_span_ms, each run's span by CUPTI's clock, an
+	 * independent measurement of what the timed runs report
+	 * (tests/gpu/timing/timing_agree.py); profile.events_ms, the same
+	 * runs by their raw events; profile.event_overhead_ms, each run's
+	 * raw events minus its span (what gpu_calibrate takes off). */
+	if (sbx_prof_activity_start() != 0)
+		return;
+	e->trace = 1;
+	for (; r < EV_PROFILE_RUNS; r++) {
+		float ms = 0;
 		if ((e->have_ref ? cuda_trial_inputs(e, 0)
 		                 : ev_set_inputs(e, 0)) != 0 ||
-		    ev_fresh_state(e, &e->cand) != 0 ||
-		    (flush && ev_flush_l2(e) != 0) ||
-		    prog_run_sync(e, &e->cand) != 0) {
+		    ev_held_run(e, &e->cand, flush, g->ev[0], g->ev[1]) != 0 ||
+		    ev_ok(e, g->cu.cuStreamSynchronize(g->stream),
+		        KCLAW__EVAL_STATUS__LAUNCH_ERROR, "profiling") != 0) {
+			e->trace = 0;
 			sbx_prof_activity_stop(NULL);
 			return;
 		}
-		sbx_prof_activity_stop(last ? res : NULL);
-		if (sbx_prof_last_span_ms() > 0)
-			spans[nspans++] = sbx_prof_last_span_ms();
+		g->cu.cuEventElapsedTime(&ms, g->ev[0], g->ev[1]);
+		evms[r] = ms;
 	}
-	if (nspans > 0) {
-		qsort(spans, nspans, sizeof(*spans), ev_cmp_double);
+	e->trace = 0;
+	sbx_prof_activity_stop(res);
+	n = sbx_prof_runs(spans, probes, EV_PROFILE_RUNS);
+	if (n == r && n > 0) {
+		for (unsigned i = 0; i < n; i++)
+			over[i] = evms[i] - spans[i];
 		sbx_result_add_metric(
-		    res, "profile.cupti_span_ms", spans[nspans / 2], "ms");
+		    res, "profile.cupti_span_ms", ev_median(spans, n), "ms");
+		sbx_result_add_metric(
+		    res, "profile.events_ms", ev_median(evms, n), "ms");
+		sbx_result_add_metric(
+		    res, "profile.event_overhead_ms", ev_median(over, n), "ms");
 	}
 	if (*e->fatal || res->status != KCLAW__EVAL_STATUS__OK)
 		return;

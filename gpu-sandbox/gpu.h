@@ -32,12 +32,15 @@ int sbx_lt_matmul(sbx_lt *lt, const sbx_matmul *mm, CUdeviceptr a,
 
 /* Starts recording kernel activity records. */
 int sbx_prof_activity_start(void);
-/* Stops, flushes and appends one KernelActivity per kernel run to res (the
- * sandbox's own kc_* kernels left out; res NULL: none kept). */
+/* Stops, flushes and appends one KernelActivity per kernel of the last run
+ * to res (a run is what lies between a kc_mark and a kc_mark_end kernel;
+ * the sandbox's own kc_* kernels left out; res NULL: none kept). */
 int sbx_prof_activity_stop(Kclaw__EvalResult *res);
-/* The last stop's records, from the first start to the last end, in ms
- * (0: none): a plan's time by CUPTI's clock, gaps between steps included. */
-double sbx_prof_last_span_ms(void);
+/* The last stop's runs, up to max, in launch order: each run's span from
+ * its first kernel's start to its last kernel's end by CUPTI's clock (a
+ * plan's time, gaps between steps included; 0: none ran) and the same for
+ * the calibration kernel kc_probe. Returns how many runs. */
+unsigned sbx_prof_runs(double *span_ms, double *probe_ms, unsigned max);
 
 /* Runs the caller's work once per profiler pass. */
 typedef int (*sbx_prof_run_fn)(void *arg);

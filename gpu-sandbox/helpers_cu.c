@@ -131,6 +131,19 @@ const char sbx_helpers_cu[] =
     "    __nanosleep(100);\n"
     "  }\n"
     "}\n"
+    /* Empty kernels. kc_probe is timed by events and by CUPTI (eval.c
+     * gpu_calibrate): what the events see around it and CUPTI does not is
+     * the events' own cost around one launch. kc_mark and kc_mark_end
+     * bracket a run in CUPTI's records (profile.c). */
+    "extern \"C\" __global__ void kc_probe(u64 *sink) {\n"
+    "  if (threadIdx.x == 1024) *sink = 0;\n"
+    "}\n"
+    "extern \"C\" __global__ void kc_mark(u64 *sink) {\n"
+    "  if (threadIdx.x == 1024) *sink = 1;\n"
+    "}\n"
+    "extern \"C\" __global__ void kc_mark_end(u64 *sink) {\n"
+    "  if (threadIdx.x == 1024) *sink = 2;\n"
+    "}\n"
     /* Elements still all-ones bytes (the poison) in a float output. */
     "extern \"C\" __global__ void kc_poison_count(const void *p, u64 n,"
     " int esz, u64 *out) {\n"

@@ -267,3 +267,17 @@ sbx_output_degenerate(double var_rel, const Kclaw__Tolerance *tol)
 {
 	return var_rel < kc_tolerance_admits(tol);
 }
+
+double
+sbx_sample_ms(double ms, unsigned runs, double cost, double floor_ms)
+{
+	double raw, v;
+
+	if (runs == 0)
+		return 0;
+	raw = ms / runs;
+	v = (ms - cost) / runs;
+	if (v < floor_ms)
+		v = floor_ms;
+	return v > raw ? raw : v;
+}

@@ -12,7 +12,8 @@
 #include "kc_log.h"
 
 #define PROF_BUF_BYTES (1u << 20)
-#define PROF_MAX_RECORDS 256
+#define PROF_MAX_RECORDS 16384
+#define PROF_MAX_RUNS 4096
 
 /* CUPTI hands completed buffers to a callback on its own thread; the
  * records are collected here until sbx_prof_activity_stop reads them. */
@@ -20,9 +21,11 @@ static Kclaw__KernelActivity *prof_records[PROF_MAX_RECORDS];
 static uint64_t prof_start[PROF_MAX_RECORDS], prof_end[PROF_MAX_RECORDS];
 static size_t prof_nrecords;
 static int prof_registered;
-/* From the first start to the last end of the kept records of the last
- * sbx_prof_activity_stop, in ns; 0: none. */
-static uint64_t prof_last_span_ns;
+/* The last sbx_prof_activity_stop's runs (sbx_prof_runs), in ns. */
+static uint64_t prof_span_ns[PROF_MAX_RUNS], prof_probe_ns[PROF_MAX_RUNS];
+static unsigned prof_nruns;
+/* Where the last run's records end in start order (prof_cut_runs). */
+static size_t prof_last_end;
 
 static void CUPTIAPI
 prof_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
@@ -98,22 +101,112 @@ sbx_prof_activity_start(void)
 	return 0;
 }
 
+/* A record's place in start order. */
+typedef struct {
+	uint64_t start;
+	size_t i;
+} prof_order;
+
+static int
+prof_order_cmp(const void *a, const void *b)
+{
+	const prof_order *x = a, *y = b;
+
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Grows [*lo, *hi] to hold record i. */
+static void
+prof_extend(uint64_t *lo, uint64_t *hi, size_t i)
+{
+	if (prof_start[i] < *lo)
+		*lo = prof_start[i];
+	if (prof_end[i] > *hi)
+		*hi = prof_end[i];
+}
+
+/* Closes the run [lo, hi] (candidate) and [plo, phi] (kc_probe). */
+static void
+prof_close_run(uint64_t lo, uint64_t hi, uint64_t plo, uint64_t phi)
+{
+	if (prof_nruns == PROF_MAX_RUNS)
+		return;
+	prof_span_ns[prof_nruns] = hi > lo ? hi - lo : 0;
+	prof_probe_ns[prof_nruns++] = phi > plo ? phi - plo : 0;
+}
+
 /*
- * The sandbox's own kernels (kc_*: input generators, the L2 flush) are
- * dropped: the records are the candidate's. With res NULL the records are
- * only measured (sbx_prof_last_span_ms), not kept.
+ * The records in start order, cut into runs: a run begins at a kc_mark
+ * and ends at the next kc_mark_end (or kc_mark, or the last record);
+ * records outside runs (a timed run's check, warm-up) are not counted.
+ * Each run's span of the candidate's kernels (not kc_*) and of the
+ * calibration kernel kc_probe go to prof_span_ns/prof_probe_ns. Returns
+ * the index in `order` where the last run begins (0: no runs).
+ */
+static size_t
+prof_cut_runs(const prof_order *order, size_t n)
+{
+	uint64_t lo = UINT64_MAX, hi = 0, plo = UINT64_MAX, phi = 0;
+	size_t last = 0;
+	int in = 0;
+
+	prof_nruns = 0;
+	prof_last_end = n;
+	for (size_t j = 0; j < n; j++) {
+		size_t i = order[j].i;
+		const char *k = prof_records[i]->kernel;
+		if (k == NULL)
+			continue;
+		if (strcmp(k, "kc_mark") == 0 ||
+		    strcmp(k, "kc_mark_end") == 0) {
+			if (in) {
+				prof_close_run(lo, hi, plo, phi);
+				prof_last_end = j;
+			}
+			in = strcmp(k, "kc_mark") == 0;
+			if (in)
+				last = j;
+			lo = plo = UINT64_MAX;
+			hi = phi = 0;
+		} else if (in && strcmp(k, "kc_probe") == 0)
+			prof_extend(&plo, &phi, i);
+		else if (in && strncmp(k, "kc_", 3) != 0)
+			prof_extend(&lo, &hi, i);
+	}
+	if (in) {
+		prof_close_run(lo, hi, plo, phi);
+		prof_last_end = n;
+	}
+	return last;
+}
+
+/*
+ * The sandbox's own kernels (kc_*: input generators, the L2 flush, the
+ * hold, the marks) are dropped: the records are the candidate's, those of
+ * the last run when there were several. With
+ * res NULL the records are only measured (sbx_prof_runs), not kept.
  */
 int
 sbx_prof_activity_stop(Kclaw__EvalResult *res)
 {
 	Kclaw__KernelActivity **g = NULL;
-	uint64_t lo = UINT64_MAX, hi = 0;
-	size_t kept = 0;
+	prof_order *order = NULL;
+	size_t first = 0;
 	int rv = 0;
 
 	cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 	cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-	if (res != NULL && prof_nrecords > 0) {
+	prof_nruns = 0;
+	if (prof_nrecords > 0 &&
+	    (order = malloc(prof_nrecords * sizeof(*order))) == NULL)
+		rv = KC_ENOMEM;
+	for (size_t i = 0; order != NULL && i < prof_nrecords; i++)
+		order[i] = (prof_order){prof_start[i], i};
+	if (order != NULL) {
+		qsort(order, prof_nrecords, sizeof(*order), prof_order_cmp);
+		first = prof_cut_runs(order, prof_nrecords);
+	}
+	if (res != NULL && order != NULL) {
 		g = realloc(res->activities,
 		    (res->n_activities + prof_nrecords) * sizeof(*g));
 		if (g == NULL)
@@ -121,29 +214,28 @@ sbx_prof_activity_stop(Kclaw__EvalResult *res)
 		else
 			res->activities = g;
 	}
-	for (size_t i = 0; i < prof_nrecords; i++) {
+	for (size_t j = 0; j < prof_nrecords; j++) {
+		size_t i = order != NULL ? order[j].i : j;
 		Kclaw__KernelActivity *a = prof_records[i];
-		if (a->kernel == NULL || strncmp(a->kernel, "kc_", 3) == 0) {
-			kclaw__kernel_activity__free_unpacked(a, NULL);
-			continue;
-		}
-		if (prof_start[i] < lo)
-			lo = prof_start[i];
-		if (prof_end[i] > hi)
-			hi = prof_end[i];
-		kept++;
-		if (g != NULL)
+		if (g != NULL && j >= first && j < prof_last_end &&
+		    a->kernel != NULL && strncmp(a->kernel, "kc_", 3) != 0)
 			res->activities[res->n_activities++] = a;
 		else
 			kclaw__kernel_activity__free_unpacked(a, NULL);
 	}
-	prof_last_span_ns = kept > 0 && hi > lo ? hi - lo : 0;
+	free(order);
 	prof_nrecords = 0;
 	return rv;
 }
 
-double
-sbx_prof_last_span_ms(void)
+unsigned
+sbx_prof_runs(double *span_ms, double *probe_ms, unsigned max)
 {
-	return (double)prof_last_span_ns / 1e6;
+	unsigned n = prof_nruns < max ? prof_nruns : max;
+
+	for (unsigned r = 0; r < n; r++) {
+		span_ms[r] = (double)prof_span_ns[r] / 1e6;
+		probe_ms[r] = (double)prof_probe_ns[r] / 1e6;
+	}
+	return n;
 }

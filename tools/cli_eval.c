@@ -25,7 +25,7 @@ eval_usage(FILE *f)
 	    "[--trials N]\n"
 	    "                  [--timeout-ms N] [--no-l2-flush] "
 	    "[--no-compile-baseline]\n"
-	    "                  [--device N] [--home DIR]\n\n"
+	    "                  [--trace-timing] [--device N] [--home DIR]\n\n"
 	    "Compiles, verifies and times the candidate (kernel.cu + "
 	    "plan.json) against the task\nin a private sandbox, and prints "
 	    "the result. Without CANDIDATE_DIR the task's\nreference is "
@@ -83,6 +83,8 @@ cli_eval(int argc, char **argv)
 			opts.compile_only = 1;
 		} else if (strcmp(a, "--profile") == 0) {
 			opts.profile = 1;
+		} else if (strcmp(a, "--trace-timing") == 0) {
+			opts.trace_timing = 1;
 		} else if (strcmp(a, "--no-l2-flush") == 0) {
 			opts.no_l2_flush = 1;
 		} else if (strcmp(a, "--no-compile-baseline") == 0) {

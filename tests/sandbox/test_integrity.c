@@ -2,6 +2,7 @@
  * test_integrity.c - the reviewer's rules that need no GPU
  * (gpu-sandbox/integrity.h), on PTX that NVRTC really produced.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,6 +158,27 @@ test_variation_rule(void)
 	KT_EQ_INT(sbx_output_degenerate(0.3, &tol), 0);
 }
 
+/* A timed sample less the events' cost around a launch: the figures of
+ * the H200 (cost 0.0024 ms, an empty kernel 0.0006 ms). */
+static void
+test_sample_less_launch_cost(void)
+{
+	const double cost = 0.0024, floor_ms = 0.0006, eps = 1e-12;
+
+	/* A single 30 us run: its events say 32.4 us. */
+	KT_ASSERT(fabs(sbx_sample_ms(0.0324, 1, cost, floor_ms) - 0.030) < eps);
+	/* Sixteen runs back to back share one cost. */
+	KT_ASSERT(
+	    fabs(sbx_sample_ms(0.0824, 16, cost, floor_ms) - 0.005) < eps);
+	/* A run that does nothing is no faster than an empty launch. */
+	KT_ASSERT(sbx_sample_ms(0.0025, 1, cost, floor_ms) == floor_ms);
+	/* Never above the raw time (events shorter than the floor). */
+	KT_ASSERT(sbx_sample_ms(0.0004, 1, cost, floor_ms) == 0.0004);
+	/* No calibration: the raw time per run. */
+	KT_ASSERT(sbx_sample_ms(0.032, 2, 0, 0) == 0.016);
+	KT_ASSERT(sbx_sample_ms(1, 0, cost, floor_ms) == 0);
+}
+
 int
 main(void)
 {
@@ -165,5 +187,6 @@ main(void)
 	KT_RUN(test_precision_scan);
 	KT_RUN(test_speed_of_light);
 	KT_RUN(test_variation_rule);
+	KT_RUN(test_sample_less_launch_cost);
 	return 0;
 }
