@@ -381,15 +381,20 @@ gpu_flush_l2(gpu *g)
 
 /*
  * What CUDA events add to a run they time: an empty kernel (kc_probe)
- * enqueued EV_CALIB_RUNS times as timed runs are (ev_held_run: the L2
- * flush, the hold released once the run is enqueued, no wait between
- * runs), under CUPTI. launch_cost_ms is the median of its events' time
- * minus its CUPTI duration (on the H200 about 2.4 us: from the start event
- * to the first block's start and from the last block's end to the stop
- * event, the same for any kernel), launch_floor_ms its CUPTI duration.
- * Every timed sample is reported less the cost (sbx_sample_ms), so a 30 us
- * kernel reads 30 us and not 32.4. Without CUPTI or the hold both stay 0:
- * raw event times.
+ * between two events after an L2 flush, EV_CALIB_RUNS times with no wait
+ * between runs, under CUPTI. launch_cost_ms is the median of its events'
+ * time minus its CUPTI duration (on the H200 about 3 us: from the start
+ * event to the first block's start and from the last block's end to the
+ * stop event, the same for any kernel), launch_floor_ms its CUPTI
+ * duration. Every timed sample is reported less the cost (sbx_sample_ms),
+ * so a 30 us kernel reads 30 us and not 33.
+ *
+ * The runs are not held: a timed run's hold is released while its L2
+ * flush still runs, so the GPU finds the run queued, and so it finds
+ * these (the host enqueues each within its flush). A GPU that waits at a
+ * hold sees less, 2.4 us (measured with a wait after each run); held
+ * calibration runs that sometimes met that case read 2.5 us in one child
+ * and 3.3 us in the next. Without CUPTI both stay 0: raw event times.
  */
 static void
 gpu_calibrate(gpu *g)
@@ -398,7 +403,7 @@ gpu_calibrate(gpu *g)
 	/* The timed runs' own events, made here before any timing. */
 	CUevent *ev = g->ev;
 	unsigned n = 0, made = 0;
-	int bad = g->hold_flag == NULL;
+	int bad = 0;
 
 	for (; !bad && made < 2 * EV_CALIB_RUNS; made++)
 		bad = ev[made] == NULL &&
@@ -406,22 +411,15 @@ gpu_calibrate(gpu *g)
 		        CUDA_SUCCESS;
 	if (!bad && sbx_prof_activity_start() != 0)
 		bad = 1;
-	for (; !bad && n < EV_CALIB_RUNS; n++) {
-		uint32_t want = ++g->hold_seq;
-		uint64_t max_ns = EV_HOLD_MAX_NS;
-		void *params[3] = {&g->hold_dev, &want, &max_ns};
+	for (; !bad && n < EV_CALIB_RUNS; n++)
 		bad = gpu_launch_empty(g, g->mark) != CUDA_SUCCESS ||
 		    gpu_flush_l2(g) != CUDA_SUCCESS ||
-		    g->cu.cuLaunchKernel(g->hold, 1, 1, 1, 1, 1, 1, 0,
-		        g->stream, params, NULL) != CUDA_SUCCESS ||
 		    g->cu.cuEventRecord(ev[2 * n], g->stream) != CUDA_SUCCESS ||
 		    gpu_launch_empty(g, g->probe) != CUDA_SUCCESS ||
 		    g->cu.cuEventRecord(ev[2 * n + 1], g->stream) !=
 		        CUDA_SUCCESS ||
 		    gpu_launch_empty(g, g->mark_end) != CUDA_SUCCESS;
-		__atomic_store_n(&g->hold_flag[0], want, __ATOMIC_RELEASE);
-	}
-	if (made == 2 * EV_CALIB_RUNS && g->hold_flag != NULL) {
+	if (made == 2 * EV_CALIB_RUNS) {
 		bad =
 		    bad || g->cu.cuStreamSynchronize(g->stream) != CUDA_SUCCESS;
 		sbx_prof_activity_stop(NULL);
