@@ -346,14 +346,21 @@ gpu_load_helpers(gpu *g)
 
 static int ev_cmp_double(const void *a, const void *b);
 
+/* The median of n sorted doubles; 0 for none. */
+static double
+ev_sorted_median(const double *v, unsigned n)
+{
+	if (n == 0)
+		return 0;
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* The median of n doubles (sorted in place); 0 for none. */
 static double
 ev_median(double *v, unsigned n)
 {
-	if (n == 0)
-		return 0;
 	qsort(v, n, sizeof(*v), ev_cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	return ev_sorted_median(v, n);
 }
 
 /* A kernel that does nothing, one block per SM (kc_mark or kc_probe). */
@@ -399,7 +406,7 @@ gpu_flush_l2(gpu *g)
 static void
 gpu_calibrate(gpu *g)
 {
-	double span[EV_CALIB_RUNS], probe[EV_CALIB_RUNS], cost[EV_CALIB_RUNS];
+	double probe[EV_CALIB_RUNS], cost[EV_CALIB_RUNS];
 	/* The timed runs' own events, made here before any timing. */
 	CUevent *ev = g->ev;
 	unsigned n = 0, made = 0;
@@ -431,7 +438,7 @@ gpu_calibrate(gpu *g)
 		cost[i] = ms;
 	}
 	if (bad || n < EV_CALIB_RUNS ||
-	    sbx_prof_runs(span, probe, EV_CALIB_RUNS) != EV_CALIB_RUNS) {
+	    sbx_prof_runs(NULL, probe, EV_CALIB_RUNS) != EV_CALIB_RUNS) {
 		KC_WARN("the events' cost around a launch could not be "
 		        "measured: timed runs are reported as their events "
 		        "say");
@@ -2703,7 +2710,7 @@ ev_stats(double *ms, unsigned n, Kclaw__Timing *t)
 	t->min_ms = ms[0];
 	t->max_ms = ms[n - 1];
 	t->mean_ms = sum / n;
-	t->median_ms = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+	t->median_ms = ev_sorted_median(ms, n);
 	for (unsigned i = 0; i < n; i++)
 		sq += (ms[i] - t->mean_ms) * (ms[i] - t->mean_ms);
 	t->stddev_ms = n > 1 ? sqrt(sq / (n - 1)) : 0;
@@ -2976,7 +2983,7 @@ ev_median_settled(const double *sorted, unsigned n)
 		lo = 0;
 	if (hi > (long)n - 1)
 		hi = (long)n - 1;
-	med = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+	med = ev_sorted_median(sorted, n);
 	return (sorted[hi] - sorted[lo]) / 2 <= EV_ADAPT_CI * med;
 }
 
@@ -3102,13 +3109,12 @@ ev_time_runs(ev *e, prog *p, int check, int flush, unsigned lo, unsigned hi,
 static void
 ev_time_traced(ev *e, unsigned samples, unsigned per, unsigned cap)
 {
-	double *span = calloc(cap, sizeof(*span)),
-	       *probe = calloc(cap, sizeof(*probe));
+	double *span = calloc(cap, sizeof(*span));
 	unsigned n;
 
 	e->trace = 0;
 	sbx_prof_activity_stop(NULL);
-	n = span && probe ? sbx_prof_runs(span, probe, cap) : 0;
+	n = span != NULL ? sbx_prof_runs(span, NULL, cap) : 0;
 	if (samples > 0 && n >= samples) {
 		double *kept = span + (n - samples);
 		for (unsigned i = 0; i < samples; i++)
@@ -3119,7 +3125,6 @@ ev_time_traced(ev *e, unsigned samples, unsigned per, unsigned cap)
 		    e->res, "profile.timed_cupti_samples", samples, "samples");
 	}
 	free(span);
-	free(probe);
 }
 
 /*
@@ -3179,7 +3184,7 @@ ev_time(ev *e, prog *p, int check, Kclaw__Timing **out)
 	/* Asked for (EvalOptions.trace_timing): the candidate's timed runs
 	 * traced by CUPTI too, the independent measurement of the same runs
 	 * (ev_time_traced). Not by default: tracing slowed one example
-	 * kernel by 10 % (bias_gelu candidate 1 on the H200). */
+	 * kernel by 11 % (bias_gelu candidate 1 on the H200). */
 	e->trace = cand && e->req->options && e->req->options->trace_timing &&
 	    sbx_prof_activity_start() == 0;
 	while (n < max) {
@@ -3315,8 +3320,8 @@ ev_profile(ev *e)
 	Kclaw__EvalResult *res = e->res;
 	gpu *g = e->g;
 	int flush = !(e->req->options && e->req->options->no_l2_flush);
-	double spans[EV_PROFILE_RUNS], probes[EV_PROFILE_RUNS],
-	    evms[EV_PROFILE_RUNS], over[EV_PROFILE_RUNS];
+	double spans[EV_PROFILE_RUNS], evms[EV_PROFILE_RUNS],
+	    over[EV_PROFILE_RUNS];
 	unsigned r = 0, n;
 
 	/* EV_PROFILE_RUNS runs under one CUPTI session, each between kc_mark
@@ -3349,7 +3354,7 @@ ev_profile(ev *e)
 	}
 	e->trace = 0;
 	sbx_prof_activity_stop(res);
-	n = sbx_prof_runs(spans, probes, EV_PROFILE_RUNS);
+	n = sbx_prof_runs(spans, NULL, EV_PROFILE_RUNS);
 	if (n == r && n > 0) {
 		for (unsigned i = 0; i < n; i++)
 			over[i] = evms[i] - spans[i];

@@ -39,7 +39,8 @@ int sbx_prof_activity_stop(Kclaw__EvalResult *res);
 /* The last stop's runs, up to max, in launch order: each run's span from
  * its first kernel's start to its last kernel's end by CUPTI's clock (a
  * plan's time, gaps between steps included; 0: none ran) and the same for
- * the calibration kernel kc_probe. Returns how many runs. */
+ * the calibration kernel kc_probe (either array NULL: not wanted). Returns
+ * how many runs. */
 unsigned sbx_prof_runs(double *span_ms, double *probe_ms, unsigned max);
 
 /* Runs the caller's work once per profiler pass. */

@@ -234,8 +234,10 @@ sbx_prof_runs(double *span_ms, double *probe_ms, unsigned max)
 	unsigned n = prof_nruns < max ? prof_nruns : max;
 
 	for (unsigned r = 0; r < n; r++) {
-		span_ms[r] = (double)prof_span_ns[r] / 1e6;
-		probe_ms[r] = (double)prof_probe_ns[r] / 1e6;
+		if (span_ms != NULL)
+			span_ms[r] = (double)prof_span_ns[r] / 1e6;
+		if (probe_ms != NULL)
+			probe_ms[r] = (double)prof_probe_ns[r] / 1e6;
 	}
 	return n;
 }
