@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Does kclaw's reported kernel time agree with an independent measurement?
 
-For every shipped example's candidates, `kclaw eval --profile --trace-timing
---json` gives the timed runs' median (CUDA events around the plan's launches, L2 flushed
-before each, less the events' own cost around a launch that the sandbox
-child measured at its start; docs/plan.md "Timing") and, from CUPTI's
+For every shipped example's candidates, `kclaw eval --profile
+--trace-timing --json` gives the timed runs' median (CUDA events around the
+plan's launches, L2 flushed before each, less the events' own cost around
+a launch that the sandbox child measured at its start; docs/plan.md "Timing") and, from CUPTI's
 activity records of those same timed runs, `profile.timed_cupti_ms`: the
 median over them of each run's span by the profiler's clock (first kernel
 start to last kernel end). An older sandbox gives only
@@ -27,6 +27,17 @@ import sys
 import tempfile
 
 
+def evaluate(kclaw, home, dirs, *flags):
+    """`kclaw eval --json` of [TASK_DIR, CANDIDATE_DIR]: (the result,
+    stderr), the result None when stdout is not JSON."""
+    out = subprocess.run([kclaw, "eval", "--json", "--home", home] + list(flags) + dirs,
+                         capture_output=True, text=True)
+    try:
+        return json.loads(out.stdout), out.stderr
+    except ValueError:
+        return None, out.stderr
+
+
 def main(argv):
     kclaw = os.environ.get("KCLAW", "build/bin/kclaw")
     limit = 2.0
@@ -44,18 +55,15 @@ def main(argv):
         if not os.path.isdir(cdir):
             continue
         for cand in sorted(os.listdir(cdir)):
-            def evaluate(*flags):
-                out = subprocess.run([kclaw, "eval", "--json", "--home", home] + list(flags)
-                                     + [os.path.join(root, task), os.path.join(cdir, cand)],
-                                     capture_output=True, text=True)
-                return json.loads(out.stdout), out
-            try:
-                # The timed runs traced (--trace-timing), then the same
-                # evaluation untraced: CUPTI's tracing can slow a kernel.
-                r, out = evaluate("--profile", "--trace-timing")
-                plain, _ = evaluate()
-            except ValueError:
-                print("%-18s %-5s no result: %s" % (task, cand, out.stderr.strip()[-200:]))
+            dirs = [os.path.join(root, task), os.path.join(cdir, cand)]
+            # The timed runs traced (--trace-timing), then the same
+            # evaluation untraced: CUPTI's tracing can slow a kernel.
+            r, err = evaluate(kclaw, home, dirs, "--profile", "--trace-timing")
+            plain = None
+            if r is not None:
+                plain, err = evaluate(kclaw, home, dirs)
+            if r is None or plain is None:
+                print("%-18s %-5s no result: %s" % (task, cand, err.strip()[-200:]))
                 bad = 1
                 continue
             if (r.get("status") or "").lower() != "ok":
@@ -64,13 +72,12 @@ def main(argv):
                 continue
             ev = (r.get("timing") or {}).get("median_ms") or 0.0
             acts = r.get("activities") or []
-            # The median over the profiled runs of each run's span by
-            # CUPTI's clock (first kernel start to last kernel end);
-            # an older sandbox: the last run's kernels' durations summed.
             metrics = {m.get("name"): m.get("value") for m in r.get("metrics") or []}
-            # The timed runs themselves, traced by CUPTI (eval.c
-            # ev_time_traced), where the sandbox has it; else the profiled
-            # runs after them.
+            # The median over the timed runs themselves, traced by CUPTI,
+            # of each run's span by CUPTI's clock (first kernel start to
+            # last kernel end; eval.c ev_time_traced); an older sandbox:
+            # the profiled runs after them, or the last run's kernels'
+            # durations summed.
             timed = metrics.get("profile.timed_cupti_ms")
             span = timed or metrics.get("profile.cupti_span_ms")
             # The timed runs are reported less the events' own cost
