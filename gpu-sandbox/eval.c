@@ -183,9 +183,11 @@ typedef struct {
 	size_t nscratch;
 	ev_global *globals;
 	size_t nglobals;
+	/* Per tensor, where this program writes that output instead of the
+	 * buffer the candidate sees (the `cuda` reference's own outputs);
+	 * NULL or 0: the shared buffer. */
+	const CUdeviceptr *outs;
 } prog;
-
-struct ev_ref_ops;
 
 typedef struct {
 	gpu *g;
@@ -205,13 +207,12 @@ typedef struct {
 	size_t nt;
 	CUdeviceptr *tdev; /* per tensor: the buffer the plans see */
 	size_t *tbytes, *tcount;
-	CUdeviceptr stash[EV_MAX_TRIALS][EV_MAX_TENSORS];
-	void *expected[EV_MAX_TRIALS][EV_MAX_TENSORS]; /* mmap'd host pages */
 	uint64_t hash_in[EV_MAX_TENSORS];
-	prog cand, ref;
-	int have_ref;
-	/* What the reference kind does at each step of the protocol. */
+	prog cand;
+	/* What the reference kind does at each step of the protocol, and
+	 * the state it keeps for this evaluation (its own). */
 	const struct ev_ref_ops *ops;
+	void *ref_state;
 	/* Per output: the smallest relative difference between the expected
 	 * outputs of two verification trials (the variation rule; 0 when
 	 * unknown), and the candidate's worst relative error. */
@@ -219,11 +220,6 @@ typedef struct {
 	int var_known[EV_MAX_TENSORS];
 	double err_rel[EV_MAX_TENSORS];
 	double max_abs, max_rel;
-	/* torch references: the reference process's buffers, mapped. */
-	int is_torch;
-	CUdeviceptr mapped[EV_MAX_TENSORS];
-	CUipcMemHandle mapped_handle[EV_MAX_TENSORS];
-	size_t nmapped;
 	/* Mixed into every generated input's seed, fresh per evaluation, so
 	 * no candidate can know the inputs from the task's seed. */
 	uint64_t salt;
@@ -231,11 +227,53 @@ typedef struct {
 	unsigned fresh_serial;
 	CUdeviceptr held[EV_MAX_TENSORS]; /* a run's outputs, set aside to be
 	                                     compared */
-	/* `cuda` references: the reference writes its outputs here, not into
-	 * the candidate's, so a check needs no copy; poisoned whenever the
-	 * candidate runs. */
-	CUdeviceptr exp[EV_MAX_TENSORS];
 } ev;
+
+/*
+ * What each reference kind does at each step of the protocol (docs/plan.md
+ * "What the reviewer guarantees"): the only place that knows which kind an
+ * evaluation has. Each kind keeps its own state in e->ref_state (made by
+ * setup, freed by release). Checks return 0 (right), 1 (wrong: the result
+ * is filled) or -1 (error: the result is filled).
+ */
+typedef struct ev_ref_ops {
+	const char *name;
+	/* Whether the task's reference is of this kind and complete. */
+	int (*usable)(const Kclaw__Reference *ref);
+	/* Its state, the number of trials (e->trials as asked, at most
+	 * EV_MAX_TRIALS), and what it must build before anything runs. */
+	int (*setup)(ev *e);
+	/* Every verification trial's inputs and expected outputs. */
+	int (*prepare)(ev *e);
+	/* Verification trial k: its inputs; after the candidate ran, the
+	 * comparison of its outputs. */
+	int (*trial_inputs)(ev *e, unsigned k);
+	int (*trial_check)(ev *e, unsigned k, const char *when);
+	/* Timed run `id` (distribution of trial k): its inputs, made before
+	 * the events; after the candidate ran, the comparison of every output
+	 * into chk slot `slot`, read once after the loop (or decided at once,
+	 * returning 1). */
+	int (*run_inputs)(ev *e, unsigned k, unsigned id);
+	int (*run_check)(ev *e, unsigned k, unsigned id, unsigned slot);
+	/* The profiled runs' inputs (trial 0's). */
+	int (*profile_inputs)(ev *e);
+	/* A reference-only evaluation: the inputs of two trials of one
+	 * distribution where prepare did not make them (NULL: it did). */
+	int (*sample_inputs)(ev *e);
+	/* Fills res->baseline / reference_ms (0 when there is none). */
+	int (*baseline)(ev *e);
+	/* Frees e->ref_state (no driver call after a fault: *e->fatal). */
+	void (*release)(ev *e);
+	/* The reference's process owns the tensors (they are mapped, not
+	 * allocated); outputs above held_max bytes are not copied aside
+	 * (0: none is too large); runs may be timed back to back (inputs
+	 * made in place, into any buffer). */
+	int maps_tensors;
+	size_t held_max;
+	int batchable;
+	/* The guarantees that do not hold for this kind, or NULL. */
+	const char *caveat;
+} ev_ref_ops;
 
 /* ---------------------------------------------------------------- errors */
 
@@ -1001,9 +1039,9 @@ prog_free(ev *e, prog *p)
 static CUdeviceptr
 prog_buffer(const ev *e, const prog *p, int b)
 {
-	if ((size_t)b < p->plan->ntensors && p == &e->ref &&
-	    (size_t)b < EV_MAX_TENSORS && e->exp[b] != 0)
-		return e->exp[b];
+	if ((size_t)b < p->plan->ntensors && p->outs != NULL &&
+	    (size_t)b < EV_MAX_TENSORS && p->outs[b] != 0)
+		return p->outs[b];
 	if ((size_t)b < p->plan->ntensors)
 		return e->tdev[b];
 	return p->scratch[(size_t)b - p->plan->ntensors];
@@ -1195,6 +1233,22 @@ ev_generate(ev *e, size_t t, unsigned trial, CUdeviceptr dst)
 	return 0;
 }
 
+/*
+ * The `tensors` reference's state: every set's inputs on the device (the
+ * stash) and its expected outputs in host pages of the pool, unreadable
+ * while the candidate runs.
+ */
+typedef struct {
+	CUdeviceptr stash[EV_MAX_TRIALS][EV_MAX_TENSORS];
+	void *expected[EV_MAX_TRIALS][EV_MAX_TENSORS]; /* mmap'd host pages */
+} tensors_state;
+
+static tensors_state *
+tensors_st(const ev *e)
+{
+	return e->ref_state;
+}
+
 /* Loads a TensorData (.npy path or inline) checked against tensor t. */
 static int
 ev_load_tensor(ev *e, size_t t, const Kclaw__TensorData *td, kc_npy *out)
@@ -1315,8 +1369,8 @@ ev_expected_protect(ev *e, int k, int prot)
 		if (k >= 0 && j != (unsigned)k)
 			continue;
 		for (size_t t = 0; t < e->nt; t++)
-			if (e->expected[j][t] != NULL)
-				mprotect(e->expected[j][t],
+			if (tensors_st(e)->expected[j][t] != NULL)
+				mprotect(tensors_st(e)->expected[j][t],
 				    e->g->pool_bytes[j][t], prot);
 	}
 }
@@ -1329,9 +1383,10 @@ ev_poison(ev *e, const prog *p)
 	for (size_t t = 0; t < e->nt; t++)
 		if (e->task->tensors[t]->kind == KCLAW__TENSOR_KIND__OUTPUT)
 			EV_CU(e,
-			    g->cu.cuMemsetD8Async(
-			        p == &e->ref && t < EV_MAX_TENSORS && e->exp[t]
-			            ? e->exp[t]
+			    g->cu.cuMemsetD8Async(p != NULL &&
+			                p->outs != NULL && t < EV_MAX_TENSORS &&
+			                p->outs[t]
+			            ? p->outs[t]
 			            : e->tdev[t],
 			        0xff, e->tbytes[t], g->stream),
 			    EV_INTERNAL, "poisoning outputs");
@@ -1349,10 +1404,11 @@ static int
 ev_set_inputs(ev *e, unsigned k)
 {
 	for (size_t t = 0; t < e->nt; t++)
-		if (e->stash[k][t] != 0)
+		if (tensors_st(e)->stash[k][t] != 0)
 			EV_CU(e,
 			    e->g->cu.cuMemcpyDtoDAsync(e->tdev[t],
-			        e->stash[k][t], e->tbytes[t], e->g->stream),
+			        tensors_st(e)->stash[k][t], e->tbytes[t],
+			        e->g->stream),
 			    EV_INTERNAL, "copying inputs");
 	return 0;
 }
@@ -1599,8 +1655,9 @@ ev_check_outputs(ev *e, unsigned k, const char *when)
 		    e->g->cu.cuMemcpyDtoH(
 		        e->g->pinned, e->tdev[t], e->tbytes[t]),
 		    EV_INTERNAL, "reading outputs");
-		sbx_compare(ts->dtype, e->g->pinned, e->expected[k][t],
-		    e->tcount[t], tol, e->g->nthreads, &c);
+		sbx_compare(ts->dtype, e->g->pinned,
+		    tensors_st(e)->expected[k][t], e->tcount[t], tol,
+		    e->g->nthreads, &c);
 		ev_note_error(e, t, c.max_abs_err, c.max_rel_err, c.rel_norm);
 		if (c.ok)
 			continue;
@@ -1650,33 +1707,24 @@ ev_alloc_tensors(ev *e)
 		snprintf(what, sizeof(what),
 		    "allocating tensor '%s' (%zu bytes)", ts->name,
 		    e->tbytes[t]);
-		/* The torch reference's process owns the tensors: they are
-		 * mapped from its buffers (torch_prepare). */
-		if (ts->kind != KCLAW__TENSOR_KIND__SCALAR && !e->is_torch)
+		/* Where the reference's process owns the tensors (torch),
+		 * they are mapped from its buffers by its prepare. */
+		if (ts->kind != KCLAW__TENSOR_KIND__SCALAR &&
+		    !e->ops->maps_tensors)
 			EV_CU(e,
 			    g->cu.cuMemAlloc(
 			        &e->tdev[t], e->tbytes[t] ? e->tbytes[t] : 1),
 			    EV_INTERNAL, what);
-		/* A torch task's outputs are not copied aside when large:
-		 * its determinism check compares hashes instead, so the GPU
-		 * holds one output copy beyond the problem's own (the
-		 * reference process's expected outputs). */
+		/* Outputs larger than the kind's held_max are not copied
+		 * aside: the determinism check compares hashes instead (a
+		 * torch task's GPU then holds one output copy beyond the
+		 * problem's own, the reference process's expected outputs). */
 		if (ts->kind == KCLAW__TENSOR_KIND__OUTPUT &&
-		    (!e->is_torch || e->tbytes[t] <= EV_HELD_MAX))
+		    (e->ops->held_max == 0 || e->tbytes[t] <= e->ops->held_max))
 			EV_CU(e,
 			    g->cu.cuMemAlloc(
 			        &e->held[t], e->tbytes[t] ? e->tbytes[t] : 1),
 			    EV_INTERNAL, what);
-		if (ts->kind == KCLAW__TENSOR_KIND__OUTPUT && e->have_ref) {
-			EV_CU(e,
-			    g->cu.cuMemAlloc(
-			        &e->exp[t], e->tbytes[t] ? e->tbytes[t] : 1),
-			    EV_INTERNAL, what);
-			EV_CU(e,
-			    g->cu.cuMemsetD8Async(
-			        e->exp[t], 0xff, e->tbytes[t], g->stream),
-			    EV_INTERNAL, what);
-		}
 	}
 	return 0;
 }
@@ -1693,12 +1741,13 @@ ev_note_variation_host(ev *e)
 	for (unsigned k = 1; k < 2 && k < e->trials; k++)
 		for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++) {
 			sbx_cmp c;
-			if (e->expected[k][t] == NULL ||
-			    e->expected[k - 1][t] == NULL)
+			if (tensors_st(e)->expected[k][t] == NULL ||
+			    tensors_st(e)->expected[k - 1][t] == NULL)
 				continue;
 			sbx_compare(e->task->tensors[t]->dtype,
-			    e->expected[k - 1][t], e->expected[k][t],
-			    e->tcount[t], &loose, e->g->nthreads, &c);
+			    tensors_st(e)->expected[k - 1][t],
+			    tensors_st(e)->expected[k][t], e->tcount[t], &loose,
+			    e->g->nthreads, &c);
 			e->var_rel[t] = c.rel_norm;
 			e->var_known[t] = 1;
 		}
@@ -1719,9 +1768,9 @@ ev_prepare_trials(ev *e)
 			kc_npy arr;
 
 			if (ts->kind == KCLAW__TENSOR_KIND__OUTPUT) {
-				e->expected[k][t] =
+				tensors_st(e)->expected[k][t] =
 				    ev_expected_buf(g, k, t, e->tbytes[t]);
-				if (e->expected[k][t] == NULL) {
+				if (tensors_st(e)->expected[k][t] == NULL) {
 					sbx_result_status(e->res, EV_INTERNAL,
 					    "out of host memory for expected "
 					    "outputs");
@@ -1730,21 +1779,21 @@ ev_prepare_trials(ev *e)
 				if (ev_ref_tensor(e, k, t, set->expected,
 				        set->n_expected, "expected", &arr) != 0)
 					return -1;
-				memcpy(
-				    e->expected[k][t], arr.data, e->tbytes[t]);
+				memcpy(tensors_st(e)->expected[k][t], arr.data,
+				    e->tbytes[t]);
 				kc_npy_free(&arr);
 				continue;
 			}
 			EV_CU(e,
-			    g->cu.cuMemAlloc(&e->stash[k][t],
+			    g->cu.cuMemAlloc(&tensors_st(e)->stash[k][t],
 			        e->tbytes[t] ? e->tbytes[t] : 1),
 			    EV_INTERNAL, "allocating input sets");
 			if (ev_ref_tensor(e, k, t, set->inputs, set->n_inputs,
 			        "input", &arr) != 0)
 				return -1;
 			EV_CU(e,
-			    g->cu.cuMemcpyHtoD(
-			        e->stash[k][t], arr.data, e->tbytes[t]),
+			    g->cu.cuMemcpyHtoD(tensors_st(e)->stash[k][t],
+			        arr.data, e->tbytes[t]),
 			    EV_INTERNAL, "uploading inputs");
 			kc_npy_free(&arr);
 		}
@@ -1752,36 +1801,11 @@ ev_prepare_trials(ev *e)
 	EV_CU(e, g->cu.cuStreamSynchronize(g->stream), EV_INTERNAL,
 	    "making inputs");
 	ev_note_variation_host(e);
+	ev_expected_protect(e, -1, PROT_NONE);
 	return 0;
 }
 
 /* ------------------------------------------------- the reference kinds */
-
-/*
- * What each reference kind does at each step of the protocol (docs/plan.md
- * "What the reviewer guarantees"); ev_verify and ev_time are the same for
- * every kind. Checks return 0 (right), 1 (wrong: the result is filled) or
- * -1 (error: the result is filled).
- */
-typedef struct ev_ref_ops {
-	const char *name;
-	/* Every verification trial's inputs and expected outputs. */
-	int (*prepare)(ev *e);
-	/* Verification trial k: its inputs; after the candidate ran, the
-	 * comparison of its outputs. */
-	int (*trial_inputs)(ev *e, unsigned k);
-	int (*trial_check)(ev *e, unsigned k, const char *when);
-	/* Timed run `id` (distribution of trial k): its inputs, made before
-	 * the events; after the candidate ran, the comparison of every output
-	 * into chk slot `slot`, read once after the loop (or decided at once,
-	 * returning 1). */
-	int (*run_inputs)(ev *e, unsigned k, unsigned id);
-	int (*run_check)(ev *e, unsigned k, unsigned id, unsigned slot);
-	/* Fills res->baseline / reference_ms (0 when there is none). */
-	int (*baseline)(ev *e);
-	/* The guarantees that do not hold for this kind, or NULL. */
-	const char *caveat;
-} ev_ref_ops;
 
 static CUdeviceptr
 ev_chk_slot(const ev *e, unsigned slot, size_t t)
@@ -1793,12 +1817,26 @@ ev_chk_slot(const ev *e, unsigned slot, size_t t)
  * The `cuda` reference: nothing is kept between runs. Every run's inputs
  * (and, before the reference runs, its parameters) are generated in place
  * from their seeds, kept in host memory no kernel can reach; the reference
- * writes its outputs into buffers of its own (e->exp), compared with the
- * candidate's on the device and poisoned again at once. So no expected
+ * writes its outputs into buffers of its own (cuda_state.exp), compared with
+ * the candidate's on the device and poisoned again at once. So no expected
  * output exists while the candidate runs, nothing crosses to the host but
  * the comparison's figures, and a candidate that wrote its inputs cannot
  * change the problem.
  */
+
+/* The `cuda` reference's state: its program, and the outputs it writes
+ * (not the candidate's, so a check needs no copy; poisoned whenever the
+ * candidate runs). */
+typedef struct {
+	prog ref;
+	CUdeviceptr exp[EV_MAX_TENSORS];
+} cuda_state;
+
+static cuda_state *
+cuda_st(const ev *e)
+{
+	return e->ref_state;
+}
 
 /* The tensors of input set `serial` (a verification trial, or
  * EV_MAX_TRIALS + a timed run's number): the inputs, and with params the
@@ -1826,10 +1864,10 @@ cuda_poison_expected(ev *e)
 	gpu *g = e->g;
 
 	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++)
-		if (e->exp[t] != 0)
+		if (cuda_st(e)->exp[t] != 0)
 			EV_CU(e,
-			    g->cu.cuMemsetD8Async(
-			        e->exp[t], 0xff, e->tbytes[t], g->stream),
+			    g->cu.cuMemsetD8Async(cuda_st(e)->exp[t], 0xff,
+			        e->tbytes[t], g->stream),
 			    EV_INTERNAL, "poisoning the reference's outputs");
 	return 0;
 }
@@ -1839,9 +1877,10 @@ cuda_poison_expected(ev *e)
 static int
 cuda_run_reference(ev *e, unsigned serial)
 {
-	if (cuda_make_tensors(e, serial, 1) != 0 || ev_poison(e, &e->ref) != 0)
+	if (cuda_make_tensors(e, serial, 1) != 0 ||
+	    ev_poison(e, &cuda_st(e)->ref) != 0)
 		return -1;
-	return prog_enqueue(e, &e->ref);
+	return prog_enqueue(e, &cuda_st(e)->ref);
 }
 
 /*
@@ -1855,24 +1894,41 @@ cuda_prepare(ev *e)
 {
 	gpu *g = e->g;
 
+	for (size_t t = 0; t < e->nt; t++) {
+		char what[256];
+		if (e->task->tensors[t]->kind != KCLAW__TENSOR_KIND__OUTPUT)
+			continue;
+		snprintf(what, sizeof(what),
+		    "allocating tensor '%s' (%zu bytes)",
+		    e->task->tensors[t]->name, e->tbytes[t]);
+		EV_CU(e,
+		    g->cu.cuMemAlloc(
+		        &cuda_st(e)->exp[t], e->tbytes[t] ? e->tbytes[t] : 1),
+		    EV_INTERNAL, what);
+		EV_CU(e,
+		    g->cu.cuMemsetD8Async(
+		        cuda_st(e)->exp[t], 0xff, e->tbytes[t], g->stream),
+		    EV_INTERNAL, what);
+	}
 	for (unsigned k = 0; k < 2; k++) {
 		if (cuda_run_reference(e, k) != 0)
 			return -1;
 		for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++) {
 			ev_slot sl;
-			if (e->exp[t] == 0)
+			if (cuda_st(e)->exp[t] == 0)
 				continue;
 			if (k == 0) {
 				EV_CU(e,
 				    g->cu.cuMemcpyDtoDAsync(e->held[t],
-				        e->exp[t], e->tbytes[t], g->stream),
+				        cuda_st(e)->exp[t], e->tbytes[t],
+				        g->stream),
 				    EV_INTERNAL,
 				    "measuring the outputs' variation");
 				continue;
 			}
-			if (ev_dev_compare_now(e, t, e->held[t], e->exp[t],
-			        1e300, 0, "measuring the outputs' variation",
-			        &sl) != 0)
+			if (ev_dev_compare_now(e, t, e->held[t],
+			        cuda_st(e)->exp[t], 1e300, 0,
+			        "measuring the outputs' variation", &sl) != 0)
 				return -1;
 			e->var_rel[t] = sl.rel;
 			e->var_known[t] = 1;
@@ -1917,8 +1973,8 @@ cuda_report_wrong(ev *e, size_t t, unsigned k, const char *when)
 		return -1;
 	}
 	if (ev_pinned(e, bytes) != 0 ||
-	    ev_ok(e, e->g->cu.cuMemcpyDtoH(exp, e->exp[t], bytes), EV_INTERNAL,
-	        "reading the expected outputs") != 0 ||
+	    ev_ok(e, e->g->cu.cuMemcpyDtoH(exp, cuda_st(e)->exp[t], bytes),
+	        EV_INTERNAL, "reading the expected outputs") != 0 ||
 	    ev_ok(e, e->g->cu.cuMemcpyDtoH(e->g->pinned, e->tdev[t], bytes),
 	        EV_INTERNAL, "reading outputs") != 0) {
 		free(exp);
@@ -1946,10 +2002,10 @@ cuda_trial_check(ev *e, unsigned k, const char *when)
 		return -1;
 	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS && rv == 0; t++) {
 		ev_slot sl;
-		if (e->exp[t] == 0)
+		if (cuda_st(e)->exp[t] == 0)
 			continue;
-		if (ev_dev_compare_now(e, t, e->tdev[t], e->exp[t], tol->atol,
-		        tol->rtol, when, &sl) != 0)
+		if (ev_dev_compare_now(e, t, e->tdev[t], cuda_st(e)->exp[t],
+		        tol->atol, tol->rtol, when, &sl) != 0)
 			return -1;
 		ev_note_error(e, t, sl.max_abs, sl.max_rel, sl.rel);
 		if (sl.bad != 0 || sl.nans != 0 ||
@@ -1985,9 +2041,9 @@ cuda_run_check(ev *e, unsigned k, unsigned id, unsigned slot)
 	if (cuda_run_reference(e, EV_MAX_TRIALS + id) != 0)
 		return -1;
 	for (size_t t = 0; t < e->nt && t < EV_CHK_OUTS; t++)
-		if (e->exp[t] != 0 &&
-		    ev_dev_compare(e, t, e->tdev[t], e->exp[t], tol->atol,
-		        tol->rtol, ev_chk_slot(e, slot, t)) != 0)
+		if (cuda_st(e)->exp[t] != 0 &&
+		    ev_dev_compare(e, t, e->tdev[t], cuda_st(e)->exp[t],
+		        tol->atol, tol->rtol, ev_chk_slot(e, slot, t)) != 0)
 			return -1;
 	return cuda_poison_expected(e);
 }
@@ -1997,7 +2053,7 @@ static int ev_time(ev *e, prog *p, int check, Kclaw__Timing **out);
 static int
 cuda_baseline(ev *e)
 {
-	int rv = ev_time(e, &e->ref, 0, &e->res->baseline);
+	int rv = ev_time(e, &cuda_st(e)->ref, 0, &e->res->baseline);
 
 	if (rv == 0)
 		e->res->reference_ms = e->res->baseline->median_ms;
@@ -2034,7 +2090,7 @@ tensors_run_check(ev *e, unsigned k, unsigned id, unsigned slot)
 		    EV_INTERNAL, "setting a timed run's outputs aside");
 		ev_expected_protect(e, (int)k, PROT_READ);
 		r = g->cu.cuMemcpyHtoD(
-		    e->tdev[t], e->expected[k][t], e->tbytes[t]);
+		    e->tdev[t], tensors_st(e)->expected[k][t], e->tbytes[t]);
 		ev_expected_protect(e, (int)k, PROT_NONE);
 		EV_CU(e, r, EV_INTERNAL, "uploading expected outputs");
 		if (ev_dev_compare(e, t, e->held[t], e->tdev[t], tol->atol,
@@ -2055,24 +2111,132 @@ static void ev_warn(ev *e, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static int ev_check_variation(ev *e, size_t t, double rel, const char *when);
 
+static int
+cuda_usable(const Kclaw__Reference *ref)
+{
+	return ref->kind == KCLAW__REFERENCE__KIND__CUDA && ref->cuda != NULL;
+}
+
+/* The reference program compiled, loaded and checked like a candidate
+ * (its failures are the sandbox's: INTERNAL_ERROR). */
+static int
+cuda_setup(ev *e)
+{
+	const Kclaw__Candidate *rc = e->task->reference->cuda;
+	cuda_state *st = calloc(1, sizeof(*st));
+
+	if (st == NULL) {
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	e->ref_state = st;
+	st->ref.what = "reference";
+	st->ref.outs = st->exp;
+	/* At least three distributions in every evaluation. */
+	if (e->trials < EV_MIN_TRIALS)
+		e->trials = EV_MIN_TRIALS;
+	if (prog_compile(e, &st->ref, rc->source, e->g->arch) != 0 ||
+	    prog_load(e, &st->ref) != 0 ||
+	    prog_plan(e, &st->ref, rc->plan_json, 1) != 0 ||
+	    prog_prepare(e, &st->ref) != 0)
+		return -1;
+	return 0;
+}
+
+static int
+cuda_profile_inputs(ev *e)
+{
+	return cuda_make_tensors(e, 0, 1);
+}
+
+static void
+cuda_release(ev *e)
+{
+	cuda_state *st = e->ref_state;
+
+	if (st == NULL)
+		return;
+	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++)
+		if (st->exp[t] && !*e->fatal)
+			e->g->cu.cuMemFree(st->exp[t]);
+	prog_free(e, &st->ref);
+	free(st);
+	e->ref_state = NULL;
+}
+
 static const ev_ref_ops ev_cuda_ops = {
     .name = "cuda",
+    .usable = cuda_usable,
+    .setup = cuda_setup,
     .prepare = cuda_prepare,
     .trial_inputs = cuda_trial_inputs,
     .trial_check = cuda_trial_check,
     .run_inputs = cuda_run_inputs,
     .run_check = cuda_run_check,
+    .profile_inputs = cuda_profile_inputs,
     .baseline = cuda_baseline,
+    .release = cuda_release,
+    .batchable = 1,
 };
+
+static int
+tensors_usable(const Kclaw__Reference *ref)
+{
+	return ref->kind == KCLAW__REFERENCE__KIND__TENSORS && ref->n_sets > 0;
+}
+
+/* One trial per recorded set unless fewer were asked for. */
+static int
+tensors_setup(ev *e)
+{
+	const Kclaw__EvalOptions *o = e->req->options;
+	size_t sets = e->task->reference->n_sets;
+
+	if ((e->ref_state = calloc(1, sizeof(tensors_state))) == NULL) {
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	if (!(o && o->trials))
+		e->trials = (unsigned)sets;
+	if (e->trials > sets)
+		e->trials = (unsigned)sets;
+	return 0;
+}
+
+static int
+tensors_profile_inputs(ev *e)
+{
+	return ev_set_inputs(e, 0);
+}
+
+static void
+tensors_release(ev *e)
+{
+	tensors_state *st = e->ref_state;
+
+	if (st == NULL)
+		return;
+	for (unsigned k = 0; k < EV_MAX_TRIALS; k++)
+		for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++)
+			if (st->stash[k][t] != 0 && !*e->fatal &&
+			    (k == 0 || st->stash[k][t] != st->stash[0][t]))
+				e->g->cu.cuMemFree(st->stash[k][t]);
+	free(st);
+	e->ref_state = NULL;
+}
 
 static const ev_ref_ops ev_tensors_ops = {
     .name = "tensors",
+    .usable = tensors_usable,
+    .setup = tensors_setup,
     .prepare = ev_prepare_trials,
     .trial_inputs = ev_set_inputs,
     .trial_check = ev_check_outputs,
     .run_inputs = tensors_run_inputs,
     .run_check = tensors_run_check,
+    .profile_inputs = tensors_profile_inputs,
     .baseline = tensors_baseline,
+    .release = tensors_release,
     .caveat = "tensors reference: its input sets are fixed, so timed runs "
               "repeat inputs the candidate has seen (memoising across "
               "runs is stopped only by resetting the candidate's state "
@@ -2095,6 +2259,20 @@ static const ev_ref_ops ev_tensors_ops = {
 #define TORCH_CALL_MS 300000
 #define TORCH_BASELINE_MS 900000
 #define TORCH_TIMED_SERIAL 1000
+
+/* The torch reference's state: the reference process's buffers, mapped
+ * (one mapping per allocation). */
+typedef struct {
+	CUdeviceptr mapped[EV_MAX_TENSORS];
+	CUipcMemHandle mapped_handle[EV_MAX_TENSORS];
+	size_t nmapped;
+} torch_state;
+
+static torch_state *
+torch_st(const ev *e)
+{
+	return e->ref_state;
+}
 
 /* A status for a failed call: NO_TORCH where PyTorch or its GPU is
  * missing, else INTERNAL_ERROR (the sandbox's side, retried). */
@@ -2241,9 +2419,10 @@ torch_prepare(ev *e)
 			return -1;
 		}
 		/* One mapping per allocation: several tensors may share one. */
-		for (j = 0; j < e->nmapped; j++)
-			if (memcmp(&e->mapped_handle[j], &h, sizeof(h)) == 0)
-				base = e->mapped[j];
+		for (j = 0; j < torch_st(e)->nmapped; j++)
+			if (memcmp(&torch_st(e)->mapped_handle[j], &h,
+			        sizeof(h)) == 0)
+				base = torch_st(e)->mapped[j];
 		if (base == 0) {
 			CUresult r = g->cu.cuIpcOpenMemHandle(
 			    &base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
@@ -2252,8 +2431,8 @@ torch_prepare(ev *e)
 				return ev_cu(e, r, EV_INTERNAL,
 				    "mapping the torch reference's buffers");
 			}
-			e->mapped[e->nmapped] = base;
-			e->mapped_handle[e->nmapped++] = h;
+			torch_st(e)->mapped[torch_st(e)->nmapped] = base;
+			torch_st(e)->mapped_handle[torch_st(e)->nmapped++] = h;
 		}
 		e->tdev[t] = base + (CUdeviceptr)torch_num(jb, "offset");
 	}
@@ -2522,15 +2701,77 @@ torch_baseline(ev *e)
 	return 0;
 }
 
+static int
+torch_usable(const Kclaw__Reference *ref)
+{
+	return ref->kind == KCLAW__REFERENCE__KIND__TORCH &&
+	    ref->torch_source != NULL;
+}
+
+static int
+torch_setup(ev *e)
+{
+	if ((e->ref_state = calloc(1, sizeof(torch_state))) == NULL) {
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	/* At least three distributions in every evaluation. */
+	if (e->trials < EV_MIN_TRIALS)
+		e->trials = EV_MIN_TRIALS;
+	return 0;
+}
+
+/* The profiled runs read the inputs the reference process made last. */
+static int
+torch_profile_inputs(ev *e)
+{
+	(void)e;
+	return 0;
+}
+
+/* Two input sets of the task's own distribution: the reference process
+ * measures the outputs' variation on them. */
+static int
+torch_sample_inputs(ev *e)
+{
+	return torch_trial_inputs(e, 0) != 0 || torch_trial_inputs(e, 1) != 0
+	    ? -1
+	    : 0;
+}
+
+static void
+torch_release(ev *e)
+{
+	torch_state *st = e->ref_state;
+
+	if (st == NULL)
+		return;
+	for (size_t i = 0; i < st->nmapped && !*e->fatal; i++)
+		e->g->cu.cuIpcCloseMemHandle(st->mapped[i]);
+	free(st);
+	e->ref_state = NULL;
+}
+
 static const ev_ref_ops ev_torch_ops = {
     .name = "torch",
+    .usable = torch_usable,
+    .setup = torch_setup,
     .prepare = torch_prepare,
     .trial_inputs = torch_trial_inputs,
     .trial_check = torch_trial_check,
     .run_inputs = torch_run_inputs,
     .run_check = torch_run_check,
+    .profile_inputs = torch_profile_inputs,
+    .sample_inputs = torch_sample_inputs,
     .baseline = torch_baseline,
+    .release = torch_release,
+    .maps_tensors = 1,
+    .held_max = EV_HELD_MAX,
 };
+
+/* The reference kinds, in the order a task's reference is matched. */
+static const ev_ref_ops *const ev_ref_kinds[] = {
+    &ev_cuda_ops, &ev_torch_ops, &ev_tensors_ops};
 
 /* ------------------------------------------------------ the protocol */
 
@@ -2614,7 +2855,6 @@ ev_verify(ev *e)
 	gpu *g = e->g;
 	int rv;
 
-	ev_expected_protect(e, -1, PROT_NONE);
 	for (unsigned k = 0; k < e->trials; k++) {
 		char when[64];
 
@@ -2802,7 +3042,7 @@ ev_read_checks(ev *e, unsigned lo, unsigned n)
 /*
  * Buffer sets for back-to-back timing: set 0 is the evaluation's own
  * (e->tdev, p->scratch); every other set has inputs, outputs (of the
- * candidate; the reference writes into e->exp) and scratch of its own, and
+ * candidate; the reference writes into its own) and scratch of its own, and
  * shares the parameters. Swapping e->tdev and p->scratch points a run at
  * its set.
  */
@@ -2818,7 +3058,7 @@ typedef struct {
 static int
 ev_batch_eligible(const ev *e, const prog *p)
 {
-	if (!e->have_ref || !e->adaptive || p->nglobals != 0)
+	if (!e->ops->batchable || !e->adaptive || p->nglobals != 0)
 		return 0;
 	for (size_t s = 0; s < p->plan->nsteps; s++)
 		if (p->plan->steps[s].kind == SBX_STEP_MATMUL)
@@ -3340,8 +3580,7 @@ ev_profile(ev *e)
 	e->trace = 1;
 	for (; r < EV_PROFILE_RUNS; r++) {
 		float ms = 0;
-		if ((e->have_ref ? cuda_trial_inputs(e, 0)
-		                 : ev_set_inputs(e, 0)) != 0 ||
+		if (e->ops->profile_inputs(e) != 0 ||
 		    ev_held_run(e, &e->cand, flush, g->ev[0], g->ev[1]) != 0 ||
 		    ev_ok(e, g->cu.cuStreamSynchronize(g->stream),
 		        KCLAW__EVAL_STATUS__LAUNCH_ERROR, "profiling") != 0) {
@@ -3514,9 +3753,7 @@ ev_reference_only(ev *e, uint64_t *tp)
 	if (ev_alloc_tensors(e) != 0 || e->ops->prepare(e) != 0)
 		return;
 	ev_phase(e, "sandbox.load_ms", tp);
-	if (e->is_torch &&
-	    (e->ops->trial_inputs(e, 0) != 0 ||
-	        e->ops->trial_inputs(e, 1) != 0))
+	if (e->ops->sample_inputs != NULL && e->ops->sample_inputs(e) != 0)
 		return;
 	ev_phase(e, "sandbox.inputs_ms", tp);
 	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++)
@@ -3584,27 +3821,18 @@ gpu_device_metrics(gpu *g, Kclaw__EvalResult *res)
 static void
 ev_free(ev *e)
 {
-	for (unsigned k = 0; k < EV_MAX_TRIALS; k++)
-		for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++) {
-			if (e->stash[k][t] != 0 && !*e->fatal &&
-			    (k == 0 || e->stash[k][t] != e->stash[0][t]))
-				e->g->cu.cuMemFree(e->stash[k][t]);
-		}
-	for (size_t i = 0; i < e->nmapped && !*e->fatal; i++)
-		e->g->cu.cuIpcCloseMemHandle(e->mapped[i]);
+	if (e->ops != NULL && e->ops->release != NULL)
+		e->ops->release(e);
 	for (size_t t = 0; e->tdev && t < e->nt; t++) {
-		if (e->tdev[t] && !*e->fatal && !e->is_torch)
+		if (e->tdev[t] && !*e->fatal && !e->ops->maps_tensors)
 			e->g->cu.cuMemFree(e->tdev[t]);
 		if (t < EV_MAX_TENSORS && e->held[t] && !*e->fatal)
 			e->g->cu.cuMemFree(e->held[t]);
-		if (t < EV_MAX_TENSORS && e->exp[t] && !*e->fatal)
-			e->g->cu.cuMemFree(e->exp[t]);
 	}
 	free(e->tdev);
 	free(e->tbytes);
 	free(e->tcount);
 	prog_free(e, &e->cand);
-	prog_free(e, &e->ref);
 }
 
 static void
@@ -3624,7 +3852,6 @@ gpu_evaluate(void *state, const Kclaw__EvalRequest *req, Kclaw__EvalResult *res,
 	Kclaw__TaskSpec empty_task = KCLAW__TASK_SPEC__INIT;
 
 	e.cand.what = "candidate";
-	e.ref.what = "reference";
 	if (g->have_device && !g->measured) {
 		g->cu.cuCtxSetCurrent(g->ctx);
 		gpu_measure_ceilings(g);
@@ -3707,40 +3934,20 @@ reference:
 		e.trials = EV_MAX_TRIALS;
 	if (e.iters > EV_MAX_ITERS)
 		e.iters = EV_MAX_ITERS;
-	if (e.task->reference != NULL &&
-	    e.task->reference->kind == KCLAW__REFERENCE__KIND__CUDA &&
-	    e.task->reference->cuda != NULL) {
-		const Kclaw__Candidate *rc = e.task->reference->cuda;
-		e.have_ref = 1;
-		e.ops = &ev_cuda_ops;
-		if (prog_compile(&e, &e.ref, rc->source, g->arch) != 0 ||
-		    prog_load(&e, &e.ref) != 0 ||
-		    prog_plan(&e, &e.ref, rc->plan_json, 1) != 0 ||
-		    prog_prepare(&e, &e.ref) != 0)
-			goto out;
-	} else if (e.task->reference != NULL &&
-	    e.task->reference->kind == KCLAW__REFERENCE__KIND__TORCH &&
-	    e.task->reference->torch_source != NULL) {
-		e.ops = &ev_torch_ops;
-		e.is_torch = 1;
-	} else if (e.task->reference == NULL ||
-	    e.task->reference->kind != KCLAW__REFERENCE__KIND__TENSORS ||
-	    e.task->reference->n_sets == 0) {
+	for (size_t i = 0; e.task->reference != NULL && e.ops == NULL &&
+	     i < sizeof(ev_ref_kinds) / sizeof(ev_ref_kinds[0]);
+	     i++)
+		if (ev_ref_kinds[i]->usable(e.task->reference))
+			e.ops = ev_ref_kinds[i];
+	if (e.ops == NULL) {
 		sbx_result_status(res, EV_INTERNAL,
 		    "the task has no usable reference (a `cuda` or `torch` "
 		    "reference, or `tensors` sets); nothing to verify "
 		    "against");
 		goto out;
-	} else {
-		e.ops = &ev_tensors_ops;
-		if (!(o && o->trials))
-			e.trials = (unsigned)e.task->reference->n_sets;
-		if (e.trials > e.task->reference->n_sets)
-			e.trials = (unsigned)e.task->reference->n_sets;
 	}
-	/* At least three distributions in every evaluation. */
-	if (e.trials < EV_MIN_TRIALS && e.ops != &ev_tensors_ops)
-		e.trials = EV_MIN_TRIALS;
+	if (e.ops->setup(&e) != 0)
+		goto out;
 	if (e.trials > EV_MAX_TRIALS)
 		e.trials = EV_MAX_TRIALS;
 	if (e.ops->caveat != NULL)
