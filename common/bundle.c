@@ -694,7 +694,7 @@ bundle_json_utf8(const char *file, const cJSON *it, const char *path)
 			return kc_seterr(KC_EINVAL,
 			    "%s: a field name in %s is not valid UTF-8 (at "
 			    "byte %zu); save the file as UTF-8",
-			    file, path, bad);
+			    file, *path ? path : "the top-level object", bad);
 		if (cJSON_IsObject(it))
 			snprintf(sub, sizeof(sub), "%s%s%s", path,
 			    *path ? "." : "", c->string);
