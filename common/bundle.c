@@ -10,16 +10,21 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "kc_err.h"
 #include "kc_util.h"
+#include "npy.h"
+#include "spec_check.h"
 
 #define BUNDLE_JSON_MAX (1u << 20)
 #define BUNDLE_SOURCE_MAX (4u << 20)
@@ -28,6 +33,9 @@
 #define BUNDLE_MAX_SETS 64
 #define BUNDLE_MAX_ELEMS (1ull << 40)
 #define BUNDLE_NAME_MAX 63
+/* task.json and plans need a few levels; cJSON stops at 1000 and then
+ * says only that the text does not parse. */
+#define BUNDLE_JSON_MAX_DEPTH 64
 /* Integers in JSON are doubles; beyond 2^53 they are no longer exact. */
 #define BUNDLE_JSON_INT_MAX 9007199254740992.0
 
@@ -112,6 +120,164 @@ kc_tensor_kind_name(Kclaw__TensorKind kind)
 	return "unspecified";
 }
 
+/* ----------------------------------------------------------- guarded open */
+
+static const char *
+bundle_file_type(mode_t m)
+{
+	if (S_ISFIFO(m))
+		return "a FIFO";
+	if (S_ISDIR(m))
+		return "a folder";
+	if (S_ISCHR(m) || S_ISBLK(m))
+		return "a device";
+	if (S_ISSOCK(m))
+		return "a socket";
+	return "not a regular file";
+}
+
+int
+kc_bundle_open(const char *path, const char *what, unsigned flags,
+    const kc_path_rule *rule, kc_bundle_file *out)
+{
+	char fdpath[64], held[PATH_MAX];
+	unsigned char magic[6];
+	struct stat st, fst;
+	ssize_t n;
+	int fd, fl, rv;
+
+	memset(out, 0, sizeof(*out));
+	out->fd = -1;
+	if (path == NULL || path[0] == '\0')
+		return kc_seterr(KC_EINVAL, "%s: no file is named", what);
+	if (realpath(path, out->real) == NULL)
+		return kc_seterr(errno == ENOENT ? KC_ENOENT : KC_EIO,
+		    "%s: %s: %s", what, path, strerror(errno));
+	if (rule != NULL && rule->allow != NULL &&
+	    (rv = rule->allow(rule->arg, what, out->real)) != 0)
+		return rv;
+	if (stat(out->real, &st) != 0)
+		return kc_seterr(
+		    KC_EIO, "%s: %s: %s", what, out->real, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return kc_seterr(KC_EINVAL,
+		    "%s: %s is %s, not a regular file; task files must be "
+		    "regular files",
+		    what, path, bundle_file_type(st.st_mode));
+	/* The real path has no link in it now: one found at open time was
+	 * put there since, and a FIFO swapped in must not block. */
+	fd = open(out->real,
+	    O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ELOOP
+		    ? kc_seterr(KC_EPERM,
+		          "%s: %s became a symbolic link after it was "
+		          "checked; refused",
+		          what, out->real)
+		    : kc_seterr(errno == ENOENT ? KC_ENOENT : KC_EIO,
+		          "%s: cannot open %s: %s", what, out->real,
+		          strerror(errno));
+	rv = 0;
+	if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode) ||
+	    fst.st_dev != st.st_dev || fst.st_ino != st.st_ino)
+		rv = kc_seterr(KC_EPERM,
+		    "%s: %s was replaced between its check and its opening; "
+		    "refused",
+		    what, out->real);
+	/* Where the descriptor really is: a folder of the path swapped for
+	 * a link after realpath leads the open elsewhere, which only the
+	 * kernel's name for the open file shows. */
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
+	if (rv == 0 && (n = readlink(fdpath, held, sizeof(held) - 1)) < 0)
+		rv = kc_seterr(KC_EIO,
+		    "%s: cannot tell which file was opened for %s (%s: %s); "
+		    "kclaw needs /proc",
+		    what, out->real, fdpath, strerror(errno));
+	else if (rv == 0 && (held[n] = '\0', strcmp(held, out->real) != 0))
+		rv = kc_seterr(KC_EPERM,
+		    "%s: %s led to %s when it was opened (a link was swapped "
+		    "in after the check); refused",
+		    what, out->real, held);
+	if (rv == 0 &&
+	    ((fl = fcntl(fd, F_GETFL)) < 0 ||
+	        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0))
+		rv = kc_seterr(
+		    KC_EIO, "%s: %s: %s", what, out->real, strerror(errno));
+	if (rv == 0 && (flags & KC_OPEN_NPY) &&
+	    (pread(fd, magic, sizeof(magic), 0) != (ssize_t)sizeof(magic) ||
+	        memcmp(magic, "\x93NUMPY", 6) != 0))
+		rv = kc_seterr(KC_EINVAL,
+		    "%s: %s is not a .npy file (magic \\x93NUMPY missing); "
+		    "a tensor is a .npy file written with numpy.save",
+		    what, out->real);
+	if (rv != 0) {
+		close(fd);
+		return rv;
+	}
+	out->fd = fd;
+	out->dev = (uint64_t)fst.st_dev;
+	out->ino = (uint64_t)fst.st_ino;
+	out->size = (uint64_t)fst.st_size;
+	return 0;
+}
+
+int
+kc_bundle_read(const kc_bundle_file *f, const char *what, size_t max,
+    char **data, size_t *len)
+{
+	size_t got = 0, size = (size_t)f->size;
+	char *buf;
+
+	*data = NULL;
+	*len = 0;
+	if (f->size > max)
+		return kc_seterr(KC_ENOSPC,
+		    "%s: %s is %llu bytes, over the limit of %zu bytes (%.1f "
+		    "MB against a size limit of %.1f MiB)",
+		    what, f->real, (unsigned long long)f->size, max,
+		    (double)f->size / 1e6, (double)max / (1 << 20));
+	if ((buf = malloc(size + 1)) == NULL)
+		return KC_ENOMEM;
+	while (got < size) {
+		ssize_t n = pread(f->fd, buf + got, size - got, (off_t)got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			free(buf);
+			return kc_seterr(KC_EIO, "%s: cannot read %s: %s", what,
+			    f->real, n < 0 ? strerror(errno) : "short read");
+		}
+		got += (size_t)n;
+	}
+	buf[got] = '\0';
+	*data = buf;
+	*len = got;
+	return 0;
+}
+
+void
+kc_bundle_close(kc_bundle_file *f)
+{
+	if (f != NULL && f->fd >= 0)
+		close(f->fd);
+	if (f != NULL)
+		f->fd = -1;
+}
+
+int
+kc_bundle_read_file(const char *path, const char *what, unsigned flags,
+    const kc_path_rule *rule, size_t max, char **data, size_t *len)
+{
+	kc_bundle_file f;
+	int rv;
+
+	if ((rv = kc_bundle_open(path, what, flags, rule, &f)) != 0)
+		return rv;
+	rv = kc_bundle_read(&f, what, max, data, len);
+	kc_bundle_close(&f);
+	return rv;
+}
+
 /* ------------------------------------------------------------------ arena */
 
 /* Every allocation of a message under construction, freed in one go. */
@@ -175,6 +341,7 @@ bundle_arena_free(struct bundle_arena *a)
 struct bundle_loader {
 	char dir[PATH_MAX];       /* the bundle folder, absolute and resolved */
 	char file[PATH_MAX + 16]; /* "<dir>/task.json", starts each error */
+	const kc_path_rule *rule; /* the caller's (may be NULL) */
 	struct bundle_arena ar;
 	Kclaw__TaskSpec spec;
 	Kclaw__Tolerance tol;
@@ -356,12 +523,13 @@ bundle_get_u64(const char *file, const cJSON *obj, const char *what,
 	return rv;
 }
 
+/* A count of at most max (kc_spec_check's bounds, spec_check.h). */
 static int
 bundle_get_u32(const char *file, const cJSON *obj, const char *what,
-    const char *key, uint32_t *out)
+    const char *key, uint32_t max, uint32_t *out)
 {
 	uint64_t v = *out;
-	int rv = bundle_get_u64(file, obj, what, key, UINT32_MAX, &v);
+	int rv = bundle_get_u64(file, obj, what, key, max, &v);
 
 	if (rv == 0)
 		*out = (uint32_t)v;
@@ -375,70 +543,166 @@ bundle_get_dbl(const char *file, const cJSON *obj, const char *what,
 	return bundle_get_num(file, obj, what, key, 0, 0, 0, HUGE_VAL, out);
 }
 
-/*
- * Resolves a file name of the bundle to an absolute path inside it. Names
- * are relative and may not leave the folder (a bundle is self-contained, so
- * it can be content-addressed and shipped to another host).
- */
-static int
-bundle_resolve(const char *dir, const char *file, const char *what,
-    const char *rel, char out[PATH_MAX])
-{
-	char joined[PATH_MAX * 2];
-	size_t dl = strlen(dir);
-	struct stat st;
+/* The loader's rule: inside the bundle folder, then the caller's. */
+struct bundle_inside {
+	const struct bundle_loader *l;
+	const char *rel;
+};
 
-	if (rel[0] == '\0')
-		return kc_seterr(KC_EINVAL,
-		    "%s: %s: the file name is empty; name a file inside "
-		    "the bundle folder",
-		    file, what);
-	if (rel[0] == '/')
-		return kc_seterr(KC_EINVAL,
-		    "%s: %s: '%s' is an absolute path; name files relative "
-		    "to the bundle folder",
-		    file, what, rel);
-	snprintf(joined, sizeof(joined), "%s/%s", dir, rel);
-	if (strlen(joined) >= PATH_MAX)
-		return kc_seterr(KC_EINVAL, "%s: %s: path '%s' is too long",
-		    file, what, rel);
-	if (realpath(joined, out) == NULL)
-		return kc_seterr(errno == ENOENT ? KC_ENOENT : KC_EIO,
-		    "%s: %s: file '%s' is missing (%s); put it in %s or fix "
-		    "the name",
-		    file, what, rel, strerror(errno), dir);
-	if (strncmp(out, dir, dl) != 0 || out[dl] != '/')
+static int
+bundle_inside_allow(void *arg, const char *what, const char *real)
+{
+	const struct bundle_inside *in = arg;
+	const struct bundle_loader *l = in->l;
+	size_t dl = strlen(l->dir);
+
+	if (strncmp(real, l->dir, dl) != 0 || real[dl] != '/')
 		return kc_seterr(KC_EPERM,
-		    "%s: %s: '%s' leads outside the bundle folder; copy the "
-		    "file into %s",
-		    file, what, rel, dir);
-	if (stat(out, &st) != 0 || !S_ISREG(st.st_mode))
-		return kc_seterr(KC_EINVAL,
-		    "%s: %s: '%s' is not a regular file", file, what, rel);
+		    "%s: '%s' leads outside the bundle folder; copy the file "
+		    "into %s",
+		    what, in->rel, l->dir);
+	if (l->rule != NULL && l->rule->allow != NULL)
+		return l->rule->allow(l->rule->arg, what, real);
 	return 0;
 }
 
-/* Reads a text file of the bundle into the arena; refuses NUL bytes. */
+/*
+ * Opens a file of the bundle (kc_bundle_open). Names are relative and may
+ * not leave the folder (a bundle is self-contained, so it can be
+ * content-addressed and shipped to another host). what names the field
+ * (with the file it is in) in every message.
+ */
+static int
+bundle_open_rel(struct bundle_loader *l, const char *what, const char *rel,
+    kc_bundle_file *f)
+{
+	struct bundle_inside in = {.l = l, .rel = rel};
+	kc_path_rule rule = {.allow = bundle_inside_allow, .arg = &in};
+	char joined[PATH_MAX * 2];
+	int rv;
+
+	f->fd = -1;
+	if (rel[0] == '\0')
+		return kc_seterr(KC_EINVAL,
+		    "%s: the file name is empty; name a file inside the "
+		    "bundle folder",
+		    what);
+	if (rel[0] == '/')
+		return kc_seterr(KC_EINVAL,
+		    "%s: '%s' is an absolute path; name files relative to "
+		    "the bundle folder",
+		    what, rel);
+	snprintf(joined, sizeof(joined), "%s/%s", l->dir, rel);
+	if (strlen(joined) >= PATH_MAX)
+		return kc_seterr(
+		    KC_EINVAL, "%s: path '%s' is too long", what, rel);
+	rv = kc_bundle_open(joined, what, 0, &rule, f);
+	if (rv == KC_ENOENT)
+		return kc_seterr(KC_ENOENT,
+		    "%s: file '%s' is missing; put it in %s or fix the name",
+		    what, rel, l->dir);
+	return rv;
+}
+
+/* Reads a text file of the bundle into the arena: no NUL byte, UTF-8. */
 static int
 bundle_read_text(struct bundle_loader *l, const char *what, const char *rel,
     size_t max, char **out)
 {
-	char path[PATH_MAX];
+	char fwhat[PATH_MAX + 64];
+	kc_bundle_file f;
 	char *data;
-	size_t len;
+	size_t len, bad;
 	int rv;
 
-	if ((rv = bundle_resolve(l->dir, l->file, what, rel, path)) != 0)
+	snprintf(fwhat, sizeof(fwhat), "%s: %s", l->file, what);
+	if ((rv = bundle_open_rel(l, fwhat, rel, &f)) != 0)
 		return rv;
-	if ((rv = kc_read_file(path, max, &data, &len)) != 0)
-		return kc_seterr(rv, "%s: %s: %s", l->file, what, kc_lasterr());
+	rv = kc_bundle_read(&f, fwhat, max, &data, &len);
+	kc_bundle_close(&f);
+	if (rv != 0)
+		return rv;
 	if ((rv = bundle_adopt(&l->ar, data)) != 0)
 		return rv;
 	if (strlen(data) != len)
 		return kc_seterr(KC_EINVAL,
-		    "%s: %s: '%s' holds a NUL byte; it must be text", l->file,
-		    what, rel);
+		    "%s: '%s' holds a NUL byte; it must be text", fwhat, rel);
+	if (!kc_utf8_valid(data, len, &bad))
+		return kc_seterr(KC_EINVAL,
+		    "%s: '%s' is not valid UTF-8 (at byte %zu); save it as "
+		    "UTF-8",
+		    fwhat, rel, bad);
 	*out = data;
+	return 0;
+}
+
+/* Nesting beyond BUNDLE_JSON_MAX_DEPTH is refused as what it is, before
+ * cJSON (whose own limit reads as a syntax error) sees the text. */
+static int
+bundle_json_depth(const char *file, const char *text, size_t len)
+{
+	size_t depth = 0, line = 1;
+	bool str = false;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = text[i];
+		if (c == '\n')
+			line++;
+		if (str) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				str = false;
+		} else if (c == '"') {
+			str = true;
+		} else if (c == '[' || c == '{') {
+			if (++depth > BUNDLE_JSON_MAX_DEPTH)
+				return kc_seterr(KC_EINVAL,
+				    "%s: the JSON nests more than %d levels "
+				    "deep (at line %zu), over the depth limit "
+				    "of %d; a task or plan needs a few levels",
+				    file, BUNDLE_JSON_MAX_DEPTH, line,
+				    BUNDLE_JSON_MAX_DEPTH);
+		} else if ((c == ']' || c == '}') && depth > 0) {
+			depth--;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Every string and field name of the tree must be UTF-8: they reach JSON
+ * answers (status --json, the dashboard) that would not parse otherwise.
+ * path names the field ("tensors[1].source_name").
+ */
+static int
+bundle_json_utf8(const char *file, const cJSON *it, const char *path)
+{
+	char sub[256];
+	size_t bad;
+	int i = 0, rv;
+
+	if (cJSON_IsString(it) && it->valuestring != NULL &&
+	    !kc_utf8_valid(it->valuestring, strlen(it->valuestring), &bad))
+		return kc_seterr(KC_EINVAL,
+		    "%s: %s is not valid UTF-8 (at byte %zu); save the file "
+		    "as UTF-8",
+		    file, path, bad);
+	for (const cJSON *c = it->child; c != NULL; c = c->next, i++) {
+		if (cJSON_IsObject(it) && c->string != NULL &&
+		    !kc_utf8_valid(c->string, strlen(c->string), &bad))
+			return kc_seterr(KC_EINVAL,
+			    "%s: a field name in %s is not valid UTF-8 (at "
+			    "byte %zu); save the file as UTF-8",
+			    file, *path ? path : "the top-level object", bad);
+		if (cJSON_IsObject(it))
+			snprintf(sub, sizeof(sub), "%s%s%s", path,
+			    *path ? "." : "", c->string);
+		else
+			snprintf(sub, sizeof(sub), "%s[%d]", path, i);
+		if ((rv = bundle_json_utf8(file, c, sub)) != 0)
+			return rv;
+	}
 	return 0;
 }
 
@@ -446,9 +710,12 @@ static int
 bundle_parse_json(const char *file, const char *text, size_t len, cJSON **out)
 {
 	const char *end = NULL;
-	cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-	int line = 1;
+	cJSON *root;
+	int line = 1, rv;
 
+	if ((rv = bundle_json_depth(file, text, len)) != 0)
+		return rv;
+	root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
 	if (root == NULL) {
 		const char *stop = end ? end : cJSON_GetErrorPtr();
 		if (stop == NULL || stop < text || stop > text + len)
@@ -472,6 +739,10 @@ bundle_parse_json(const char *file, const char *text, size_t len, cJSON **out)
 		cJSON_Delete(root);
 		return kc_seterr(
 		    KC_EINVAL, "%s: must hold a JSON object {...}", file);
+	}
+	if ((rv = bundle_json_utf8(file, root, "")) != 0) {
+		cJSON_Delete(root);
+		return rv;
 	}
 	*out = root;
 	return 0;
@@ -674,10 +945,10 @@ bundle_parse_tensor(
 			return kc_seterr(KC_EINVAL,
 			    "%s: %s: a scalar's dtype is f32, f64, i32 or i64",
 			    l->file, what);
-		if (!cJSON_IsNumber(v))
+		if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
 			return kc_seterr(KC_EINVAL,
-			    "%s: %s: a scalar needs its 'value', a number "
-			    "(what get_inputs() returns in its place)",
+			    "%s: %s: a scalar needs its 'value', a finite "
+			    "number (what get_inputs() returns in its place)",
 			    l->file, what);
 		t->scalar_value = v->valuedouble;
 		if ((t->shape = bundle_alloc(&l->ar, sizeof(int64_t))) == NULL)
@@ -799,14 +1070,14 @@ bundle_parse_budget(struct bundle_loader *l, const cJSON *root)
 		return kc_seterr(
 		    KC_EINVAL, "%s: 'budget' must be an object", l->file);
 	if ((rv = bundle_check_keys(l->file, j, "budget", keys)) != 0 ||
-	    (rv = bundle_get_u32(
-	         l->file, j, "budget", "rounds", &l->budget.rounds)) != 0 ||
+	    (rv = bundle_get_u32(l->file, j, "budget", "rounds",
+	         KC_SPEC_MAX_ROUNDS, &l->budget.rounds)) != 0 ||
 	    (rv = bundle_get_u64(l->file, j, "budget", "tokens",
-	         BUNDLE_JSON_INT_MAX, &l->budget.tokens)) != 0 ||
+	         KC_SPEC_MAX_TOKENS, &l->budget.tokens)) != 0 ||
 	    (rv = bundle_get_u64(l->file, j, "budget", "wall_seconds",
-	         BUNDLE_JSON_INT_MAX, &l->budget.wall_seconds)) != 0 ||
-	    (rv = bundle_get_dbl(l->file, j, "budget", "target_speedup",
-	         &l->budget.target_speedup)) != 0)
+	         KC_SPEC_MAX_WALL_S, &l->budget.wall_seconds)) != 0 ||
+	    (rv = bundle_get_num(l->file, j, "budget", "target_speedup", 0, 0,
+	         0, KC_SPEC_MAX_SPEEDUP, &l->budget.target_speedup)) != 0)
 		return rv;
 	return 0;
 }
@@ -831,18 +1102,20 @@ bundle_parse_params(struct bundle_loader *l, const cJSON *root)
 		return kc_seterr(
 		    KC_EINVAL, "%s: 'params' must be an object", l->file);
 	if ((rv = bundle_check_keys(l->file, j, "params", keys)) != 0 ||
-	    (rv = bundle_get_u32(l->file, j, "params", "seeds", &p->seeds)) !=
-	        0 ||
-	    (rv = bundle_get_dbl(l->file, j, "params", "rt", &p->rt)) != 0 ||
-	    (rv = bundle_get_dbl(l->file, j, "params", "at", &p->at)) != 0 ||
-	    (rv = bundle_get_u32(
-	         l->file, j, "params", "max_repairs", &p->max_repairs)) != 0 ||
-	    (rv = bundle_get_u32(
-	         l->file, j, "params", "job_retries", &p->job_retries)) != 0 ||
+	    (rv = bundle_get_u32(l->file, j, "params", "seeds",
+	         KC_SPEC_MAX_SEEDS, &p->seeds)) != 0 ||
+	    (rv = bundle_get_num(l->file, j, "params", "rt", 0, 0, 0,
+	         KC_SPEC_MAX_RT, &p->rt)) != 0 ||
+	    (rv = bundle_get_num(l->file, j, "params", "at", 0, 0, 0,
+	         KC_SPEC_MAX_AT, &p->at)) != 0 ||
+	    (rv = bundle_get_u32(l->file, j, "params", "max_repairs",
+	         KC_SPEC_MAX_REPAIRS, &p->max_repairs)) != 0 ||
+	    (rv = bundle_get_u32(l->file, j, "params", "job_retries",
+	         KC_SPEC_MAX_JOB_RETRIES, &p->job_retries)) != 0 ||
 	    (rv = bundle_get_u32(l->file, j, "params", "agent_timeout_s",
-	         &p->agent_timeout_s)) != 0 ||
+	         KC_SPEC_MAX_TIMEOUT_S, &p->agent_timeout_s)) != 0 ||
 	    (rv = bundle_get_u32(l->file, j, "params", "eval_timeout_s",
-	         &p->eval_timeout_s)) != 0)
+	         KC_SPEC_MAX_TIMEOUT_S, &p->eval_timeout_s)) != 0)
 		return rv;
 	/* Shares in [0, 1], where 0 is off; on the wire 0 is the default and
 	 * a negative value off (proto/kclaw.proto FsmParams). */
@@ -860,139 +1133,40 @@ bundle_parse_params(struct bundle_loader *l, const cJSON *root)
 
 /* -------------------------------------------------------------------- npy */
 
-/* Finds 'key': in a .npy header dict and returns what follows the colon. */
-static const char *
-bundle_npy_field(const char *hdr, const char *key)
-{
-	char pat[32];
-	const char *p;
-
-	snprintf(pat, sizeof(pat), "'%s'", key);
-	if ((p = strstr(hdr, pat)) == NULL)
-		return NULL;
-	p += strlen(pat);
-	while (*p == ' ')
-		p++;
-	if (*p != ':')
-		return NULL;
-	p++;
-	while (*p == ' ')
-		p++;
-	return p;
-}
-
 /*
- * Checks that a .npy file holds a C-ordered array of the tensor's dtype and
- * shape, and that its size matches its header. The header is a Python dict
- * literal, e.g. {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }.
+ * Checks that the open .npy file f holds a C-ordered array of the
+ * tensor's dtype and shape, and that its size matches its header. The
+ * header is read by npy.c, the one reader of the format.
  */
 static int
-bundle_npy_check(const char *file, const char *what, const char *path,
+bundle_npy_check(const char *file, const char *what, const kc_bundle_file *f,
     const char *rel, const Kclaw__TensorSpec *t)
 {
-	unsigned char pre[12];
-	char hdr[4096], got[16] = "?";
-	const char *descr = NULL, *p;
-	uint32_t hlen;
-	size_t pre_len, i, ndim = 0;
-	int64_t shape[BUNDLE_MAX_DIMS + 1];
-	double elems = 1;
-	struct stat st;
-	FILE *f;
-	int rv = 0;
+	char nwhat[PATH_MAX + 256];
+	const char *descr = NULL;
+	kc_npy_header h;
+	double bytes;
+	int rv;
 
-	for (i = 0; i < KC_ARRAY_LEN(bundle_dtypes); i++)
+	for (size_t i = 0; i < KC_ARRAY_LEN(bundle_dtypes); i++)
 		if (bundle_dtypes[i].dtype == t->dtype)
 			descr = bundle_dtypes[i].npy;
-	if ((f = fopen(path, "rb")) == NULL)
-		return kc_seterr(KC_EIO, "%s: %s: cannot open '%s': %s", file,
-		    what, rel, strerror(errno));
-	if (fstat(fileno(f), &st) != 0 || fread(pre, 1, 10, f) != 10 ||
-	    memcmp(pre, "\x93NUMPY", 6) != 0) {
-		rv = kc_seterr(KC_EINVAL,
-		    "%s: %s: '%s' is not a .npy file; write it with "
-		    "numpy.save",
-		    file, what, rel);
-		goto out;
-	}
-	if (pre[6] == 1) {
-		hlen = (uint32_t)pre[8] | (uint32_t)pre[9] << 8;
-		pre_len = 10;
-	} else if ((pre[6] == 2 || pre[6] == 3) &&
-	    fread(pre + 10, 1, 2, f) == 2) {
-		hlen = (uint32_t)pre[8] | (uint32_t)pre[9] << 8 |
-		    (uint32_t)pre[10] << 16 | (uint32_t)pre[11] << 24;
-		pre_len = 12;
-	} else {
-		rv = kc_seterr(KC_EINVAL,
-		    "%s: %s: '%s' has .npy version %u, which kclaw does not "
-		    "read; write it with numpy.save",
-		    file, what, rel, pre[6]);
-		goto out;
-	}
-	if (hlen >= sizeof(hdr) || fread(hdr, 1, hlen, f) != hlen) {
-		rv = kc_seterr(KC_EINVAL,
-		    "%s: %s: '%s' has a truncated or oversized .npy header",
-		    file, what, rel);
-		goto out;
-	}
-	hdr[hlen] = '\0';
-
-	p = bundle_npy_field(hdr, "descr");
-	if (p != NULL && *p == '\'')
-		sscanf(p + 1, "%15[^']", got);
-	/* Byte order: little-endian or native ('='; every GPU host is
-	 * little-endian); '|' (not applicable) for bytes and void types. */
-	if (strchr("<|=", got[0]) == NULL || strcmp(got + 1, descr) != 0) {
-		rv = kc_seterr(KC_EINVAL,
+	snprintf(nwhat, sizeof(nwhat), "%s: %s: '%s'", file, what, rel);
+	if ((rv = kc_npy_read_header(f->fd, nwhat, &h)) != 0)
+		return rv;
+	if (h.dtype != t->dtype)
+		return kc_seterr(KC_EINVAL,
 		    "%s: %s: '%s' holds dtype '%s' but the tensor is %s, "
 		    "which is stored as '<%s'; convert the array or fix the "
 		    "dtype",
-		    file, what, rel, got, kc_dtype_name(t->dtype), descr);
-		goto out;
-	}
-	p = bundle_npy_field(hdr, "fortran_order");
-	if (p == NULL || strncmp(p, "False", 5) != 0) {
-		rv = kc_seterr(KC_EINVAL,
-		    "%s: %s: '%s' is not in C order; save "
-		    "numpy.ascontiguousarray(a)",
-		    file, what, rel);
-		goto out;
-	}
-	p = bundle_npy_field(hdr, "shape");
-	if (p == NULL || *p != '(') {
-		rv = kc_seterr(KC_EINVAL,
-		    "%s: %s: '%s' has no shape in its "
-		    "header",
-		    file, what, rel);
-		goto out;
-	}
-	for (p++;;) {
-		char *end;
-		long long v;
-		while (*p == ' ' || *p == ',')
-			p++;
-		if (*p == ')')
-			break;
-		errno = 0;
-		v = strtoll(p, &end, 10);
-		if (end == p || errno != 0 || v < 0 || ndim > BUNDLE_MAX_DIMS) {
-			rv = kc_seterr(KC_EINVAL,
-			    "%s: %s: '%s' has a malformed shape in its header",
-			    file, what, rel);
-			goto out;
-		}
-		shape[ndim++] = v;
-		elems *= (double)v;
-		p = end;
-	}
-	if (ndim != t->n_shape ||
-	    memcmp(shape, t->shape, ndim * sizeof(int64_t)) != 0) {
+		    file, what, rel, h.descr, kc_dtype_name(t->dtype), descr);
+	if ((size_t)h.ndim != t->n_shape ||
+	    memcmp(h.shape, t->shape, t->n_shape * sizeof(int64_t)) != 0) {
 		kc_str got = {0}, want = {0};
-		for (i = 0; i < ndim; i++)
-			kc_str_printf(
-			    &got, "%s%lld", i ? ", " : "", (long long)shape[i]);
-		for (i = 0; i < t->n_shape; i++)
+		for (int i = 0; i < h.ndim; i++)
+			kc_str_printf(&got, "%s%lld", i ? ", " : "",
+			    (long long)h.shape[i]);
+		for (size_t i = 0; i < t->n_shape; i++)
 			kc_str_printf(&want, "%s%lld", i ? ", " : "",
 			    (long long)t->shape[i]);
 		rv = kc_seterr(KC_EINVAL,
@@ -1002,20 +1176,16 @@ bundle_npy_check(const char *file, const char *what, const char *path,
 		    want.buf ? want.buf : "");
 		kc_str_free(&got);
 		kc_str_free(&want);
-		goto out;
+		return rv;
 	}
-	if ((double)st.st_size !=
-	    (double)(pre_len + hlen) +
-	        elems * (double)kc_dtype_size(t->dtype)) {
-		rv = kc_seterr(KC_EINVAL,
-		    "%s: %s: '%s' is %lld bytes, which does not match its "
+	bytes = (double)h.data_offset +
+	    (double)h.count * (double)kc_dtype_size(t->dtype);
+	if ((double)f->size != bytes)
+		return kc_seterr(KC_EINVAL,
+		    "%s: %s: '%s' is %llu bytes, which does not match its "
 		    "header (truncated?); write it again",
-		    file, what, rel, (long long)st.st_size);
-		goto out;
-	}
-out:
-	fclose(f);
-	return rv;
+		    file, what, rel, (unsigned long long)f->size);
+	return 0;
 }
 
 /* -------------------------------------------------------------- reference */
@@ -1028,7 +1198,8 @@ bundle_parse_set_map(struct bundle_loader *l, const cJSON *jset,
 {
 	const cJSON *jm = cJSON_GetObjectItemCaseSensitive(jset, key);
 	const cJSON *it;
-	char twhat[192], path[PATH_MAX];
+	char twhat[192], fwhat[PATH_MAX + 256];
+	kc_bundle_file f;
 	size_t n = 0;
 	int rv;
 
@@ -1067,16 +1238,18 @@ bundle_parse_set_map(struct bundle_loader *l, const cJSON *jset,
 		if (!cJSON_IsString(it))
 			return kc_seterr(KC_EINVAL,
 			    "%s: %s must be a .npy file name", l->file, twhat);
-		if ((rv = bundle_resolve(
-		         l->dir, l->file, twhat, it->valuestring, path)) != 0 ||
-		    (rv = bundle_npy_check(
-		         l->file, twhat, path, it->valuestring, t)) != 0)
+		snprintf(fwhat, sizeof(fwhat), "%s: %s", l->file, twhat);
+		if ((rv = bundle_open_rel(l, fwhat, it->valuestring, &f)) != 0)
+			return rv;
+		rv = bundle_npy_check(l->file, twhat, &f, it->valuestring, t);
+		kc_bundle_close(&f);
+		if (rv != 0)
 			return rv;
 		if ((td = bundle_alloc(&l->ar, sizeof(*td))) == NULL)
 			return KC_ENOMEM;
 		kclaw__tensor_data__init(td);
 		if ((td->name = bundle_strdup(&l->ar, t->name)) == NULL ||
-		    (td->path = bundle_strdup(&l->ar, path)) == NULL)
+		    (td->path = bundle_strdup(&l->ar, f.real)) == NULL)
 			return KC_ENOMEM;
 		(*out)[n++] = td;
 	}
@@ -1581,8 +1754,8 @@ bundle_parse_root(struct bundle_loader *l, const cJSON *root)
 	    (rv = bundle_parse_tolerance(l, root)) != 0 ||
 	    (rv = bundle_parse_budget(l, root)) != 0 ||
 	    (rv = bundle_parse_params(l, root)) != 0 ||
-	    (rv = bundle_get_u32(
-	         l->file, root, "task", "trials", &l->spec.trials)) != 0 ||
+	    (rv = bundle_get_u32(l->file, root, "task", "trials",
+	         KC_SPEC_MAX_TRIALS, &l->spec.trials)) != 0 ||
 	    (rv = bundle_get_u64(l->file, root, "task", "seed",
 	         BUNDLE_JSON_INT_MAX, &l->spec.seed)) != 0 ||
 	    (rv = bundle_parse_reference(l, root)) != 0)
@@ -1614,9 +1787,11 @@ bundle_open_dir(const char *dir, const char *what, char out[PATH_MAX])
 }
 
 int
-kc_bundle_load(const char *dir, Kclaw__TaskSpec **out)
+kc_bundle_load_rule(
+    const char *dir, const kc_path_rule *rule, Kclaw__TaskSpec **out)
 {
 	struct bundle_loader *l;
+	kc_bundle_file f = {.fd = -1};
 	cJSON *root = NULL;
 	char *text = NULL;
 	size_t len;
@@ -1626,10 +1801,14 @@ kc_bundle_load(const char *dir, Kclaw__TaskSpec **out)
 	if ((l = calloc(1, sizeof(*l))) == NULL)
 		return KC_ENOMEM;
 	kclaw__task_spec__init(&l->spec);
+	l->rule = rule;
 	if ((rv = bundle_open_dir(dir, "bundle", l->dir)) != 0)
 		goto out;
 	snprintf(l->file, sizeof(l->file), "%s/task.json", l->dir);
-	if ((rv = kc_read_file(l->file, BUNDLE_JSON_MAX, &text, &len)) != 0) {
+	/* task.json obeys the rules of the files it names: inside the
+	 * folder, a regular file (a FIFO would block the reader), opened
+	 * once. */
+	if ((rv = bundle_open_rel(l, l->file, "task.json", &f)) != 0) {
 		if (rv == KC_ENOENT)
 			rv = kc_seterr(rv,
 			    "%s is missing; a bundle folder holds task.json "
@@ -1637,16 +1816,32 @@ kc_bundle_load(const char *dir, Kclaw__TaskSpec **out)
 			    l->file);
 		goto out;
 	}
+	if ((rv = kc_bundle_read(&f, l->file, BUNDLE_JSON_MAX, &text, &len)) !=
+	    0) {
+		if (f.size > BUNDLE_JSON_MAX)
+			rv = kc_seterr(rv,
+			    "%s; keep tensors in .npy files and long text in "
+			    "the files task.json names (docs/bundle.md)",
+			    kc_lasterr());
+		goto out;
+	}
 	if ((rv = bundle_parse_json(l->file, text, len, &root)) != 0 ||
 	    (rv = bundle_parse_root(l, root)) != 0)
 		goto out;
 	rv = bundle_copy_out(&l->spec.base, (ProtobufCMessage **)out);
 out:
+	kc_bundle_close(&f);
 	cJSON_Delete(root);
 	free(text);
 	bundle_arena_free(&l->ar);
 	free(l);
 	return rv;
+}
+
+int
+kc_bundle_load(const char *dir, Kclaw__TaskSpec **out)
+{
+	return kc_bundle_load_rule(dir, NULL, out);
 }
 
 int

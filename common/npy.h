@@ -24,6 +24,36 @@ typedef struct {
 	void *data;       /* count * elem_size bytes, malloc'd */
 } kc_npy;
 
+/* The most header bytes a reader takes (NumPy writes well under 4 KiB). */
+#define KC_NPY_MAX_HEADER ((size_t)64 << 10)
+
+/*
+ * What a .npy header says: its dtype as written (descr, e.g. "<f4"), the
+ * dtype of kclaw it is (KCLAW__DTYPE__DTYPE_UNSPECIFIED when kclaw has none,
+ * so that a caller can name the file's type against the one it expected),
+ * the shape, and where the data starts.
+ */
+typedef struct {
+	char descr[16];
+	Kclaw__DType dtype;
+	int ndim;
+	int64_t shape[KC_NPY_MAX_DIMS];
+	size_t count;       /* product of shape (1 for a 0-d array) */
+	size_t data_offset; /* bytes before the data */
+} kc_npy_header;
+
+/*
+ * Parses the header at the start of buf (len bytes, at least the whole
+ * header). what names the file in errors. Refuses a missing magic, an
+ * unknown version, a truncated or oversized header, Fortran order,
+ * big-endian data, structured arrays and malformed shapes, each with a
+ * message that says which. An unknown dtype is not an error here.
+ */
+int kc_npy_parse_header(
+    const void *buf, size_t len, const char *what, kc_npy_header *h);
+/* The same from the start of an open file (pread: fd's offset is kept). */
+int kc_npy_read_header(int fd, const char *what, kc_npy_header *h);
+
 /* Bytes per element of a dtype in .npy files; 0 if unsupported. */
 size_t kc_npy_elem_size(Kclaw__DType dtype);
 

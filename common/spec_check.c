@@ -16,9 +16,6 @@
 
 #define SPEC_NAME_MAX 63 /* a tensor name: a C identifier */
 #define SPEC_TASK_NAME_MAX 128
-#define SPEC_MAX_ROUNDS 100000u
-#define SPEC_MAX_TRIALS 1000u
-#define SPEC_MAX_SEEDS 64u
 
 /* A C identifier of 1 to SPEC_NAME_MAX characters: tensor names become
  * kernel argument names and file names. */
@@ -79,13 +76,105 @@ spec_check_num(const char *what, double v)
 	return 0;
 }
 
+bool
+kc_utf8_valid(const char *s, size_t n, size_t *bad)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t i = 0;
+
+	while (i < n) {
+		unsigned c = u[i];
+		size_t k;
+		uint32_t cp, min;
+
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		if (c >= 0xc2 && c <= 0xdf) {
+			k = 1;
+			cp = c & 0x1f;
+			min = 0x80;
+		} else if (c >= 0xe0 && c <= 0xef) {
+			k = 2;
+			cp = c & 0x0f;
+			min = 0x800;
+		} else if (c >= 0xf0 && c <= 0xf4) {
+			k = 3;
+			cp = c & 0x07;
+			min = 0x10000;
+		} else {
+			goto fail;
+		}
+		if (k > n - i - 1)
+			goto fail;
+		for (size_t j = 1; j <= k; j++) {
+			if ((u[i + j] & 0xc0) != 0x80)
+				goto fail;
+			cp = cp << 6 | (u[i + j] & 0x3f);
+		}
+		/* Overlong, a UTF-16 surrogate, or past Unicode. */
+		if (cp < min || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+			goto fail;
+		i += k + 1;
+	}
+	return true;
+fail:
+	if (bad != NULL)
+		*bad = i;
+	return false;
+}
+
+/* Text shown to agents and in JSON answers: bounded and UTF-8. */
 static int
 spec_check_text(const char *what, const char *s)
 {
-	if (s != NULL && strlen(s) > KC_SPEC_MAX_TEXT)
+	size_t n = s != NULL ? strlen(s) : 0, bad;
+
+	if (n > KC_SPEC_MAX_TEXT)
 		return kc_seterr(KC_EINVAL,
 		    "spec: %s is %zu bytes, over the limit of %u; shorten it",
-		    what, strlen(s), KC_SPEC_MAX_TEXT);
+		    what, n, KC_SPEC_MAX_TEXT);
+	if (!kc_utf8_valid(s, n, &bad))
+		return kc_seterr(KC_EINVAL,
+		    "spec: %s is not valid UTF-8 (at byte %zu); send text as "
+		    "UTF-8",
+		    what, bad);
+	return 0;
+}
+
+/* A short label (a torch argument name, a candidate's origin). */
+static int
+spec_check_label(const char *what, const char *s)
+{
+	size_t n = s != NULL ? strlen(s) : 0;
+
+	if (n > KC_SPEC_MAX_LABEL)
+		return kc_seterr(KC_EINVAL,
+		    "spec: %s is %zu bytes, over the limit of %d; shorten it",
+		    what, n, KC_SPEC_MAX_LABEL);
+	return spec_check_text(what, s);
+}
+
+/* A count of at most max (0 is the default). */
+static int
+spec_check_count(const char *what, uint64_t v, uint64_t max)
+{
+	if (v > max)
+		return kc_seterr(KC_EINVAL,
+		    "spec: %s is %llu; at most %llu (0: the default)", what,
+		    (unsigned long long)v, (unsigned long long)max);
+	return 0;
+}
+
+/* A figure from 0 to max: finite, not negative. */
+static int
+spec_check_range(const char *what, double v, double max)
+{
+	if (!isfinite(v) || v < 0 || v > max)
+		return kc_seterr(KC_EINVAL,
+		    "spec: %s is %g; it must be a number from 0 to %g", what, v,
+		    max);
 	return 0;
 }
 
@@ -134,7 +223,7 @@ spec_check_tensor(const Kclaw__TaskSpec *spec, size_t i, uint64_t *total)
 {
 	const Kclaw__TensorSpec *t = spec->tensors[i];
 	const Kclaw__InitSpec *in;
-	char what[96];
+	char what[96], field[128];
 	uint64_t bytes;
 	bool scalar;
 	int rv;
@@ -172,6 +261,13 @@ spec_check_tensor(const Kclaw__TaskSpec *spec, size_t i, uint64_t *total)
 		    "more than a GPU holds; use smaller shapes",
 		    what, (unsigned long long)(KC_SPEC_MAX_TOTAL_BYTES >> 30));
 	*total += bytes;
+	snprintf(field, sizeof(field), "%s.source_name", what);
+	if ((rv = spec_check_label(field, t->source_name)) != 0)
+		return rv;
+	if (!isfinite(t->scalar_value))
+		return kc_seterr(KC_EINVAL,
+		    "spec: %s: scalar_value is %g; it must be finite", what,
+		    t->scalar_value);
 	if ((in = t->init) != NULL) {
 		if (t->kind == KCLAW__TENSOR_KIND__OUTPUT)
 			return kc_seterr(KC_EINVAL,
@@ -205,6 +301,13 @@ spec_check_data(const Kclaw__TaskSpec *spec, size_t set, const char *list,
 		    "spec: reference.sets[%zu].%s[%zu]: '%.80s' is not one of "
 		    "the task's tensors",
 		    set, list, j, d && d->name ? d->name : "");
+	if (d->path != NULL &&
+	    (strlen(d->path) > 4096 ||
+	        !kc_utf8_valid(d->path, strlen(d->path), NULL)))
+		return kc_seterr(KC_EINVAL,
+		    "spec: reference.sets[%zu].%s[%zu] '%s': path is not valid "
+		    "UTF-8 or longer than 4096 bytes",
+		    set, list, j, d->name);
 	if (d->blob != NULL && *d->blob && !spec_is_hex64(d->blob))
 		return kc_seterr(KC_EINVAL,
 		    "spec: reference.sets[%zu].%s[%zu] '%s': blob must be a "
@@ -231,14 +334,25 @@ spec_check_reference(const Kclaw__TaskSpec *spec)
 	        0 ||
 	    (rv = spec_check_num(
 	         "reference.torch_compile_ms", r->torch_compile_ms)) != 0 ||
+	    (rv = spec_check_num("reference.flops", r->flops)) != 0 ||
 	    (rv = spec_check_text("reference.torch_source", r->torch_source)) !=
-	        0)
+	        0 ||
+	    (rv = spec_check_label(
+	         "reference.torch_compile_mode", r->torch_compile_mode)) != 0)
 		return rv;
 	if (r->cuda != NULL &&
 	    ((rv = spec_check_text("reference.cuda.source", r->cuda->source)) !=
 	            0 ||
 	        (rv = spec_check_text(
-	             "reference.cuda.plan_json", r->cuda->plan_json)) != 0))
+	             "reference.cuda.plan_json", r->cuda->plan_json)) != 0 ||
+	        (rv = spec_check_label("reference.cuda.id", r->cuda->id)) !=
+	            0 ||
+	        (rv = spec_check_label(
+	             "reference.cuda.parent_id", r->cuda->parent_id)) != 0 ||
+	        (rv = spec_check_label(
+	             "reference.cuda.origin", r->cuda->origin)) != 0 ||
+	        (rv = spec_check_label(
+	             "reference.cuda.method", r->cuda->method)) != 0))
 		return rv;
 	if (r->kind == KCLAW__REFERENCE__KIND__CUDA &&
 	    (r->cuda == NULL || r->cuda->source == NULL || !*r->cuda->source))
@@ -267,6 +381,36 @@ spec_check_reference(const Kclaw__TaskSpec *spec)
 			         spec, s, "expected", j, ts->expected[j])) != 0)
 				return rv;
 	}
+	return 0;
+}
+
+/* The state machine's parameters: each bounded as in kclaw.json. */
+static int
+spec_check_params(const Kclaw__FsmParams *p)
+{
+	int rv;
+
+	if ((rv = spec_check_count(
+	         "params.seeds", p->seeds, KC_SPEC_MAX_SEEDS)) != 0 ||
+	    (rv = spec_check_range("params.rt", p->rt, KC_SPEC_MAX_RT)) != 0 ||
+	    (rv = spec_check_range("params.at", p->at, KC_SPEC_MAX_AT)) != 0 ||
+	    (rv = spec_check_count("params.max_repairs", p->max_repairs,
+	         KC_SPEC_MAX_REPAIRS)) != 0 ||
+	    (rv = spec_check_count("params.job_retries", p->job_retries,
+	         KC_SPEC_MAX_JOB_RETRIES)) != 0 ||
+	    (rv = spec_check_count("params.agent_timeout_s", p->agent_timeout_s,
+	         KC_SPEC_MAX_TIMEOUT_S)) != 0 ||
+	    (rv = spec_check_count("params.eval_timeout_s", p->eval_timeout_s,
+	         KC_SPEC_MAX_TIMEOUT_S)) != 0 ||
+	    (rv = spec_check_count("params.max_duplicates", p->max_duplicates,
+	         KC_SPEC_MAX_DUPLICATES)) != 0)
+		return rv;
+	if (!(p->explore_share <= 1) || !(p->sol_stop <= 1) ||
+	    !isfinite(p->explore_share) || !isfinite(p->sol_stop))
+		return kc_seterr(KC_EINVAL,
+		    "spec: params.explore_share is %g and params.sol_stop %g; "
+		    "each must be at most 1 (0: the default; negative: off)",
+		    p->explore_share, p->sol_stop);
 	return 0;
 }
 
@@ -314,33 +458,22 @@ kc_spec_check(const Kclaw__TaskSpec *spec)
 	        (rv = spec_check_num("tolerance.max_rel_norm",
 	             spec->tolerance->max_rel_norm)) != 0))
 		return rv;
-	if (spec->budget != NULL) {
-		if ((rv = spec_check_num("budget.target_speedup",
-		         spec->budget->target_speedup)) != 0)
-			return rv;
-		if (spec->budget->rounds > SPEC_MAX_ROUNDS)
-			return kc_seterr(KC_EINVAL,
-			    "spec: budget.rounds is %u; at most %u",
-			    spec->budget->rounds, SPEC_MAX_ROUNDS);
-	}
-	if (spec->params != NULL &&
-	    ((rv = spec_check_num("params.rt", spec->params->rt)) != 0 ||
-	        (rv = spec_check_num("params.at", spec->params->at)) != 0))
+	if (spec->budget != NULL &&
+	    ((rv = spec_check_range("budget.target_speedup",
+	          spec->budget->target_speedup, KC_SPEC_MAX_SPEEDUP)) != 0 ||
+	        (rv = spec_check_count("budget.rounds", spec->budget->rounds,
+	             KC_SPEC_MAX_ROUNDS)) != 0 ||
+	        (rv = spec_check_count("budget.tokens", spec->budget->tokens,
+	             (uint64_t)KC_SPEC_MAX_TOKENS)) != 0 ||
+	        (rv = spec_check_count("budget.wall_seconds",
+	             spec->budget->wall_seconds,
+	             (uint64_t)KC_SPEC_MAX_WALL_S)) != 0))
 		return rv;
-	if (spec->params != NULL &&
-	    (!(spec->params->explore_share <= 1) ||
-	        !(spec->params->sol_stop <= 1)))
-		return kc_seterr(KC_EINVAL,
-		    "spec: params.explore_share is %g and params.sol_stop %g; "
-		    "each must be at most 1 (0: the default; negative: off)",
-		    spec->params->explore_share, spec->params->sol_stop);
-	if (spec->params != NULL && spec->params->seeds > SPEC_MAX_SEEDS)
-		return kc_seterr(KC_EINVAL,
-		    "spec: params.seeds is %u; at most %u", spec->params->seeds,
-		    SPEC_MAX_SEEDS);
-	if (spec->trials > SPEC_MAX_TRIALS)
+	if (spec->params != NULL && (rv = spec_check_params(spec->params)) != 0)
+		return rv;
+	if (spec->trials > KC_SPEC_MAX_TRIALS)
 		return kc_seterr(KC_EINVAL, "spec: trials is %u; at most %u",
-		    spec->trials, SPEC_MAX_TRIALS);
+		    spec->trials, KC_SPEC_MAX_TRIALS);
 	if (spec->precision != NULL && *spec->precision &&
 	    strcmp(spec->precision, "strict") != 0 &&
 	    strcmp(spec->precision, "warn") != 0)

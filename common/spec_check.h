@@ -13,6 +13,7 @@
 #ifndef KC_SPEC_CHECK_H
 #define KC_SPEC_CHECK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,11 +27,38 @@
 #define KC_SPEC_MAX_TEXT (4u << 20)          /* description, context, sources */
 
 /*
+ * The bounds of the numbers a task gives (task.json and a spec sent to
+ * Submit alike; kclaw.json's "orchestrator" has the same ones). Each
+ * keeps what the orchestrator computes from it in range: a timeout in
+ * seconds times 1000 in 32 bits, a deadline in ms in 64.
+ */
+#define KC_SPEC_MAX_SEEDS 64u
+#define KC_SPEC_MAX_ROUNDS 100000u
+#define KC_SPEC_MAX_TRIALS 1000u
+#define KC_SPEC_MAX_REPAIRS 1000u
+#define KC_SPEC_MAX_JOB_RETRIES 100u
+#define KC_SPEC_MAX_DUPLICATES 1000u
+#define KC_SPEC_MAX_TIMEOUT_S 86400u /* agent and eval timeouts: a day */
+#define KC_SPEC_MAX_TOKENS 1e15
+#define KC_SPEC_MAX_WALL_S 1e9
+#define KC_SPEC_MAX_SPEEDUP 1e6
+#define KC_SPEC_MAX_RT 100.0
+#define KC_SPEC_MAX_AT 1e6
+#define KC_SPEC_MAX_LABEL 256 /* source_name, a candidate's id, origin */
+
+/*
  * 0 when spec may be stored; KC_EINVAL otherwise, with kc_lasterr() naming
  * the field, what is wrong and what to do ("spec: tensors[2] 'y':
  * shape[0] is -4; dimensions must be positive").
  */
 int kc_spec_check(const Kclaw__TaskSpec *spec);
+
+/*
+ * Whether s (n bytes) is valid UTF-8: no overlong forms, surrogates or
+ * code points past U+10FFFF. When it is not, *bad (may be NULL) is the
+ * offset of the first byte that is wrong.
+ */
+bool kc_utf8_valid(const char *s, size_t n, size_t *bad);
 
 /*
  * The bytes of a tensor of dtype and shape, with overflow checks: 0 and

@@ -53,6 +53,8 @@ orch_api_code(int err)
 {
 	switch (err) {
 	case KC_EINVAL: return KCLAW__API_CODE__API_BAD_REQUEST;
+	/* A size limit: the request named something too large. */
+	case KC_ENOSPC: return KCLAW__API_CODE__API_BAD_REQUEST;
 	case KC_ENOENT: return KCLAW__API_CODE__API_NOT_FOUND;
 	case KC_EEXIST: return KCLAW__API_CODE__API_CONFLICT;
 	case KC_EPERM: return KCLAW__API_CODE__API_UNAUTHORIZED;
@@ -121,6 +123,8 @@ api_submit(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 	Kclaw__SubmitResponse resp = KCLAW__SUBMIT_RESPONSE__INIT;
 	Kclaw__TaskSpec *loaded = NULL;
 	const Kclaw__TaskSpec *spec;
+	/* Every file of the bundle is held to the roots, task.json too. */
+	kc_path_rule rule = {.allow = orch_data_rule, .arg = &o->opt.cfg};
 	char id[ORCH_ID_LEN + 1], real[PATH_MAX];
 	int rv;
 
@@ -139,7 +143,7 @@ api_submit(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 		 * roots. */
 		if ((rv = orch_bundle_dir_check(&o->opt.cfg, req->bundle_dir,
 		         real, sizeof(real))) != 0 ||
-		    (rv = kc_bundle_load(real, &loaded)) != 0)
+		    (rv = kc_bundle_load_rule(real, &rule, &loaded)) != 0)
 			goto out;
 		spec = loaded;
 	}

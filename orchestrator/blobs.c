@@ -17,11 +17,13 @@
 #include "kc_config.h"
 #include "kc_err.h"
 #include "kc_util.h"
+#include "security.h"
 
 /* What the per-tensor steps need besides the tensor. */
 struct blobs_ctx {
 	store *s;
 	const char *dir;
+	const kc_config *cfg; /* the roots a path must lie in; NULL: none */
 	orch_blobs_progress p;
 	int (*progress)(void *arg, const orch_blobs_progress *p);
 	void *arg;
@@ -103,10 +105,20 @@ blobs_import_one(Kclaw__TensorData *td, void *arg)
 		bytes = td->data.data;
 		len = td->data.len;
 	} else {
-		if ((rv = kc_read_file(td->path, ORCH_BLOB_MAX, &data, &len)) !=
-		    0)
-			return kc_seterr(
-			    rv, "tensor '%s': %s", td->name, kc_lasterr());
+		/* Opened and checked once, read from what was checked. */
+		kc_bundle_file f;
+		char what[128];
+
+		snprintf(what, sizeof(what), "tensor '%s'", td->name);
+		rv = ctx->cfg != NULL
+		    ? orch_data_open(ctx->cfg, td->path, what, &f)
+		    : kc_bundle_open(td->path, what, 0, NULL, &f);
+		if (rv != 0)
+			return rv;
+		rv = kc_bundle_read(&f, what, ORCH_BLOB_MAX, &data, &len);
+		kc_bundle_close(&f);
+		if (rv != 0)
+			return rv;
 		bytes = data;
 	}
 	rv = store_blob_put(ctx->s, bytes, len, hash);
@@ -132,11 +144,15 @@ blobs_import_one(Kclaw__TensorData *td, void *arg)
 }
 
 int
-orch_blobs_import(store *s, Kclaw__TaskSpec *spec, const char *cache_dir,
+orch_blobs_import_checked(store *s, Kclaw__TaskSpec *spec,
+    const char *cache_dir, const kc_config *cfg,
     int (*progress)(void *arg, const orch_blobs_progress *p), void *arg)
 {
-	struct blobs_ctx ctx = {
-	    .s = s, .dir = cache_dir, .progress = progress, .arg = arg};
+	struct blobs_ctx ctx = {.s = s,
+	    .dir = cache_dir,
+	    .cfg = cfg,
+	    .progress = progress,
+	    .arg = arg};
 	int rv;
 
 	if (cache_dir != NULL && (rv = kc_mkdirs(cache_dir, 0700)) != 0)
@@ -145,6 +161,14 @@ orch_blobs_import(store *s, Kclaw__TaskSpec *spec, const char *cache_dir,
 	if (progress && (rv = progress(arg, &ctx.p)) != 0)
 		return rv;
 	return kc_spec_each_tensor_data(spec, blobs_import_one, &ctx);
+}
+
+int
+orch_blobs_import(store *s, Kclaw__TaskSpec *spec, const char *cache_dir,
+    int (*progress)(void *arg, const orch_blobs_progress *p), void *arg)
+{
+	return orch_blobs_import_checked(
+	    s, spec, cache_dir, NULL, progress, arg);
 }
 
 bool

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "bus.h"
+#include "kc_config.h"
 #include "kclaw.pb-c.h"
 #include "store.h"
 
@@ -44,6 +45,17 @@ bool orch_blobs_pending(const Kclaw__TaskSpec *spec);
  * each; a non-zero return stops the import and is returned.
  */
 int orch_blobs_import(store *s, Kclaw__TaskSpec *spec, const char *cache_dir,
+    int (*progress)(void *arg, const orch_blobs_progress *p), void *arg);
+/*
+ * The same, with every TensorData.path opened as Submit checked it
+ * (orch_data_open: the bundle roots of cfg, never the home's own files,
+ * a regular .npy file, read from the descriptor that was checked), so a
+ * link swapped in after Submit imports nothing from outside the roots.
+ * orch_blobs_import opens regular files the same way (never blocking on
+ * a FIFO), with no roots and no .npy check.
+ */
+int orch_blobs_import_checked(store *s, Kclaw__TaskSpec *spec,
+    const char *cache_dir, const kc_config *cfg,
     int (*progress)(void *arg, const orch_blobs_progress *p), void *arg);
 
 /*

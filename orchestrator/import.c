@@ -15,6 +15,11 @@
  *
  * A restarted kclawd finds the task still IMPORTING and imports it again
  * from the start; blobs already stored are kept (content-addressed).
+ *
+ * Every file is opened with the check Submit made (orch_data_open: the
+ * bundle roots, never the home's own files, a regular .npy file) and read
+ * from that descriptor: a link swapped in after Submit, or before a
+ * restart, imports nothing from outside the roots.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,8 +110,8 @@ import_one(struct orch_importer *imp, struct orch_import_req *req)
 
 	kc_clearerr();
 	if ((rv = orch_spec_get(imp->o, req->id, &spec)) == 0)
-		rv = orch_blobs_import(
-		    imp->o->db, spec, imp->cache_dir, import_progress, imp);
+		rv = orch_blobs_import_checked(imp->o->db, spec, imp->cache_dir,
+		    &imp->o->opt.cfg, import_progress, imp);
 	if (rv == KC_ECANCELED) {
 		KC_INFO("task %s: import abandoned", req->id);
 		if (spec)

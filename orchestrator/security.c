@@ -193,7 +193,54 @@ security_root_holds(const char *root, const char *path)
 	return realpath(root, real) != NULL && security_inside(path, real);
 }
 
-/* Whether real (a real path) lies inside one of the allowed roots. */
+/* The LLM key file kclaw.json or the environment names, if any. */
+static void
+security_key_file(const cJSON *root, char out[PATH_MAX])
+{
+	const cJSON *llm = cJSON_GetObjectItemCaseSensitive(root, "llm");
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(llm, "api_key_file");
+	const char *env = getenv("KCLAW_LLM_API_KEY_FILE");
+
+	out[0] = '\0';
+	if (env != NULL && *env && realpath(env, out) != NULL)
+		return;
+	out[0] = '\0';
+	if (cJSON_IsString(f) && realpath(f->valuestring, out) == NULL)
+		out[0] = '\0';
+}
+
+/*
+ * Whether real is one of the deployment's own files: they hold the token,
+ * the LLM key, the store and the logs, and are never task data, even where
+ * a root (the home, or a working folder above it) holds them.
+ */
+static bool
+security_private(const kc_config *cfg, const cJSON *root, const char *real)
+{
+	static const char *const own[] = {"db", "run", "cache", "recordings"};
+	char home[PATH_MAX], path[PATH_MAX + 32], key[PATH_MAX];
+
+	if (realpath(cfg->config_path, path) != NULL && strcmp(path, real) == 0)
+		return true;
+	if (security_root_holds(cfg->run_dir, real) ||
+	    security_root_holds(cfg->db_dir, real))
+		return true;
+	if (realpath(cfg->home, home) != NULL) {
+		for (size_t i = 0; i < KC_ARRAY_LEN(own); i++) {
+			snprintf(path, sizeof(path), "%s/%s", home, own[i]);
+			if (security_inside(real, path))
+				return true;
+		}
+		snprintf(path, sizeof(path), "%s/kclaw.json", home);
+		if (strcmp(path, real) == 0)
+			return true;
+	}
+	security_key_file(root, key);
+	return key[0] != '\0' && strcmp(key, real) == 0;
+}
+
+/* Whether real (a real path) lies inside one of the allowed roots;
+ * KC_EPERM when it is one of the deployment's own files. */
 static int
 security_allowed(const kc_config *cfg, const char *real, bool *ok)
 {
@@ -203,6 +250,17 @@ security_allowed(const kc_config *cfg, const char *real, bool *ok)
 	cJSON *root;
 	int rv;
 
+	if ((rv = security_config(cfg, &root)) != 0)
+		return rv;
+	if (security_private(cfg, root, real)) {
+		cJSON_Delete(root);
+		*ok = false;
+		return kc_seterr(KC_EPERM,
+		    "%s is one of the deployment's own files (kclaw.json, "
+		    "db/, run/, cache/, recordings/, the LLM key file), never "
+		    "task data; name a file of a bundle",
+		    real);
+	}
 	*ok = (getcwd(cwd, sizeof(cwd)) != NULL &&
 	          security_root_holds(cwd, real)) ||
 	    security_root_holds(cfg->home, real);
@@ -216,13 +274,11 @@ security_allowed(const kc_config *cfg, const char *real, bool *ok)
 		}
 		p += n + (p[n] == ':');
 	}
-	if (*ok)
-		return 0;
-	if ((rv = security_config(cfg, &root)) != 0)
-		return rv;
 	roots = cJSON_GetObjectItemCaseSensitive(root, "bundle_roots");
 	cJSON_ArrayForEach(r, roots)
 	{
+		if (*ok)
+			break;
 		if (!cJSON_IsString(r) || r->valuestring[0] == '\0')
 			continue;
 		/* A relative root is relative to the home. */
@@ -231,8 +287,7 @@ security_allowed(const kc_config *cfg, const char *real, bool *ok)
 		else
 			snprintf(rel, sizeof(rel), "%s/%s", cfg->home,
 			    r->valuestring);
-		if ((*ok = security_root_holds(rel, real)))
-			break;
+		*ok = security_root_holds(rel, real);
 	}
 	cJSON_Delete(root);
 	return 0;
@@ -273,35 +328,57 @@ orch_bundle_dir_check(
 	return 0;
 }
 
+int
+orch_data_rule(void *arg, const char *what, const char *real)
+{
+	const kc_config *cfg = arg;
+	char cwd[PATH_MAX];
+	bool ok;
+	int rv;
+
+	if ((rv = security_allowed(cfg, real, &ok)) != 0)
+		return kc_seterr(rv, "%s: %s", what, kc_lasterr());
+	if (!ok)
+		return kc_seterr(KC_EPERM,
+		    "%s: %s is outside the allowed roots (kclawd's working "
+		    "folder %s, the deployment home %s, KCLAW_BUNDLE_ROOTS and "
+		    "\"bundle_roots\" in %s); add the bundle's folder to "
+		    "bundle_roots or send the data inline",
+		    what, real, security_cwd(cwd, sizeof(cwd)), cfg->home,
+		    cfg->config_path);
+	return 0;
+}
+
+int
+orch_data_open(const kc_config *cfg, const char *path, const char *what,
+    kc_bundle_file *out)
+{
+	kc_path_rule rule = {.allow = orch_data_rule, .arg = (void *)cfg};
+	int rv = kc_bundle_open(path, what, KC_OPEN_NPY, &rule, out);
+
+	if (rv == KC_ENOENT || rv == KC_EIO)
+		return kc_seterr(KC_EINVAL,
+		    "%s; send the data inline, or run the orchestrator where "
+		    "the bundle is",
+		    kc_lasterr());
+	return rv;
+}
+
 static int
 security_tensor_path(const kc_config *cfg, const Kclaw__TensorData *td,
-    size_t set, const char *what)
+    size_t set, const char *kind)
 {
-	char path[PATH_MAX], cwd[PATH_MAX];
-	bool ok;
+	char what[160];
+	kc_bundle_file f;
 	int rv;
 
 	if (td->path == NULL || td->path[0] == '\0')
 		return 0;
-	if (realpath(td->path, path) == NULL)
-		return kc_seterr(KC_EINVAL,
-		    "reference set %zu: %s tensor '%s': %s: %s on the "
-		    "orchestrator's host; send the data inline, or run the "
-		    "orchestrator where the bundle is",
-		    set + 1, what, td->name ? td->name : "", td->path,
-		    strerror(errno));
-	if ((rv = security_allowed(cfg, path, &ok)) != 0)
+	snprintf(what, sizeof(what), "reference set %zu: %s tensor '%s'",
+	    set + 1, kind, td->name ? td->name : "");
+	if ((rv = orch_data_open(cfg, td->path, what, &f)) != 0)
 		return rv;
-	if (!ok)
-		return kc_seterr(KC_EPERM,
-		    "reference set %zu: %s tensor '%s': %s is outside the "
-		    "allowed roots (kclawd's working folder %s, the deployment "
-		    "home %s, KCLAW_BUNDLE_ROOTS and \"bundle_roots\" in %s); "
-		    "add the bundle's folder to bundle_roots or send the data "
-		    "inline",
-		    set + 1, what, td->name ? td->name : "", path,
-		    security_cwd(cwd, sizeof(cwd)), cfg->home,
-		    cfg->config_path);
+	kc_bundle_close(&f);
 	return 0;
 }
 

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "bundle.h"
 #include "kc_config.h"
 #include "kclaw.pb-c.h"
 
@@ -34,9 +35,27 @@ int orch_bundle_dir_check(
 /*
  * The same rule for the .npy files a spec's reference names
  * (TensorData.path): a spec sent over the API must not make the sandbox
- * read a file outside the allowed roots. KC_EPERM / KC_EINVAL with the
- * tensor and what to do.
+ * read a file outside the allowed roots. Each file is opened as the
+ * importer opens it (orch_data_open), so what is refused here is refused
+ * there too. KC_EPERM / KC_EINVAL with the tensor and what to do.
  */
 int orch_spec_paths_check(const kc_config *cfg, const Kclaw__TaskSpec *spec);
+
+/*
+ * The rule for every file kclawd reads as task data (a kc_path_rule's
+ * allow, arg a const kc_config *): its real path lies inside an allowed
+ * root, and is none of the deployment's own files, whatever root holds
+ * it: kclaw.json, db/, run/ (sockets, logs), cache/, recordings/ and the
+ * LLM key file that kclaw.json or KCLAW_LLM_API_KEY_FILE names.
+ */
+int orch_data_rule(void *cfg, const char *what, const char *real);
+
+/*
+ * Opens a tensor file that a spec names for reading, with orch_data_rule
+ * and the .npy magic checked on the descriptor (kc_bundle_open). Submit's
+ * check and the importer (also after a restart) both open with it.
+ */
+int orch_data_open(const kc_config *cfg, const char *path, const char *what,
+    kc_bundle_file *out);
 
 #endif

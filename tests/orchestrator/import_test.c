@@ -64,10 +64,19 @@ big_spec(const char *name, size_t nsets, bool write, bool bad)
 {
 	Kclaw__TaskSpec *spec = h_spec(name, "seeds=ok:2.0;opt=1.0;ref=4.0", 1);
 	size_t n = (size_t)FILE_MB * (1 << 20) / 4;
-	static char dir[300];
+	static char dir[300], huge[320];
 
 	snprintf(dir, sizeof(dir), "%s/bundle", h_home);
 	mkdir(dir, 0700);
+	/* A .npy file that passes Submit's check, over the import's size
+	 * limit of 2 GiB (ORCH_BLOB_MAX; sparse: it takes no room). */
+	snprintf(huge, sizeof(huge), "%s/huge.npy", dir);
+	if (bad) {
+		int fd = open(huge, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		KT_ASSERT(fd >= 0 && pwrite(fd, "\x93NUMPY", 6, 0) == 6 &&
+		    ftruncate(fd, ((off_t)2 << 30) + 1) == 0);
+		close(fd);
+	}
 	for (size_t i = 0; i < nsets; i++) {
 		snprintf(paths[2 * i], sizeof(paths[0]), "%s/x%zu.npy", dir, i);
 		snprintf(
@@ -80,7 +89,7 @@ big_spec(const char *name, size_t nsets, bool write, bool bad)
 		kclaw__tensor_data__init(&xs[i]);
 		kclaw__tensor_data__init(&ys[i]);
 		xs[i].name = "x";
-		xs[i].path = bad && i == 0 ? dir : paths[2 * i];
+		xs[i].path = bad && i == 0 ? huge : paths[2 * i];
 		ys[i].name = "y";
 		ys[i].path = paths[2 * i + 1];
 		x_ptrs[i] = &xs[i];
@@ -318,13 +327,14 @@ test_failed_and_cancelled(void)
 	h_setup("import-fail", "\"poll_ms\": 300");
 	kclawd = h_kclawd();
 	h_wait_up();
-	/* A tensor "file" that is a folder: the import fails, and says why. */
+	/* A tensor file over the size limit: the import fails, and says
+	 * why (a folder is refused at Submit already). */
 	KT_OK(h_submit(big_spec("badbundle", 1, true, true), NULL, id));
 	s = h_wait_final(id, 30000);
 	KT_EQ_STR(s->task->state, "FAILED");
 	KT_CONTAINS(s->task->error, "import failed");
 	KT_CONTAINS(s->task->error, "tensor 'x'");
-	KT_CONTAINS(s->task->error, "is not a regular file");
+	KT_CONTAINS(s->task->error, "over the limit");
 	kclaw__status_response__free_unpacked(s, NULL);
 	state_story(id, story, sizeof(story));
 	KT_EQ_STR(story, "SUBMITTED -> IMPORTING; IMPORTING -> FAILED");
