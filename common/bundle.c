@@ -188,12 +188,14 @@ kc_bundle_open(const char *path, const char *what, unsigned flags,
 	 * a link after realpath leads the open elsewhere, which only the
 	 * kernel's name for the open file shows. */
 	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
-	if (rv == 0 && (n = readlink(fdpath, held, sizeof(held) - 1)) < 0)
+	n = rv == 0 ? readlink(fdpath, held, sizeof(held) - 1) : 0;
+	if (n < 0)
 		rv = kc_seterr(KC_EIO,
 		    "%s: cannot tell which file was opened for %s (%s: %s); "
 		    "kclaw needs /proc",
 		    what, out->real, fdpath, strerror(errno));
-	else if (rv == 0 && (held[n] = '\0', strcmp(held, out->real) != 0))
+	held[n > 0 ? n : 0] = '\0';
+	if (rv == 0 && strcmp(held, out->real) != 0)
 		rv = kc_seterr(KC_EPERM,
 		    "%s: %s led to %s when it was opened (a link was swapped "
 		    "in after the check); refused",

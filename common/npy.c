@@ -268,7 +268,9 @@ kc_npy_read(const char *path, size_t max_len, kc_npy *out)
 	size_t len;
 	int rv;
 
-	if ((rv = kc_read_file(path, max_len, &buf, &len)) != 0)
+	/* Opened as a bundle's files are: a regular file, never waited on. */
+	if ((rv = kc_bundle_read_file(
+	         path, path, KC_OPEN_NPY, NULL, max_len, &buf, &len)) != 0)
 		return rv;
 	rv = kc_npy_parse(buf, len, path, out);
 	free(buf);

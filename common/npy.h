@@ -64,7 +64,8 @@ size_t kc_npy_elem_size(Kclaw__DType dtype);
  * message that says which.
  */
 int kc_npy_parse(const void *buf, size_t len, const char *what, kc_npy *out);
-/* Reads and parses a file (at most max_len bytes). */
+/* Reads and parses a file (at most max_len bytes), opened with
+ * kc_bundle_open: a regular file only, a FIFO refused without waiting. */
 int kc_npy_read(const char *path, size_t max_len, kc_npy *out);
 /* Encodes arr (version 1.0 header) into a malloc'd buffer (caller frees). */
 int kc_npy_encode(const kc_npy *arr, void **buf, size_t *len);

@@ -125,6 +125,19 @@ fail:
 	return false;
 }
 
+/* s as an error message may quote it (in at most 80 bytes): not valid
+ * UTF-8, or cut inside a character, would make the answer's JSON invalid
+ * in turn. */
+static const char *
+spec_shown(const char *s)
+{
+	size_t n = s != NULL ? strlen(s) : 0;
+
+	if (n <= 80 && kc_utf8_valid(s, n, NULL))
+		return n ? s : "";
+	return n > 80 ? "(a name over 80 bytes)" : "(a name not valid UTF-8)";
+}
+
 /* Text shown to agents and in JSON answers: bounded and UTF-8. */
 static int
 spec_check_text(const char *what, const char *s)
@@ -233,7 +246,7 @@ spec_check_tensor(const Kclaw__TaskSpec *spec, size_t i, uint64_t *total)
 		    "spec: tensors[%zu]: name '%.80s' is not a C identifier; "
 		    "use letters, digits and '_', not starting with a digit, "
 		    "at most %d characters",
-		    i, t && t->name ? t->name : "", SPEC_NAME_MAX);
+		    i, t ? spec_shown(t->name) : "", SPEC_NAME_MAX);
 	snprintf(what, sizeof(what), "tensors[%zu] '%s'", i, t->name);
 	if (spec_find(spec, t->name, i) != NULL)
 		return kc_seterr(KC_EINVAL,
@@ -300,7 +313,7 @@ spec_check_data(const Kclaw__TaskSpec *spec, size_t set, const char *list,
 		return kc_seterr(KC_EINVAL,
 		    "spec: reference.sets[%zu].%s[%zu]: '%.80s' is not one of "
 		    "the task's tensors",
-		    set, list, j, d && d->name ? d->name : "");
+		    set, list, j, d ? spec_shown(d->name) : "");
 	if (d->path != NULL &&
 	    (strlen(d->path) > 4096 ||
 	        !kc_utf8_valid(d->path, strlen(d->path), NULL)))
@@ -429,7 +442,7 @@ kc_spec_check(const Kclaw__TaskSpec *spec)
 		    "spec: name '%.80s' may hold only letters, digits, '_', "
 		    "'-' and '.' (1 to %d, not starting with '.'); rename the "
 		    "task",
-		    spec->name ? spec->name : "", SPEC_TASK_NAME_MAX);
+		    spec_shown(spec->name), SPEC_TASK_NAME_MAX);
 	if ((rv = spec_check_text("description", spec->description)) != 0 ||
 	    (rv = spec_check_text("context", spec->context)) != 0)
 		return rv;
@@ -480,7 +493,7 @@ kc_spec_check(const Kclaw__TaskSpec *spec)
 		return kc_seterr(KC_EINVAL,
 		    "spec: precision '%.40s' is unknown; use \"strict\" or "
 		    "\"warn\"",
-		    spec->precision);
+		    spec_shown(spec->precision));
 	return spec_check_reference(spec);
 }
 

@@ -209,6 +209,12 @@ sbx_ptxas_parse(const char *log, sbx_ptxas_info **info, size_t *ninfo)
  * to is only known to the preprocessor. The scan is deliberately coarse:
  * it does not know about comments or strings, so it may refuse a harmless
  * "#include" spelled inside one, never accept a real one.
+ *
+ * `__has_include("/any/path")` (and _next, and __has_embed) reads no file
+ * but tells whether one exists, so it obeys the same rule: only
+ * `__has_include(<name>)` with an allowed name, or `defined` asking
+ * whether the feature exists. Token pasting (`##`) can spell it from
+ * pieces no scan sees, so a #define may not paste.
  */
 
 static bool
@@ -289,6 +295,55 @@ compile_operand_ok(const char *s, size_t i, size_t n)
 	return true;
 }
 
+/* True when the identifier at s[i] is the operand of `defined`, with or
+ * without parentheses. */
+static bool
+compile_after_defined(const char *s, size_t i)
+{
+	while (i > 0 && (compile_is_space(s[i - 1]) || s[i - 1] == '('))
+		i--;
+	return i >= 7 && memcmp(s + i - 7, "defined", 7) == 0 &&
+	    (i == 7 || !compile_ident_char(s[i - 8]));
+}
+
+/* Checks a probe's operand at s[i]: "( <name> )" with an allowed name. */
+static bool
+compile_probe_ok(const char *s, size_t i, size_t n)
+{
+	i = compile_skip_fwd(s, i, n);
+	if (i >= n || s[i] != '(')
+		return false;
+	i = compile_skip_fwd(s, i + 1, n);
+	if (!compile_operand_ok(s, i, n))
+		return false;
+	while (s[i] != '>')
+		i++;
+	i = compile_skip_fwd(s, i + 1, n);
+	return i < n && s[i] == ')';
+}
+
+/* The refusal of a probe or a pasting #define at line (NULL: none). */
+static const char *
+compile_probe_check(const char *t, size_t i, size_t e, size_t n)
+{
+	static const char *const probes[] = {
+	    "__has_include", "__has_include_next", "__has_embed"};
+
+	for (size_t k = 0; k < KC_ARRAY_LEN(probes); k++)
+		if (e - i == strlen(probes[k]) &&
+		    memcmp(t + i, probes[k], e - i) == 0 &&
+		    !compile_after_defined(t, i) && !compile_probe_ok(t, e, n))
+			return probes[k];
+	if (e - i == 6 && memcmp(t + i, "define", 6) == 0 &&
+	    compile_after_hash(t, i)) {
+		for (size_t j = e; j + 1 < n && t[j] != '\n'; j++)
+			if ((t[j] == '#' && t[j + 1] == '#') ||
+			    (j + 3 < n && memcmp(t + j, "%:%:", 4) == 0))
+				return "##";
+	}
+	return NULL;
+}
+
 int
 sbx_check_includes(const char *source, char *why, size_t whylen)
 {
@@ -323,6 +378,24 @@ sbx_check_includes(const char *source, char *why, size_t whylen)
 		size_t e = i;
 		while (e < n && compile_ident_char(t[e]))
 			e++;
+		const char *probe = compile_probe_check(t, i, e, n);
+		if (probe != NULL) {
+			snprintf(why, whylen,
+			    "kernel.cu:%zu: %s is not allowed: %s", line,
+			    strcmp(probe, "##") == 0 ? "a #define that "
+			                               "pastes tokens (##)"
+			                             : probe,
+			    strcmp(probe, "##") == 0
+			        ? "pasting can spell __has_include, which "
+			          "tells whether a file exists on the sandbox "
+			          "host; write the names out"
+			        : "it tells whether a file exists on the "
+			          "sandbox host; a kernel may only ask for "
+			          "toolkit headers as a literal <name>, e.g. "
+			          "__has_include(<cuda_fp16.h>)");
+			rv = KC_EINVAL;
+			break;
+		}
 		for (size_t k = 0; k < KC_ARRAY_LEN(names); k++) {
 			if (e - i != strlen(names[k]) ||
 			    memcmp(t + i, names[k], e - i) != 0 ||

@@ -1578,9 +1578,18 @@ static void
 orch_task_limits(struct orch_task *t, const Kclaw__TaskSpec *spec)
 {
 	if (spec->params) {
+		uint32_t a = spec->params->agent_timeout_s;
+		uint32_t e = spec->params->eval_timeout_s;
+
 		t->job_retries = spec->params->job_retries;
-		t->agent_timeout_ms = spec->params->agent_timeout_s * 1000;
-		t->eval_timeout_ms = spec->params->eval_timeout_s * 1000;
+		/* Bounded at Submit (kc_spec_check); a spec stored before
+		 * the bound still must not wrap. */
+		t->agent_timeout_ms =
+		    (a < KC_SPEC_MAX_TIMEOUT_S ? a : KC_SPEC_MAX_TIMEOUT_S) *
+		    1000;
+		t->eval_timeout_ms =
+		    (e < KC_SPEC_MAX_TIMEOUT_S ? e : KC_SPEC_MAX_TIMEOUT_S) *
+		    1000;
 	}
 }
 

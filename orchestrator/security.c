@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kc_err.h"
@@ -209,6 +210,15 @@ security_key_file(const cJSON *root, char out[PATH_MAX])
 		out[0] = '\0';
 }
 
+static bool
+security_same_file(const struct stat *st, const char *path)
+{
+	struct stat o;
+
+	return stat(path, &o) == 0 && o.st_dev == st->st_dev &&
+	    o.st_ino == st->st_ino;
+}
+
 /*
  * Whether real is one of the deployment's own files: they hold the token,
  * the LLM key, the store and the logs, and are never task data, even where
@@ -219,8 +229,13 @@ security_private(const kc_config *cfg, const cJSON *root, const char *real)
 {
 	static const char *const own[] = {"db", "run", "cache", "recordings"};
 	char home[PATH_MAX], path[PATH_MAX + 32], key[PATH_MAX];
+	struct stat st;
+	bool have = stat(real, &st) == 0;
 
-	if (realpath(cfg->config_path, path) != NULL && strcmp(path, real) == 0)
+	/* A hard link has a path of its own: the files are compared too. */
+	if ((realpath(cfg->config_path, path) != NULL &&
+	        strcmp(path, real) == 0) ||
+	    (have && security_same_file(&st, cfg->config_path)))
 		return true;
 	if (security_root_holds(cfg->run_dir, real) ||
 	    security_root_holds(cfg->db_dir, real))
@@ -236,7 +251,8 @@ security_private(const kc_config *cfg, const cJSON *root, const char *real)
 			return true;
 	}
 	security_key_file(root, key);
-	return key[0] != '\0' && strcmp(key, real) == 0;
+	return key[0] != '\0' &&
+	    (strcmp(key, real) == 0 || (have && security_same_file(&st, key)));
 }
 
 /* Whether real (a real path) lies inside one of the allowed roots;

@@ -334,6 +334,13 @@ test_home_files_are_not_data(void)
 		KT_CONTAINS(kc_lasterr(), "input tensor 'x'");
 		KT_CONTAINS(kc_lasterr(), "the deployment's own files");
 	}
+	/* A hard link to kclaw.json has a path of its own. */
+	snprintf(path, sizeof(path), "%s/kclaw.json", h_home);
+	snprintf(json, sizeof(json), "%s/bundles/hard.npy", h_home);
+	KT_ASSERT(link(path, json) == 0);
+	KT_EQ_INT(
+	    orch_spec_paths_check(&h_cfg, spec_with_path(json)), KC_EPERM);
+	KT_CONTAINS(kc_lasterr(), "the deployment's own files");
 	/* Naming run/ as a root changes nothing. */
 	snprintf(path, sizeof(path), "%s/run", h_home);
 	setenv("KCLAW_BUNDLE_ROOTS", path, 1);
