@@ -25,7 +25,8 @@ static const llm_message msgs[] = {
     {"system", "You are a test."},
     {"user", "Say \"hi\"\nplease."},
 };
-static const llm_request req = {msgs, 2, "t/planner/0", 0, NULL, 0, 0};
+static const llm_request req = {
+    msgs, 2, "t/planner/0", 0, NULL, 0, 0, NULL, NULL};
 
 static llm_client *
 open_client(unsigned timeout_ms)
@@ -714,7 +715,7 @@ test_window_from_vllm(void)
 {
 	cJSON *opts = cJSON_CreateObject(), *m, *log;
 	llm_message big[2] = {{"system", "s"}, {"user", NULL}};
-	llm_request breq = {big, 2, "t/planner/0", 0, NULL, 0, 0};
+	llm_request breq = {big, 2, "t/planner/0", 0, NULL, 0, 0, NULL, NULL};
 	llm_client *c = open_client(2000);
 	llm_limits lim;
 	llm_response r;
