@@ -578,23 +578,56 @@ llm_close(llm_client *c)
 
 /* ------------------------------------------------------------- helpers */
 
+/* A message's text without its LLM_CACHE_BREAK lines (malloc'd). */
+static char *
+llm_without_cache_break(const char *text)
+{
+	size_t n = strlen(LLM_CACHE_BREAK);
+	const char *p = text, *m;
+	kc_str s = {0};
+
+	while ((m = strstr(p, LLM_CACHE_BREAK)) != NULL) {
+		if (kc_str_appendn(&s, p, (size_t)(m - p)) != 0) {
+			kc_str_free(&s);
+			return NULL;
+		}
+		p = m + n;
+		if (*p == '\n')
+			p++;
+	}
+	if (kc_str_append(&s, p) != 0) {
+		kc_str_free(&s);
+		return NULL;
+	}
+	return s.buf != NULL ? kc_str_take(&s) : strdup("");
+}
+
 cJSON *
 llm_messages_json(const llm_request *req)
 {
 	cJSON *arr, *m;
+	char *text;
 
 	if ((arr = cJSON_CreateArray()) == NULL)
 		return NULL;
 	for (size_t i = 0; i < req->nmessages; i++) {
+		const char *c = req->messages[i].content;
+		text = strstr(c, LLM_CACHE_BREAK) != NULL
+		    ? llm_without_cache_break(c)
+		    : NULL;
 		if ((m = cJSON_CreateObject()) == NULL ||
 		    !cJSON_AddItemToArray(arr, m) ||
 		    cJSON_AddStringToObject(m, "role", req->messages[i].role) ==
 		        NULL ||
-		    cJSON_AddStringToObject(
-		        m, "content", req->messages[i].content) == NULL) {
+		    (text == NULL && c != NULL &&
+		        strstr(c, LLM_CACHE_BREAK) != NULL) ||
+		    cJSON_AddStringToObject(m, "content", text ? text : c) ==
+		        NULL) {
+			free(text);
 			cJSON_Delete(arr);
 			return NULL;
 		}
+		free(text);
 	}
 	return arr;
 }

@@ -248,7 +248,8 @@ void llm_get_limits(llm_client *c, llm_limits *out);
 void llm_close(llm_client *c);
 
 /* The request's messages as a new JSON array, [{"role":...,"content":...},
- * ...] (the caller deletes it); NULL when out of memory. */
+ * ...], LLM_CACHE_BREAK lines left out (the caller deletes it); NULL when
+ * out of memory. */
 cJSON *llm_messages_json(const llm_request *req);
 
 /* SHA-256 (hex) of the request's messages as compact JSON,
