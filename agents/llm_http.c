@@ -73,8 +73,8 @@ enum {
 #define LLM_CUT_PERCENT 60u
 #define LLM_CUT_MIN_TOKENS 1024u
 
-/* Anthropic's thinking budgets for reasoning_effort low, medium, high;
- * 1024 is the least the API takes. */
+/* The least thinking budget Anthropic takes; reasoning_effort low, medium
+ * and high ask for 1, 4 and 16 times it (at most half of max_tokens). */
 #define LLM_THINK_MIN 1024u
 
 typedef struct {
@@ -146,7 +146,7 @@ llm_http_sent(const llm_http *h)
 
 	if (p->reasoning_effort && h->cfg.reasoning_effort[0] != '\0')
 		m |= LLM_P_REASONING_EFFORT;
-	/* Anthropic's thinking takes no temperature (nor top_p) of ours. */
+	/* Anthropic's thinking takes no temperature but its default. */
 	if (p->temperature &&
 	    !(h->anthropic && (m & LLM_P_REASONING_EFFORT) &&
 	        !(h->dropped & LLM_P_REASONING_EFFORT)))

@@ -307,6 +307,9 @@ orch_job_lookup(orch *o, const char *job_id)
 	return NULL;
 }
 
+/* The longest agent error kept: a worker's text, bounded. */
+#define ORCH_AGENT_ERROR_MAX 4096
+
 /* The task's last agent error (TaskRecord.last_agent_error); NULL
  * clears it. */
 static void
@@ -317,7 +320,7 @@ orch_agent_error(struct orch_task *t, Kclaw__Role role, const char *error)
 	size_t n;
 
 	if (error != NULL) {
-		n = strlen(name) + strlen(error) + 3;
+		n = strlen(name) + strnlen(error, ORCH_AGENT_ERROR_MAX) + 3;
 		if ((e = malloc(n)) == NULL)
 			return;
 		snprintf(e, n, "%s: %s", name, error);
@@ -330,11 +333,14 @@ orch_agent_error(struct orch_task *t, Kclaw__Role role, const char *error)
 /* A running job's model calls fail and are retried (WorkRequest.progress):
  * said at once in the task's status and as an event. */
 static void
-orch_agent_progress(orch *o, const Kclaw__AgentProgress *p)
+orch_agent_progress(orch *o, const Kclaw__WorkRequest *req)
 {
+	const Kclaw__AgentProgress *p = req->progress;
 	struct orch_job *j = orch_job_lookup(o, p->job_id ? p->job_id : "");
 
-	if (j == NULL || j->role != p->role || j->state != ORCH_JOB_RUNNING)
+	/* Only the worker that runs the job speaks for it. */
+	if (j == NULL || j->role != p->role || j->state != ORCH_JOB_RUNNING ||
+	    strcmp(j->worker, req->worker_id) != 0)
 		return;
 	orch_agent_error(
 	    j->task, j->role, p->error && *p->error ? p->error : "retrying");
@@ -506,7 +512,7 @@ orch_work_call(orch *o, bus_call *call)
 	/* Word from a job still running: no result, no request for work. */
 	if (req->progress != NULL) {
 		Kclaw__WorkReply wr = KCLAW__WORK_REPLY__INIT;
-		orch_agent_progress(o, req->progress);
+		orch_agent_progress(o, req);
 		kc_call_reply_msg(call, &wr.base);
 		goto out;
 	}
