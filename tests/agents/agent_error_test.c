@@ -91,7 +91,7 @@ main(void)
 	KT_OK(h_submit(h_spec("agent_error", "", 1), NULL, id));
 
 	fprintf(stderr, "-- the error is in the task's status while retried\n");
-	err = wait_agent_error(id, true, 10000);
+	err = wait_agent_error(id, true, 20000);
 	KT_CONTAINS(err, "generator: model call try ");
 	KT_CONTAINS(err, " of 5 failed: HTTP 529 (Overloaded)");
 	KT_CONTAINS(err, "retrying in 2.0 s");
@@ -111,7 +111,7 @@ main(void)
 	KT_ASSERT(seen);
 
 	fprintf(stderr, "-- a job that succeeds clears it\n");
-	free(wait_agent_error(id, false, 15000));
+	free(wait_agent_error(id, false, 20000));
 
 	h_reap_all();
 	h_teardown();
