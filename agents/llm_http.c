@@ -546,14 +546,17 @@ llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
 		        CURLE_OK &&
 		    retry_after > 0)
 			t->wait_ms = (long)retry_after * 1000;
-		/* A spent budget is no rate limit: waiting does not end it. */
+		/* A spent budget is no rate limit: waiting does not end it
+		 * (Anthropic's enforced_spend_limit_reached, OpenAI's
+		 * insufficient_quota). */
 		if (t->status == 429 && body.buf != NULL &&
-		    strstr(body.buf, "spend_limit") != NULL) {
+		    (strstr(body.buf, "spend_limit") != NULL ||
+		        strstr(body.buf, "insufficient_quota") != NULL)) {
 			t->retry = false;
 			snprintf(server + strlen(server),
 			    sizeof(server) - strlen(server),
-			    "; the account's spend limit is reached: raise it "
-			    "with the provider");
+			    "; the account's spend limit or quota is reached: "
+			    "raise it with the provider");
 		}
 		snprintf(t->what, sizeof(t->what), "HTTP %ld%s%s%s", t->status,
 		    server[0] ? " (" : "", server, server[0] ? ")" : "");

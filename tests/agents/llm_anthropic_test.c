@@ -364,7 +364,7 @@ test_retries(void)
 	        "(enforced_spend_limit_reached)"),
 	    anth_reply("never", NULL, NULL), NULL);
 	KT_EQ_INT(llm_chat(c, &r2, &r), KC_EHTTP);
-	KT_CONTAINS(kc_lasterr(), "spend limit");
+	KT_CONTAINS(kc_lasterr(), "spend limit or quota");
 	KT_CONTAINS(kc_lasterr(), "not retried");
 	KT_EQ_INT(nretries, 0);
 	log = kt_llm_log(&srv);

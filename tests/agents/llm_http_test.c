@@ -204,6 +204,25 @@ test_4xx_not_retried(void)
 	KT_EQ_INT(cJSON_GetArraySize(log), 1);
 	cJSON_Delete(log);
 
+	/* OpenAI's spent quota is a 429 that waiting does not end. */
+	{
+		cJSON *quota = cJSON_CreateObject();
+		cJSON_AddNumberToObject(quota, "status", 429);
+		cJSON_AddStringToObject(quota, "raw",
+		    "{\"error\": {\"message\": \"You exceeded your current "
+		    "quota\", \"type\": \"insufficient_quota\", \"code\": "
+		    "\"insufficient_quota\"}}");
+		kt_llm_script(&srv, quota, kt_reply("unused"), NULL);
+		KT_EQ_INT(llm_chat(c, &req, &r), KC_EHTTP);
+		KT_CONTAINS(
+		    kc_lasterr(), "HTTP 429 (You exceeded your current");
+		KT_CONTAINS(kc_lasterr(), "quota is reached");
+		KT_CONTAINS(kc_lasterr(), "not retried");
+		log = kt_llm_log(&srv);
+		KT_EQ_INT(cJSON_GetArraySize(log), 1);
+		cJSON_Delete(log);
+	}
+
 	kt_llm_script(&srv, kt_status(401, NULL), NULL);
 	KT_EQ_INT(llm_chat(c, &req, &r), KC_EHTTP);
 	KT_CONTAINS(kc_lasterr(), "HTTP 401");
