@@ -264,6 +264,7 @@ agent_usage_add(Kclaw__Usage *u, const llm_response *resp, bool failed)
 	u->completion_tokens += resp->completion_tokens;
 	u->reasoning_tokens += resp->reasoning_tokens;
 	u->cached_tokens += resp->cached_tokens;
+	u->cache_write_tokens += resp->cache_write_tokens;
 	u->latency_ms += resp->latency_ms;
 	u->retries += resp->retries;
 	u->dropped_params += resp->dropped_params;
@@ -287,6 +288,33 @@ agent_truncated(const llm_response *resp)
 	    strcmp(resp->finish_reason, "length") == 0;
 }
 
+/* What a failed, retried model call of a job tells the orchestrator. */
+typedef struct {
+	const agent_ctx *ctx;
+	const agent_role *role;
+	const Kclaw__AgentJob *job;
+} agent_retry_arg;
+
+static void
+agent_on_retry(void *arg, const llm_retry *rt)
+{
+	const agent_retry_arg *a = arg;
+	Kclaw__AgentProgress p = KCLAW__AGENT_PROGRESS__INIT;
+	char error[1400];
+
+	snprintf(error, sizeof(error),
+	    "model call try %u of %u failed: %s; retrying in %.1f s",
+	    rt->try_no, rt->max_tries, rt->what, (double)rt->wait_ms / 1000);
+	p.job_id = a->job->job_id;
+	p.role = a->role->role;
+	p.error = error;
+	p.http_status = rt->status > 0 ? (uint32_t)rt->status : 0;
+	p.failed_try = rt->try_no;
+	p.max_tries = rt->max_tries;
+	p.retry_in_ms = rt->wait_ms;
+	a->ctx->progress(a->ctx->progress_arg, &p);
+}
+
 /* Asks until a reply is valid or max_asks is reached. */
 static int
 agent_converse(const agent_ctx *ctx, const agent_role *role,
@@ -299,6 +327,7 @@ agent_converse(const agent_ctx *ctx, const agent_role *role,
 	unsigned bad = 0, cut = 0, attempt = 0, limit = 0;
 	llm_response resp;
 	llm_limits lim;
+	agent_retry_arg rarg = {ctx, role, job};
 	kc_str err = {0};
 	char *text;
 	int rv = 0;
@@ -306,7 +335,8 @@ agent_converse(const agent_ctx *ctx, const agent_role *role,
 	llm_get_limits(ctx->llm, &lim);
 	while (bad < max) {
 		llm_request req = {conv->m, conv->n, key, attempt, ctx->cancel,
-		    ctx->deadline_ms, limit};
+		    ctx->deadline_ms, limit,
+		    ctx->progress != NULL ? agent_on_retry : NULL, &rarg};
 		if (ctx->cancel != NULL && atomic_load(ctx->cancel) != 0) {
 			rv = agent_fail(r,
 			    "task %s was cancelled or the service is shutting "
@@ -496,6 +526,18 @@ out:
 	return 0;
 }
 
+/* agent_ctx.progress of a worker: the word goes out on its work socket,
+ * briefly (a lost one is said again by the next, or by the result). */
+static void
+agent_send_progress(void *arg, const Kclaw__AgentProgress *p)
+{
+	if (kc_worker_progress(arg, p, 2000) != 0) {
+		KC_DEBUG("job %s: progress not delivered: %s", p->job_id,
+		    kc_lasterr());
+		kc_clearerr();
+	}
+}
+
 int
 agent_serve(const agent_ctx *ctx0, const agent_role *role, kc_worker *w,
     agent_watch *watch)
@@ -505,6 +547,10 @@ agent_serve(const agent_ctx *ctx0, const agent_role *role, kc_worker *w,
 	Kclaw__WorkReply *job;
 	int rv;
 
+	if (ctx->progress == NULL) {
+		ctx->progress = agent_send_progress;
+		ctx->progress_arg = w;
+	}
 	for (;;) {
 		rv = kc_worker_next(w, prev, NULL, -1, &job);
 		if (rv == KC_ETIMEDOUT || rv == KC_EPROTO || rv == KC_EBUS) {

@@ -35,6 +35,11 @@ typedef struct {
 	uint64_t deadline_ms;
 	/* The configured model's name, reported with the usage; may be NULL. */
 	const char *model;
+	/* May be NULL; called in the job's thread when a model call fails
+	 * and is retried, so the orchestrator hears of it at once (agent_serve
+	 * sends it as WorkRequest.progress). */
+	void (*progress)(void *arg, const Kclaw__AgentProgress *p);
+	void *progress_arg;
 } agent_ctx;
 
 /* ---- template variables ---- */

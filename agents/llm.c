@@ -16,6 +16,9 @@
 #include "kc_err.h"
 #include "kc_util.h"
 
+#define LLM_OPENAI_BASE_URL "https://api.openai.com/v1"
+#define LLM_ANTHROPIC_BASE_URL "https://api.anthropic.com"
+
 struct llm_client {
 	const llm_provider_ops *ops;
 	void *state;
@@ -38,14 +41,15 @@ void
 llm_config_default(llm_config *c)
 {
 	memset(c, 0, sizeof(*c));
-	kc_strlcpy(
-	    c->base_url, "https://api.openai.com/v1", sizeof(c->base_url));
+	kc_strlcpy(c->base_url, LLM_OPENAI_BASE_URL, sizeof(c->base_url));
 	c->temperature = 0.7;
 	c->top_p = -1;
 	c->seed = -1;
 	c->max_tokens = 8192;
 	c->max_tokens_cap = 32768;
 	kc_strlcpy(c->api_version, "2024-10-21", sizeof(c->api_version));
+	kc_strlcpy(
+	    c->anthropic_version, "2023-06-01", sizeof(c->anthropic_version));
 	c->timeout_ms = 300000;
 	c->max_tries = 5;
 	c->backoff_ms = 1000;
@@ -64,6 +68,16 @@ llm_profile_for(const char *model, llm_profile *out)
 
 	name = name != NULL ? name + 1 : model;
 	memset(out, 0, sizeof(*out));
+	/* Claude models: the Messages API takes temperature and top_p (no
+	 * seed, no response_format); reasoning_effort asks for thinking. */
+	if (fnmatch("claude*", name, FNM_CASEFOLD) == 0) {
+		out->temperature = true;
+		out->top_p = true;
+		out->reasoning_effort = true;
+		out->context_window = 200000;
+		kc_strlcpy(out->name, "anthropic", sizeof(out->name));
+		return;
+	}
 	for (i = 0; i < KC_ARRAY_LEN(reasoning); i++) {
 		if (fnmatch(reasoning[i], name, FNM_CASEFOLD) == 0) {
 			/* gpt-5-chat-* is the non-reasoning chat model. */
@@ -185,7 +199,20 @@ llm_api_guess(const char *url)
 		return LLM_API_AZURE;
 	if (strstr(url, ":11434") != NULL)
 		return LLM_API_OLLAMA;
+	if (strstr(url, "://api.anthropic.com") != NULL)
+		return LLM_API_ANTHROPIC;
 	return LLM_API_OPENAI;
+}
+
+const char *
+llm_api_name(llm_api api)
+{
+	switch (api) {
+	case LLM_API_AZURE: return "azure";
+	case LLM_API_OLLAMA: return "ollama";
+	case LLM_API_ANTHROPIC: return "anthropic";
+	default: return "openai";
+	}
 }
 
 static int
@@ -197,10 +224,13 @@ llm_api_parse(const char *v, llm_api *out)
 		*out = LLM_API_AZURE;
 	else if (strcmp(v, "ollama") == 0)
 		*out = LLM_API_OLLAMA;
+	else if (strcmp(v, "anthropic") == 0)
+		*out = LLM_API_ANTHROPIC;
 	else
 		return kc_seterr(KC_EINVAL,
-		    "LLM api '%s' is unknown; use openai (any "
-		    "OpenAI-compatible server), azure or ollama",
+		    "LLM api '%s' is unknown (the provider setting); use "
+		    "openai (any "
+		    "OpenAI-compatible server), azure, ollama or anthropic",
 		    v);
 	return 0;
 }
@@ -316,7 +346,11 @@ llm_config_json(
 		llm_json_str(o, "api_key_file", key_file, sizeof(key_file));
 		llm_json_str(o, "record", c->record_dir, sizeof(c->record_dir));
 		llm_json_str(o, "replay", c->replay_dir, sizeof(c->replay_dir));
+		/* "provider" names the same choice as "api". */
+		llm_json_str(o, "provider", api, sizeof(api));
 		llm_json_str(o, "api", api, sizeof(api));
+		llm_json_str(o, "anthropic_version", c->anthropic_version,
+		    sizeof(c->anthropic_version));
 		llm_json_str(
 		    o, "api_version", c->api_version, sizeof(c->api_version));
 		llm_json_str(o, "reasoning_effort", c->reasoning_effort,
@@ -369,6 +403,11 @@ llm_config_env(llm_config *c, bool *api_set)
 	const char *v;
 	int rv;
 
+	if ((v = getenv("KCLAW_LLM_PROVIDER")) != NULL && *v != '\0') {
+		if ((rv = llm_api_parse(v, &c->api)) != 0)
+			return rv;
+		*api_set = true;
+	}
 	if ((v = getenv("KCLAW_LLM_API")) != NULL && *v != '\0') {
 		if ((rv = llm_api_parse(v, &c->api)) != 0)
 			return rv;
@@ -450,10 +489,16 @@ llm_config_load(llm_config *c, const kc_config *kc)
 	}
 	if (!api_set)
 		c->api = llm_api_guess(c->base_url);
+	/* Anthropic chosen by name with no base URL of its own: its API. */
+	if (c->api == LLM_API_ANTHROPIC &&
+	    strcmp(c->base_url, LLM_OPENAI_BASE_URL) == 0)
+		kc_strlcpy(
+		    c->base_url, LLM_ANTHROPIC_BASE_URL, sizeof(c->base_url));
 	/* The built-in profile, the configured window, then the overrides. */
 	window = c->profile.context_window;
 	llm_profile_for(c->model, &c->profile);
-	c->profile.context_window = window;
+	if (window > 0)
+		c->profile.context_window = window;
 	rv = llm_profile_apply(&c->profile, c->model, profiles);
 	cJSON_Delete(profiles);
 	if (c->max_tokens_cap < c->max_tokens)
@@ -533,23 +578,56 @@ llm_close(llm_client *c)
 
 /* ------------------------------------------------------------- helpers */
 
+/* A message's text without its LLM_CACHE_BREAK lines (malloc'd). */
+static char *
+llm_without_cache_break(const char *text)
+{
+	size_t n = strlen(LLM_CACHE_BREAK);
+	const char *p = text, *m;
+	kc_str s = {0};
+
+	while ((m = strstr(p, LLM_CACHE_BREAK)) != NULL) {
+		if (kc_str_appendn(&s, p, (size_t)(m - p)) != 0) {
+			kc_str_free(&s);
+			return NULL;
+		}
+		p = m + n;
+		if (*p == '\n')
+			p++;
+	}
+	if (kc_str_append(&s, p) != 0) {
+		kc_str_free(&s);
+		return NULL;
+	}
+	return s.buf != NULL ? kc_str_take(&s) : strdup("");
+}
+
 cJSON *
 llm_messages_json(const llm_request *req)
 {
 	cJSON *arr, *m;
+	char *text;
 
 	if ((arr = cJSON_CreateArray()) == NULL)
 		return NULL;
 	for (size_t i = 0; i < req->nmessages; i++) {
+		const char *c = req->messages[i].content;
+		text = strstr(c, LLM_CACHE_BREAK) != NULL
+		    ? llm_without_cache_break(c)
+		    : NULL;
 		if ((m = cJSON_CreateObject()) == NULL ||
 		    !cJSON_AddItemToArray(arr, m) ||
 		    cJSON_AddStringToObject(m, "role", req->messages[i].role) ==
 		        NULL ||
-		    cJSON_AddStringToObject(
-		        m, "content", req->messages[i].content) == NULL) {
+		    (text == NULL && c != NULL &&
+		        strstr(c, LLM_CACHE_BREAK) != NULL) ||
+		    cJSON_AddStringToObject(m, "content", text ? text : c) ==
+		        NULL) {
+			free(text);
 			cJSON_Delete(arr);
 			return NULL;
 		}
+		free(text);
 	}
 	return arr;
 }

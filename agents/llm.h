@@ -2,7 +2,7 @@
  * llm.h - the LLM client: one chat-completions call behind a seam.
  *
  * A client is a table of provider operations (STYLE.md: seams are function
- * tables). Three providers exist:
+ * tables). Four providers exist:
  *  - http: the OpenAI-compatible POST <base_url>/chat/completions over
  *    libcurl (hosted models, Azure OpenAI, vLLM, SGLang, llama.cpp, Ollama,
  *    gateways), with retries and exponential backoff plus jitter on 429
@@ -10,14 +10,20 @@
  *    unreadable bodies; the parameters sent follow the model's profile,
  *    and one the server refuses with a 400 is dropped and the request
  *    sent again;
+ *  - anthropic: Anthropic's Messages API, POST <base_url>/v1/messages
+ *    (x-api-key and anthropic-version headers, the system prompt apart,
+ *    cache_control on the stable prefix, thinking blocks kept out of the
+ *    answer, stop_reason max_tokens as a cut reply, cache tokens counted),
+ *    over the same libcurl client and retries as http;
  *  - record: wraps another client and writes every exchange to a recording
  *    folder;
  *  - replay: answers from a recording folder; a request without a recorded
  *    answer is an error, never a guess.
  * The recording format is documented in docs/agents.md.
  *
- * The API key is a secret: it goes into the Authorization header and nowhere
- * else (no log line, no error text, no recording).
+ * The API key is a secret: it goes into the Authorization (or api-key,
+ * x-api-key) header and nowhere else (no log line, no error text, no
+ * recording).
  */
 #ifndef LLM_H
 #define LLM_H
@@ -35,6 +41,26 @@ typedef struct {
 	const char *role; /* "system", "user" or "assistant" */
 	const char *content;
 } llm_message;
+
+/*
+ * A line of its own in a message that splits it into a stable part (before
+ * it: the same bytes on every call of a role in a task) and a varying part.
+ * A provider that caches by explicit breakpoints (anthropic) puts one at
+ * the end of the stable part; every provider removes the line itself, so a
+ * model never sees it and an automatic prefix cache (OpenAI, vLLM) gets
+ * the same bytes either way.
+ */
+#define LLM_CACHE_BREAK "<!-- kclaw:cache-break -->"
+
+/* A failed try that will be retried (llm_request.on_retry). */
+typedef struct {
+	unsigned try_no;    /* the try that failed, from 1 */
+	unsigned max_tries; /* tries per call, the first included */
+	long status;        /* HTTP status, 0 when none came */
+	unsigned wait_ms;   /* until the next try */
+	const char *what;   /* what failed, the server's message and what to
+	                       do; never the key */
+} llm_retry;
 
 typedef struct {
 	const llm_message *messages;
@@ -55,6 +81,11 @@ typedef struct {
 	/* The reply's token limit for this call; 0 = the configured one.
 	 * Raised by the runtime after a reply was cut off at the limit. */
 	unsigned max_tokens;
+	/* When not NULL, called (in the caller's thread, before the wait)
+	 * after each failed try that is retried: so the failure is said while
+	 * the call goes on, not only when it ends. */
+	void (*on_retry)(void *arg, const llm_retry *r);
+	void *on_retry_arg;
 } llm_request;
 
 /*
@@ -71,8 +102,12 @@ typedef struct {
 	uint64_t prompt_tokens;
 	uint64_t completion_tokens;
 	uint64_t reasoning_tokens; /* of completion_tokens */
-	uint64_t cached_tokens;    /* of prompt_tokens */
-	double latency_ms; /* the whole call, retries and waits included */
+	uint64_t cached_tokens;    /* of prompt_tokens: read from a cache */
+	uint64_t
+	    cache_write_tokens; /* of prompt_tokens: written to a cache
+	                           (Anthropic's cache_creation_input_tokens,
+	                           priced above plain input) */
+	double latency_ms;      /* the whole call, retries and waits included */
 	unsigned retries;
 	unsigned dropped_params; /* parameters refused by a 400 and dropped */
 	size_t reasoning_bytes;  /* length of the reasoning field, if any */
@@ -101,7 +136,11 @@ typedef enum {
 	LLM_API_OPENAI = 0, /* OpenAI-compatible: Authorization: Bearer */
 	LLM_API_AZURE,      /* Azure OpenAI: api-key header, deployments URL */
 	LLM_API_OLLAMA,     /* Ollama's /v1: options.num_ctx is sent */
+	LLM_API_ANTHROPIC,  /* Anthropic's Messages API: x-api-key header */
 } llm_api;
+
+/* The API style's name in kclaw.json and KCLAW_LLM_API / _PROVIDER. */
+const char *llm_api_name(llm_api api);
 
 typedef struct {
 	char base_url[KC_URL_MAX]; /* e.g. https://api.openai.com/v1 */
@@ -109,7 +148,8 @@ typedef struct {
 	char api_key[1024];   /* secret */
 	llm_api api;          /* "api" in kclaw.json; guessed from the URL */
 	char api_version[32]; /* Azure's api-version when the URL has none */
-	llm_profile profile;  /* resolved for model by llm_config_load */
+	char anthropic_version[32]; /* the anthropic-version header */
+	llm_profile profile;        /* resolved for model by llm_config_load */
 	double temperature;
 	double top_p;              /* < 0: not sent */
 	long long seed;            /* < 0: not sent */
@@ -152,7 +192,8 @@ unsigned llm_estimate_tokens(size_t bytes);
 /*
  * Defaults, then the "llm" object of kclaw.json (kc may be NULL), then the
  * environment: KCLAW_LLM_BASE_URL, KCLAW_LLM_MODEL, KCLAW_LLM_API_KEY,
- * KCLAW_LLM_API_KEY_FILE, KCLAW_LLM_API, KCLAW_LLM_TEMPERATURE,
+ * KCLAW_LLM_API_KEY_FILE, KCLAW_LLM_API (or KCLAW_LLM_PROVIDER; "provider"
+ * in kclaw.json: openai, azure, ollama, anthropic), KCLAW_LLM_TEMPERATURE,
  * KCLAW_LLM_MAX_TOKENS, KCLAW_LLM_CONTEXT_WINDOW,
  * KCLAW_LLM_REASONING_EFFORT,
  * KCLAW_LLM_TIMEOUT_MS, KCLAW_LLM_MAX_TRIES, KCLAW_LLM_BACKOFF_MS,
@@ -183,6 +224,7 @@ typedef struct llm_client llm_client;
 /* A client over any provider table; takes state (closed by llm_close). */
 int llm_client_new(llm_client **out, const llm_provider_ops *ops, void *state);
 
+/* The http provider, or the anthropic one when cfg->api says so. */
 int llm_http_open(llm_client **out, const llm_config *cfg);
 /* Takes inner (also on failure). cfg gives the model and sampling settings
  * written beside each exchange. */
@@ -206,7 +248,8 @@ void llm_get_limits(llm_client *c, llm_limits *out);
 void llm_close(llm_client *c);
 
 /* The request's messages as a new JSON array, [{"role":...,"content":...},
- * ...] (the caller deletes it); NULL when out of memory. */
+ * ...], LLM_CACHE_BREAK lines left out (the caller deletes it); NULL when
+ * out of memory. */
 cJSON *llm_messages_json(const llm_request *req);
 
 /* SHA-256 (hex) of the request's messages as compact JSON,

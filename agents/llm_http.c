@@ -1,5 +1,9 @@
 /*
- * llm_http.c - the OpenAI-compatible chat-completions provider (libcurl).
+ * llm_http.c - the HTTP providers over libcurl: the OpenAI-compatible
+ * chat-completions API (provider "http") and Anthropic's Messages API
+ * (provider "anthropic"). They share the client, the retries and the
+ * window; what differs (URL, key header, request body, reply) is chosen by
+ * the API style, each in a section of its own below.
  *
  * One call is up to max_tries tries. A try that fails transiently (429,
  * 408, 5xx, a connection error, a timeout, a body that is not a
@@ -18,7 +22,20 @@
  * options.num_ctx. When the context window is known (configured, or read
  * from vLLM's /v1/models max_model_len or Ollama's /api/show) a prompt that
  * does not fit is refused before it is sent and the reply's limit is
- * lowered to what is left.
+ * lowered to what is left. A reply from Ollama whose prompt_tokens are far
+ * below what was sent means the server cut the prompt to its context: the
+ * call fails at once with the fix, since every retry would be cut too.
+ *
+ * Anthropic: POST <base>/v1/messages with x-api-key and anthropic-version,
+ * the system messages as the top-level "system" blocks, max_tokens always
+ * sent, cache_control {"type": "ephemeral"} on the system block and on the
+ * stable part of the first user message (before LLM_CACHE_BREAK), thinking
+ * and redacted_thinking blocks kept out of the answer, stop_reason
+ * max_tokens reported as the finish reason "length" (a cut reply), and
+ * usage input_tokens + cache_creation_input_tokens + cache_read_input_tokens
+ * as the prompt's tokens. 429, 529 and other 5xx are retried, after the
+ * server's retry-after when it sends one; a 429 for a reached spend limit
+ * is final.
  */
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -50,6 +67,16 @@ enum {
 	LLM_P_OPTIONS = 1 << 6, /* Ollama's options.num_ctx */
 };
 
+/* A reply's prompt tokens below this share of the bytes sent / 4 (and a
+ * prompt of at least LLM_CUT_MIN_TOKENS by that estimate) mean the server
+ * cut the prompt: no tokenizer packs code and prose 6.7 bytes a token. */
+#define LLM_CUT_PERCENT 60u
+#define LLM_CUT_MIN_TOKENS 1024u
+
+/* The least thinking budget Anthropic takes; reasoning_effort low, medium
+ * and high ask for 1, 4 and 16 times it (at most half of max_tokens). */
+#define LLM_THINK_MIN 1024u
+
 typedef struct {
 	llm_config cfg;
 	char url[LLM_HTTP_URL_MAX];
@@ -60,6 +87,7 @@ typedef struct {
 	unsigned switched; /* LLM_P_LIMIT once its field name was switched */
 	bool probed;       /* the server was asked for the window */
 	unsigned window;   /* the context window in tokens; 0 = unknown */
+	bool anthropic;    /* the Messages API, not chat completions */
 } llm_http;
 
 /* The outcome of one try. */
@@ -70,6 +98,7 @@ typedef struct {
 	char what[1024]; /* what went wrong, for the final error */
 	char param[64];  /* a 400's error.param, if any */
 	char emsg[512];  /* a 400's error.message (or body) */
+	bool ollama;     /* the reply came from Ollama (fp_ollama) */
 } llm_try;
 
 static pthread_once_t llm_http_once = PTHREAD_ONCE_INIT;
@@ -115,12 +144,19 @@ llm_http_sent(const llm_http *h)
 	const llm_profile *p = &h->cfg.profile;
 	unsigned m = LLM_P_LIMIT;
 
-	if (p->temperature)
+	if (p->reasoning_effort && h->cfg.reasoning_effort[0] != '\0')
+		m |= LLM_P_REASONING_EFFORT;
+	/* Anthropic's thinking takes no temperature but its default. */
+	if (p->temperature &&
+	    !(h->anthropic && (m & LLM_P_REASONING_EFFORT) &&
+	        !(h->dropped & LLM_P_REASONING_EFFORT)))
 		m |= LLM_P_TEMPERATURE;
 	if (p->top_p && h->cfg.top_p >= 0)
 		m |= LLM_P_TOP_P;
-	if (p->reasoning_effort && h->cfg.reasoning_effort[0] != '\0')
-		m |= LLM_P_REASONING_EFFORT;
+	if (h->anthropic)
+		return m & ~h->dropped &
+		    (LLM_P_LIMIT | LLM_P_TEMPERATURE | LLM_P_TOP_P |
+		        LLM_P_REASONING_EFFORT);
 	if (p->seed && h->cfg.seed >= 0)
 		m |= LLM_P_SEED;
 	if (p->response_format && h->cfg.response_format[0] != '\0')
@@ -133,9 +169,13 @@ llm_http_sent(const llm_http *h)
 static const char *
 llm_http_limit_name(const llm_http *h)
 {
-	return h->cfg.profile.max_completion_tokens ? "max_completion_tokens"
-	                                            : "max_tokens";
+	return h->cfg.profile.max_completion_tokens && !h->anthropic
+	    ? "max_completion_tokens"
+	    : "max_tokens";
 }
+
+static char *llm_anth_body(
+    const llm_http *h, const llm_request *req, unsigned limit);
 
 /* The request body: the messages and the parameters the profile sends;
  * limit is the reply's token limit, num_ctx Ollama's window (0: none). */
@@ -147,6 +187,8 @@ llm_http_body(
 	cJSON *root, *msgs, *o;
 	char *text = NULL;
 
+	if (h->anthropic)
+		return llm_anth_body(h, req, limit);
 	if ((root = cJSON_CreateObject()) == NULL)
 		return NULL;
 	if (cJSON_AddStringToObject(root, "model", h->cfg.model) == NULL ||
@@ -250,6 +292,8 @@ llm_http_usage(const cJSON *root, llm_response *resp)
 	resp->cached_tokens += cached;
 }
 
+static int llm_anth_parse(const kc_str *body, llm_response *resp, llm_try *t);
+
 /* message.content as text: a string, or the text parts of an array of
  * content parts (some gateways); NULL when it is neither. */
 static char *
@@ -299,6 +343,9 @@ llm_http_parse(const kc_str *body, llm_response *resp, llm_try *t)
 		    body->len);
 		return KC_EPROTO;
 	}
+	v = cJSON_GetObjectItemCaseSensitive(root, "system_fingerprint");
+	t->ollama =
+	    cJSON_IsString(v) && strcmp(v->valuestring, "fp_ollama") == 0;
 	llm_http_usage(root, resp);
 	choices = cJSON_GetObjectItemCaseSensitive(root, "choices");
 	c0 = cJSON_IsArray(choices) ? cJSON_GetArrayItem(choices, 0) : NULL;
@@ -391,6 +438,44 @@ llm_http_transient(CURLcode cc)
 	}
 }
 
+static size_t llm_http_prompt_bytes(const llm_request *req);
+
+/*
+ * Ollama's OpenAI endpoint cuts a prompt longer than the model's context
+ * (2048 or 4096 tokens unless the server is told otherwise) without a
+ * word, and options.num_ctx does not reach it there: the reply then
+ * answers a fragment of the prompt. Its prompt_tokens give it away. The
+ * call fails at once, not retried (the same prompt is cut again), with
+ * the fix.
+ */
+static int
+llm_http_cut_prompt(const llm_http *h, const llm_request *req, uint64_t counted,
+    llm_response *resp, llm_try *t)
+{
+	uint64_t sent = llm_http_prompt_bytes(req) / 4;
+
+	if (counted == 0 || sent < LLM_CUT_MIN_TOKENS ||
+	    counted * 100 >= sent * LLM_CUT_PERCENT)
+		return 0;
+	free(resp->content);
+	free(resp->finish_reason);
+	free(resp->exchange_id);
+	resp->content = resp->finish_reason = resp->exchange_id = NULL;
+	t->retry = false;
+	snprintf(t->what, sizeof(t->what),
+	    "the server counted %llu prompt tokens of a prompt of about %llu "
+	    "(its bytes / 4): it cut the prompt to its context window, so the "
+	    "model answered a fragment of it. Ollama does this silently at "
+	    "its default context; give the model a larger one: start the "
+	    "server with OLLAMA_CONTEXT_LENGTH=32768 (or more; `ollama serve`) "
+	    "or create the model with `PARAMETER num_ctx 32768` in its "
+	    "Modelfile, and set \"llm\".\"context_window\" (or "
+	    "KCLAW_LLM_CONTEXT_WINDOW) to the same number",
+	    (unsigned long long)counted, (unsigned long long)sent);
+	KC_ERROR("llm: %s (model %s): %s", h->url, h->cfg.model, t->what);
+	return KC_ENOSPC;
+}
+
 static int
 llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
     struct curl_slist *headers, unsigned timeout_ms, llm_response *resp,
@@ -399,6 +484,7 @@ llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
 	char errbuf[CURL_ERROR_SIZE] = "", server[512];
 	curl_off_t retry_after = 0;
 	kc_str body = {0};
+	uint64_t prompt0;
 	CURLcode cc;
 	CURL *c = h->curl;
 	int rv;
@@ -409,6 +495,7 @@ llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
 	t->what[0] = '\0';
 	t->param[0] = '\0';
 	t->emsg[0] = '\0';
+	t->ollama = false;
 	curl_easy_reset(c);
 	curl_easy_setopt(c, CURLOPT_URL, h->url);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
@@ -434,11 +521,16 @@ llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
 	}
 	if (cc != CURLE_OK) {
 		t->retry = llm_http_transient(cc);
-		snprintf(t->what, sizeof(t->what), "%s%s (%s)",
+		snprintf(t->what, sizeof(t->what), "%s%s (%s)%s",
 		    cc == CURLE_OPERATION_TIMEDOUT
 		        ? "no complete reply in time: "
 		        : "",
-		    curl_easy_strerror(cc), errbuf[0] ? errbuf : "no detail");
+		    curl_easy_strerror(cc), errbuf[0] ? errbuf : "no detail",
+		    cc == CURLE_COULDNT_CONNECT ||
+		            cc == CURLE_COULDNT_RESOLVE_HOST
+		        ? "; check that the LLM server runs and that "
+		          "KCLAW_LLM_BASE_URL names it"
+		        : "");
 		kc_str_free(&body);
 		return cc == CURLE_OPERATION_TIMEDOUT ? KC_ETIMEDOUT : KC_EHTTP;
 	}
@@ -447,11 +539,25 @@ llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
 		llm_http_server_error(&body, server, sizeof(server), t);
 		t->retry =
 		    t->status == 429 || t->status == 408 || t->status >= 500;
-		if (t->status == 429 &&
+		/* Honoured wherever a retried status carries it (429, and
+		 * Anthropic's 529 or a 503). */
+		if (t->retry &&
 		    curl_easy_getinfo(c, CURLINFO_RETRY_AFTER, &retry_after) ==
 		        CURLE_OK &&
 		    retry_after > 0)
 			t->wait_ms = (long)retry_after * 1000;
+		/* A spent budget is no rate limit: waiting does not end it
+		 * (Anthropic's enforced_spend_limit_reached, OpenAI's
+		 * insufficient_quota). */
+		if (t->status == 429 && body.buf != NULL &&
+		    (strstr(body.buf, "spend_limit") != NULL ||
+		        strstr(body.buf, "insufficient_quota") != NULL)) {
+			t->retry = false;
+			snprintf(server + strlen(server),
+			    sizeof(server) - strlen(server),
+			    "; the account's spend limit or quota is reached: "
+			    "raise it with the provider");
+		}
 		snprintf(t->what, sizeof(t->what), "HTTP %ld%s%s%s", t->status,
 		    server[0] ? " (" : "", server, server[0] ? ")" : "");
 		if (t->status == 401 || t->status == 403)
@@ -463,11 +569,29 @@ llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
 			snprintf(t->what + strlen(t->what),
 			    sizeof(t->what) - strlen(t->what),
 			    "; check KCLAW_LLM_BASE_URL and KCLAW_LLM_MODEL");
+		else if (t->status == 429 && t->retry)
+			snprintf(t->what + strlen(t->what),
+			    sizeof(t->what) - strlen(t->what),
+			    "; the provider limits this key's rate: fewer "
+			    "agents per role, or a higher limit with the "
+			    "provider, avoid the waits");
+		else if (t->status >= 500)
+			snprintf(t->what + strlen(t->what),
+			    sizeof(t->what) - strlen(t->what),
+			    "; the provider is failing or overloaded: if it "
+			    "lasts, check its status page or use another "
+			    "endpoint (KCLAW_LLM_BASE_URL)");
 		kc_str_free(&body);
 		return KC_EHTTP;
 	}
-	rv = llm_http_parse(&body, resp, t);
+	prompt0 = resp->prompt_tokens;
+	rv = h->anthropic ? llm_anth_parse(&body, resp, t)
+	                  : llm_http_parse(&body, resp, t);
 	kc_str_free(&body);
+	if (rv == 0 && !h->anthropic &&
+	    (h->cfg.api == LLM_API_OLLAMA || t->ollama))
+		rv = llm_http_cut_prompt(
+		    h, req, resp->prompt_tokens - prompt0, resp, t);
 	return rv;
 }
 
@@ -499,6 +623,16 @@ llm_http_headers(const llm_http *h)
 	headers = nh;
 	if (h->cfg.api_key[0] == '\0')
 		return headers;
+	if (h->anthropic) {
+		char ver[64];
+		snprintf(ver, sizeof(ver), "anthropic-version: %s",
+		    h->cfg.anthropic_version);
+		if ((nh = curl_slist_append(headers, ver)) == NULL) {
+			curl_slist_free_all(headers);
+			return NULL;
+		}
+		headers = nh;
+	}
 	n = strlen(h->cfg.api_key) + 32;
 	if ((auth = malloc(n)) == NULL) {
 		curl_slist_free_all(headers);
@@ -506,6 +640,8 @@ llm_http_headers(const llm_http *h)
 	}
 	if (h->cfg.api == LLM_API_AZURE)
 		snprintf(auth, n, "api-key: %s", h->cfg.api_key);
+	else if (h->anthropic)
+		snprintf(auth, n, "x-api-key: %s", h->cfg.api_key);
 	else
 		snprintf(auth, n, "Authorization: Bearer %s", h->cfg.api_key);
 	nh = curl_slist_append(headers, auth);
@@ -644,6 +780,7 @@ static const struct {
     {LLM_P_RESPONSE_FORMAT, "response_format"},
     {LLM_P_OPTIONS, "options"},
     {LLM_P_OPTIONS, "num_ctx"},
+    {LLM_P_REASONING_EFFORT, "thinking"},
 };
 
 /* Where word w first appears in s as a whole word (not part of a longer
@@ -683,6 +820,12 @@ llm_http_refused(const llm_http *h, const llm_try *t, const char **name)
 		n = i < KC_ARRAY_LEN(llm_http_params) ? llm_http_params[i].name
 		                                      : llm_http_limit_name(h);
 		if (!(sent & b))
+			continue;
+		/* Anthropic requires max_tokens, and names the effort
+		 * "thinking"; the others know no "thinking". */
+		if (h->anthropic
+		        ? b == LLM_P_LIMIT || strcmp(n, "reasoning_effort") == 0
+		        : strcmp(n, "thinking") == 0)
 			continue;
 		if (t->param[0] != '\0') {
 			if (strcmp(t->param, n) == 0) {
@@ -848,6 +991,11 @@ llm_http_chat(void *state, const llm_request *req, llm_response *resp)
 			KC_WARN("llm: try %u of %u to %s failed: %s; retrying "
 			        "in %u ms",
 			    tries, h->cfg.max_tries, h->url, t.what, wait);
+			if (req->on_retry != NULL) {
+				llm_retry info = {tries, h->cfg.max_tries,
+				    t.status, wait, t.what};
+				req->on_retry(req->on_retry_arg, &info);
+			}
 			if (req->deadline_ms != 0 &&
 			    kc_now_ms() + wait > req->deadline_ms)
 				wait = (unsigned)(req->deadline_ms > kc_now_ms()
@@ -898,12 +1046,305 @@ static const llm_provider_ops llm_http_ops = {
     .limits = llm_http_limits,
 };
 
+/* The same client speaking the Messages API (h->anthropic). */
+static const llm_provider_ops llm_anth_ops = {
+    .name = "anthropic",
+    .chat = llm_http_chat,
+    .close = llm_http_close,
+    .limits = llm_http_limits,
+};
+
+/* ------------------------------------------------- Anthropic Messages */
+
+/* <base>/v1/messages: a base of https://api.anthropic.com, one ending in
+ * /v1, or the endpoint itself. No window probe: the API tells none. */
+static int
+llm_anth_url(llm_http *h, const char *base, size_t blen, const char *q)
+{
+	kc_str u = {0};
+	int rv;
+
+	rv = kc_str_appendn(&u, base, blen);
+	if (rv == 0 &&
+	    !(blen >= 12 && strncmp(base + blen - 12, "/v1/messages", 12) == 0))
+		rv = kc_str_append(&u,
+		    blen >= 3 && strncmp(base + blen - 3, "/v1", 3) == 0
+		        ? "/messages"
+		        : "/v1/messages");
+	if (rv == 0 && q != NULL)
+		rv = kc_str_append(&u, q);
+	if (rv == 0 && !kc_strlcpy(h->url, u.buf, sizeof(h->url)))
+		rv =
+		    kc_seterr(KC_EINVAL, "LLM base URL '%s' is too long", base);
+	h->info_url[0] = '\0';
+	kc_str_free(&u);
+	return rv;
+}
+
+/* Whether text has something besides white space (the API refuses an
+ * empty or blank text block). */
+static bool
+llm_anth_blank(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!isspace((unsigned char)s[i]))
+			return false;
+	return true;
+}
+
+/* Appends {"type": "text", "text": s[0..n)} to blocks, with cache_control
+ * when cache is set; a blank text is left out. */
+static int
+llm_anth_block(cJSON *blocks, const char *s, size_t n, bool cache)
+{
+	cJSON *b, *cc;
+	char *text;
+
+	if (llm_anth_blank(s, n))
+		return 0;
+	if ((text = strndup(s, n)) == NULL)
+		return KC_ENOMEM;
+	if ((b = cJSON_CreateObject()) == NULL ||
+	    !cJSON_AddItemToArray(blocks, b) ||
+	    cJSON_AddStringToObject(b, "type", "text") == NULL ||
+	    cJSON_AddStringToObject(b, "text", text) == NULL ||
+	    (cache &&
+	        ((cc = cJSON_AddObjectToObject(b, "cache_control")) == NULL ||
+	            cJSON_AddStringToObject(cc, "type", "ephemeral") ==
+	                NULL))) {
+		free(text);
+		return KC_ENOMEM;
+	}
+	free(text);
+	return 0;
+}
+
+/*
+ * A message's text as blocks. With cache set, the stable part (before
+ * LLM_CACHE_BREAK; the whole text when it has none and whole is set) ends
+ * in a cache breakpoint. The marker's line never reaches the model.
+ */
+static int
+llm_anth_blocks(cJSON *blocks, const char *text, bool cache, bool whole)
+{
+	const char *mark = strstr(text, LLM_CACHE_BREAK), *rest;
+	int rv;
+
+	if (mark == NULL)
+		return llm_anth_block(
+		    blocks, text, strlen(text), cache && whole);
+	rest = mark + strlen(LLM_CACHE_BREAK);
+	if (*rest == '\n')
+		rest++;
+	if ((rv = llm_anth_block(blocks, text, (size_t)(mark - text), cache)) !=
+	    0)
+		return rv;
+	/* A second marker is no breakpoint of ours: its line goes too. */
+	return llm_anth_blocks(blocks, rest, false, false);
+}
+
+/*
+ * The Messages API body: the system messages as the "system" blocks (one
+ * cache breakpoint at their end), the rest as alternating user and
+ * assistant messages (consecutive ones of a role merged), the first user
+ * message's stable part ending in the second breakpoint.
+ */
+static char *
+llm_anth_body(const llm_http *h, const llm_request *req, unsigned limit)
+{
+	unsigned sent = llm_http_sent(h);
+	cJSON *root, *system, *msgs, *m = NULL, *content = NULL, *o;
+	const char *last_role = "";
+	char *text = NULL;
+	bool first_user = true;
+	size_t i, nsys = 0;
+
+	if ((root = cJSON_CreateObject()) == NULL)
+		return NULL;
+	if (cJSON_AddStringToObject(root, "model", h->cfg.model) == NULL ||
+	    cJSON_AddNumberToObject(root, "max_tokens", limit) == NULL ||
+	    (system = cJSON_CreateArray()) == NULL)
+		goto out;
+	for (i = 0; i < req->nmessages; i++)
+		if (strcmp(req->messages[i].role, "system") == 0)
+			nsys = i + 1;
+	for (i = 0; i < req->nmessages; i++) {
+		const llm_message *e = &req->messages[i];
+		if (strcmp(e->role, "system") == 0) {
+			/* The breakpoint goes on the last system block. */
+			if (llm_anth_blocks(
+			        system, e->content, i + 1 == nsys, true) != 0) {
+				cJSON_Delete(system);
+				goto out;
+			}
+		}
+	}
+	if (cJSON_GetArraySize(system) > 0) {
+		if (!cJSON_AddItemToObject(root, "system", system)) {
+			cJSON_Delete(system);
+			goto out;
+		}
+	} else {
+		cJSON_Delete(system);
+	}
+	if ((msgs = cJSON_AddArrayToObject(root, "messages")) == NULL)
+		goto out;
+	for (i = 0; i < req->nmessages; i++) {
+		const llm_message *e = &req->messages[i];
+		bool user = strcmp(e->role, "user") == 0;
+		if (strcmp(e->role, "system") == 0)
+			continue;
+		if (strcmp(e->role, last_role) != 0) {
+			if ((m = cJSON_CreateObject()) == NULL ||
+			    !cJSON_AddItemToArray(msgs, m) ||
+			    cJSON_AddStringToObject(m, "role",
+			        user ? "user" : "assistant") == NULL ||
+			    (content = cJSON_AddArrayToObject(m, "content")) ==
+			        NULL)
+				goto out;
+			last_role = e->role;
+		}
+		if (llm_anth_blocks(
+		        content, e->content, user && first_user, false) != 0)
+			goto out;
+		if (user)
+			first_user = false;
+	}
+	if ((sent & LLM_P_TEMPERATURE) &&
+	    cJSON_AddNumberToObject(root, "temperature", h->cfg.temperature) ==
+	        NULL)
+		goto out;
+	if ((sent & LLM_P_TOP_P) &&
+	    cJSON_AddNumberToObject(root, "top_p", h->cfg.top_p) == NULL)
+		goto out;
+	if (sent & LLM_P_REASONING_EFFORT) {
+		/* The budget must leave the answer room within max_tokens. */
+		const char *e = h->cfg.reasoning_effort;
+		unsigned budget =
+		    strcmp(e, "low") == 0 || strcmp(e, "minimal") == 0
+		    ? LLM_THINK_MIN
+		    : strcmp(e, "medium") == 0 ? 4 * LLM_THINK_MIN
+		                               : 16 * LLM_THINK_MIN;
+		if (budget > limit / 2)
+			budget = limit / 2;
+		if (budget >= LLM_THINK_MIN &&
+		    ((o = cJSON_AddObjectToObject(root, "thinking")) == NULL ||
+		        cJSON_AddStringToObject(o, "type", "enabled") == NULL ||
+		        cJSON_AddNumberToObject(o, "budget_tokens", budget) ==
+		            NULL))
+			goto out;
+	}
+	text = cJSON_PrintUnformatted(root);
+out:
+	cJSON_Delete(root);
+	return text;
+}
+
+/* Adds a Messages reply's usage: input_tokens are the tokens after the
+ * last cache breakpoint only, so the prompt is all three counts. */
+static void
+llm_anth_usage(const cJSON *root, llm_response *resp)
+{
+	const cJSON *u = cJSON_GetObjectItemCaseSensitive(root, "usage");
+	uint64_t written = llm_http_count(u, "cache_creation_input_tokens");
+	uint64_t read = llm_http_count(u, "cache_read_input_tokens");
+
+	resp->prompt_tokens +=
+	    llm_http_count(u, "input_tokens") + written + read;
+	resp->completion_tokens += llm_http_count(u, "output_tokens");
+	resp->cached_tokens += read;
+	resp->cache_write_tokens += written;
+}
+
+/*
+ * Reads a Messages reply: the answer is its text blocks; thinking and
+ * redacted_thinking blocks are reasoning (their size is reported, their
+ * text never part of the answer). stop_reason max_tokens is the finish
+ * reason "length", as a cut chat-completions reply's, so the runtime asks
+ * again with a higher limit; end_turn and stop_sequence are "stop".
+ */
+static int
+llm_anth_parse(const kc_str *body, llm_response *resp, llm_try *t)
+{
+	const cJSON *content, *b, *type, *v;
+	const char *stop;
+	kc_str s = {0};
+	cJSON *root;
+
+	root = cJSON_ParseWithLength(body->buf ? body->buf : "", body->len);
+	if (root == NULL) {
+		t->retry = true;
+		snprintf(t->what, sizeof(t->what),
+		    "the reply body (%zu bytes) is not valid JSON (cut off?)",
+		    body->len);
+		return KC_EPROTO;
+	}
+	llm_anth_usage(root, resp);
+	content = cJSON_GetObjectItemCaseSensitive(root, "content");
+	if (!cJSON_IsArray(content)) {
+		cJSON_Delete(root);
+		t->retry = true;
+		snprintf(t->what, sizeof(t->what),
+		    "the reply has no content array; is this Anthropic's "
+		    "Messages API (POST .../v1/messages)?");
+		return KC_EPROTO;
+	}
+	cJSON_ArrayForEach(b, content)
+	{
+		type = cJSON_GetObjectItemCaseSensitive(b, "type");
+		if (!cJSON_IsString(type))
+			continue;
+		if (strcmp(type->valuestring, "text") == 0) {
+			v = cJSON_GetObjectItemCaseSensitive(b, "text");
+			if (cJSON_IsString(v) &&
+			    kc_str_append(&s, v->valuestring) != 0)
+				goto nomem;
+		} else if (strcmp(type->valuestring, "thinking") == 0 ||
+		    strcmp(type->valuestring, "redacted_thinking") == 0) {
+			v = cJSON_GetObjectItemCaseSensitive(b, "thinking");
+			if (!cJSON_IsString(v))
+				v = cJSON_GetObjectItemCaseSensitive(b, "data");
+			if (cJSON_IsString(v))
+				resp->reasoning_bytes += strlen(v->valuestring);
+		}
+	}
+	v = cJSON_GetObjectItemCaseSensitive(root, "stop_reason");
+	stop = cJSON_IsString(v) ? v->valuestring : "";
+	if (strcmp(stop, "max_tokens") == 0)
+		stop = "length";
+	else if (strcmp(stop, "end_turn") == 0 ||
+	    strcmp(stop, "stop_sequence") == 0)
+		stop = "stop";
+	resp->content = s.buf != NULL ? kc_str_take(&s) : strdup("");
+	resp->finish_reason = strdup(stop);
+	v = cJSON_GetObjectItemCaseSensitive(root, "id");
+	if (cJSON_IsString(v) && v->valuestring[0] != '\0') {
+		resp->exchange_id = strdup(v->valuestring);
+	} else {
+		char id[17];
+		kc_new_id(id);
+		resp->exchange_id = strdup(id);
+	}
+	cJSON_Delete(root);
+	if (resp->content == NULL || resp->finish_reason == NULL ||
+	    resp->exchange_id == NULL)
+		return KC_ENOMEM;
+	return 0;
+nomem:
+	kc_str_free(&s);
+	cJSON_Delete(root);
+	return KC_ENOMEM;
+}
+
 /*
  * The endpoint's URL from the base URL: /chat/completions goes before a
  * query string (Azure's ?api-version=...), not after it; Azure also gets
  * its deployments path (the model names the deployment) and api-version
  * when the base URL has none. info is where the window is asked for.
  */
+static int llm_anth_url(
+    llm_http *h, const char *base, size_t blen, const char *q);
+
 static int
 llm_http_urls(llm_http *h)
 {
@@ -916,6 +1357,8 @@ llm_http_urls(llm_http *h)
 
 	while (blen > 0 && base[blen - 1] == '/')
 		blen--;
+	if (h->anthropic)
+		return llm_anth_url(h, base, blen, q);
 	/* A base URL that already names the endpoint is taken as it is. */
 	endpoint = blen >= 17 &&
 	    strncmp(base + blen - 17, "/chat/completions", 17) == 0;
@@ -978,12 +1421,17 @@ llm_http_open(llm_client **out, const llm_config *cfg)
 	if ((h = calloc(1, sizeof(*h))) == NULL)
 		return KC_ENOMEM;
 	h->cfg = *cfg;
+	h->anthropic = cfg->api == LLM_API_ANTHROPIC;
+	if (h->cfg.anthropic_version[0] == '\0')
+		kc_strlcpy(h->cfg.anthropic_version, "2023-06-01",
+		    sizeof(h->cfg.anthropic_version));
 	/* A configuration built without llm_config_load gets the built-in
 	 * profile of its model. */
 	if (h->cfg.profile.name[0] == '\0') {
 		unsigned window = h->cfg.profile.context_window;
 		llm_profile_for(h->cfg.model, &h->cfg.profile);
-		h->cfg.profile.context_window = window;
+		if (window > 0)
+			h->cfg.profile.context_window = window;
 	}
 	if ((rv = llm_http_urls(h)) != 0) {
 		llm_http_close(h);
@@ -994,5 +1442,6 @@ llm_http_open(llm_client **out, const llm_config *cfg)
 		llm_http_close(h);
 		return kc_seterr(KC_EHTTP, "curl_easy_init failed");
 	}
-	return llm_client_new(out, &llm_http_ops, h);
+	return llm_client_new(
+	    out, h->anthropic ? &llm_anth_ops : &llm_http_ops, h);
 }

@@ -90,6 +90,8 @@ llm_record_json(const llm_recorder *r, const llm_request *req, const char *hash,
 	        (double)resp->reasoning_tokens) == NULL ||
 	    cJSON_AddNumberToObject(
 	        rs, "cached_tokens", (double)resp->cached_tokens) == NULL ||
+	    cJSON_AddNumberToObject(rs, "cache_write_tokens",
+	        (double)resp->cache_write_tokens) == NULL ||
 	    cJSON_AddNumberToObject(
 	        rs, "dropped_params", resp->dropped_params) == NULL ||
 	    cJSON_AddNumberToObject(rs, "latency_ms", resp->latency_ms) ==
@@ -270,6 +272,7 @@ llm_replay_json(const llm_replayer *p, const char *path, const char *text,
 	resp->completion_tokens = llm_replay_u64(rs, "completion_tokens");
 	resp->reasoning_tokens = llm_replay_u64(rs, "reasoning_tokens");
 	resp->cached_tokens = llm_replay_u64(rs, "cached_tokens");
+	resp->cache_write_tokens = llm_replay_u64(rs, "cache_write_tokens");
 	resp->dropped_params = (unsigned)llm_replay_u64(rs, "dropped_params");
 	resp->retries = (unsigned)llm_replay_u64(rs, "retries");
 	v = cJSON_GetObjectItemCaseSensitive(rs, "latency_ms");

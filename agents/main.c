@@ -29,8 +29,9 @@ usage(FILE *f)
 	    "repairer\n"
 	    "  The LLM is configured by KCLAW_LLM_BASE_URL, KCLAW_LLM_MODEL, "
 	    "KCLAW_LLM_API_KEY(_FILE),\n"
-	    "  KCLAW_LLM_API (openai, azure, ollama), "
-	    "KCLAW_LLM_CONTEXT_WINDOW, KCLAW_LLM_REASONING_EFFORT,\n"
+	    "  KCLAW_LLM_PROVIDER (openai, azure, ollama, anthropic; "
+	    "guessed from the URL),\n"
+	    "  KCLAW_LLM_CONTEXT_WINDOW, KCLAW_LLM_REASONING_EFFORT,\n"
 	    "  KCLAW_LLM_RECORD=dir, KCLAW_LLM_REPLAY=dir or the \"llm\" "
 	    "object of kclaw.json (docs/agents.md).\n"
 	    "  --check-recording validates every reply of a recording "
@@ -176,11 +177,12 @@ main(int argc, char **argv)
 		KC_WARN("no control events from %s (%s); cancelled tasks' jobs "
 		        "run to their end",
 		    cfg.events_url, kc_lasterr());
-	KC_INFO("%s %s serving %s (LLM: %s%s%s, parameter profile %s)", logname,
-	    kc_worker_id(w), work_url, llm_provider_name(ctx.llm),
-	    lcfg.replay_dir[0] ? " from " : "",
+	KC_INFO("%s %s serving %s (LLM: %s%s%s, api %s, parameter profile "
+	        "%s)",
+	    logname, kc_worker_id(w), work_url, llm_provider_name(ctx.llm),
+	    lcfg.replay_dir[0] ? " from " : " ",
 	    lcfg.replay_dir[0] ? lcfg.replay_dir : lcfg.model,
-	    lcfg.profile.name);
+	    llm_api_name(lcfg.api), lcfg.profile.name);
 	rv = agent_serve(&ctx, role, w, watch);
 	if (rv != 0)
 		KC_ERROR("stopped: %s", kc_lasterr());

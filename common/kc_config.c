@@ -107,7 +107,9 @@ kc_config_prices(kc_config *cfg, const cJSON *root)
 		    (rv = kc_config_rate(cfg, e, p->model, "cached_prompt",
 		         p->prompt, &p->cached_prompt)) != 0 ||
 		    (rv = kc_config_rate(cfg, e, p->model, "reasoning",
-		         p->completion, &p->reasoning)) != 0)
+		         p->completion, &p->reasoning)) != 0 ||
+		    (rv = kc_config_rate(cfg, e, p->model, "cache_write",
+		         1.25 * p->prompt, &p->cache_write)) != 0)
 			return rv;
 		cfg->nprices++;
 	}
@@ -127,14 +129,17 @@ kc_config_price(const kc_config *cfg, const char *model)
 
 double
 kc_price_usd(const kc_price *p, uint64_t prompt, uint64_t completion,
-    uint64_t reasoning, uint64_t cached)
+    uint64_t reasoning, uint64_t cached, uint64_t cache_write)
 {
 	if (cached > prompt)
 		cached = prompt;
+	if (cache_write > prompt - cached)
+		cache_write = prompt - cached;
 	if (reasoning > completion)
 		reasoning = completion;
-	return ((double)(prompt - cached) * p->prompt +
+	return ((double)(prompt - cached - cache_write) * p->prompt +
 	           (double)cached * p->cached_prompt +
+	           (double)cache_write * p->cache_write +
 	           (double)(completion - reasoning) * p->completion +
 	           (double)reasoning * p->reasoning) /
 	    1e6;

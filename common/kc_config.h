@@ -16,7 +16,9 @@
  * wins, in file order):
  *   "prices": {"gpt-5*": {"prompt": 1.25, "completion": 10,
  *              "cached_prompt": 0.125, "reasoning": 10}}
- * cached_prompt defaults to prompt, reasoning to completion.
+ * cached_prompt defaults to prompt, reasoning to completion, cache_write
+ * (prompt tokens written to a provider's cache, Anthropic's
+ * cache_creation_input_tokens) to 1.25 x prompt, Anthropic's 5-minute rate.
  */
 #ifndef KC_CONFIG_H
 #define KC_CONFIG_H
@@ -31,7 +33,7 @@
 /* USD per million tokens of the models whose name matches the glob. */
 typedef struct {
 	char model[128];
-	double prompt, completion, cached_prompt, reasoning;
+	double prompt, completion, cached_prompt, reasoning, cache_write;
 } kc_price;
 
 typedef struct {
@@ -58,10 +60,10 @@ int kc_config_load(kc_config *cfg, const char *home);
  * NULL when none does (or model is NULL or empty). Points into cfg. */
 const kc_price *kc_config_price(const kc_config *cfg, const char *model);
 /* The USD cost of tokens at price p: cached (of prompt) at cached_prompt,
- * reasoning (of completion) at reasoning, the rest at prompt and
- * completion. */
+ * cache_write (of prompt) at cache_write, reasoning (of completion) at
+ * reasoning, the rest at prompt and completion. */
 double kc_price_usd(const kc_price *p, uint64_t prompt, uint64_t completion,
-    uint64_t reasoning, uint64_t cached);
+    uint64_t reasoning, uint64_t cached, uint64_t cache_write);
 /* Creates home, run/ and db/ with owner-only permissions. */
 int kc_config_prepare(const kc_config *cfg);
 

@@ -208,3 +208,18 @@ kc_worker_next(kc_worker *w, const Kclaw__AgentReply *agent_reply,
 	*job = rep;
 	return 0;
 }
+
+int
+kc_worker_progress(
+    kc_worker *w, const Kclaw__AgentProgress *progress, int timeout_ms)
+{
+	Kclaw__WorkRequest req = KCLAW__WORK_REQUEST__INIT;
+	Kclaw__WorkReply *rep;
+	int rv;
+
+	req.progress = (Kclaw__AgentProgress *)progress;
+	if ((rv = kc_worker_call(w, &req, timeout_ms, "progress", &rep)) != 0)
+		return rv;
+	kclaw__work_reply__free_unpacked(rep, NULL);
+	return 0;
+}

@@ -46,6 +46,16 @@ int kc_worker_next(kc_worker *w, const Kclaw__AgentReply *agent_reply,
  * KC_ETIMEDOUT: no answer (the socket is reopened; ask again). Between
  * jobs only: a worker has one call at a time.
  */
+/*
+ * Tells the orchestrator, during a job, that its model calls fail and are
+ * retried (WorkRequest.progress); answered at once. Mid-job only, in the
+ * thread that runs the job: a worker has one call at a time. Errors as
+ * kc_worker_blob's; a lost word is harmless (the next one, or the job's
+ * result, says it again).
+ */
+int kc_worker_progress(
+    kc_worker *w, const Kclaw__AgentProgress *progress, int timeout_ms);
+
 int kc_worker_blob(kc_worker *w, const char *hash, uint64_t offset,
     uint32_t length, int timeout_ms, Kclaw__BlobChunk **out);
 

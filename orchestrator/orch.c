@@ -511,6 +511,7 @@ orch_usage_record(const struct orch_task *t, Kclaw__TaskRecord *rec)
 		ru->completion_tokens = u->completion;
 		ru->reasoning_tokens = u->reasoning;
 		ru->cached_tokens = u->cached;
+		ru->cache_write_tokens = u->cache_write;
 		ru->calls = u->calls;
 		ru->failed_calls = u->failed_calls;
 		rec->usage[rec->n_usage++] = ru;
@@ -534,6 +535,7 @@ orch_usage_load(struct orch_task *t, const Kclaw__TaskRecord *rec)
 		u->completion += ru->completion_tokens;
 		u->reasoning += ru->reasoning_tokens;
 		u->cached += ru->cached_tokens;
+		u->cache_write += ru->cache_write_tokens;
 		u->calls += ru->calls;
 		u->failed_calls += ru->failed_calls;
 	}
@@ -573,6 +575,8 @@ orch_task_record(orch *o, const struct orch_task *t, Kclaw__TaskRecord *rec,
 	rec->torch_compile_ms = t->compile_ms;
 	rec->compile_speedup = t->compile_speedup;
 	rec->state_detail = strdup(t->detail ? t->detail : "");
+	rec->last_agent_error = strdup(t->agent_error ? t->agent_error : "");
+	rec->last_agent_error_unix_ms = t->agent_error_ms;
 	rec->max_rounds = t->fsm.p.max_rounds;
 	rec->token_budget = t->fsm.p.token_budget;
 	/* Borrowed: orch_task_record_free leaves it to the task. */
@@ -587,7 +591,8 @@ orch_task_record(orch *o, const struct orch_task *t, Kclaw__TaskRecord *rec,
 		memcpy(rec->fsm.data, &t->fsm, sizeof(t->fsm));
 	rec->fsm.len = sizeof(t->fsm);
 	if (!rec->id || !rec->state || !rec->base_id || !rec->best_id ||
-	    !rec->error || !rec->fsm.data || !rec->state_detail)
+	    !rec->error || !rec->fsm.data || !rec->state_detail ||
+	    !rec->last_agent_error)
 		return KC_ENOMEM;
 	return 0;
 }
@@ -599,6 +604,7 @@ orch_task_record_free(Kclaw__TaskRecord *rec)
 		free(rec->usage[i]);
 	free(rec->usage);
 	free(rec->state_detail);
+	free(rec->last_agent_error);
 	free(rec->id);
 	free(rec->state);
 	free(rec->base_id);
@@ -665,6 +671,7 @@ orch_task_usage(orch *o, struct orch_task *t, const Kclaw__AgentReply *r)
 		x->completion += u->completion_tokens;
 		x->reasoning += u->reasoning_tokens;
 		x->cached += u->cached_tokens;
+		x->cache_write += u->cache_write_tokens;
 	}
 	/* Committed with the cycle, whether or not a transition follows (a
 	 * failed call is retried without one). */
@@ -2316,6 +2323,7 @@ orch_close(orch *o)
 	for (size_t i = 0; i < o->nall; i++) {
 		free(o->all[i]->name);
 		free(o->all[i]->detail);
+		free(o->all[i]->agent_error);
 		if (o->all[i]->refcheck)
 			kclaw__reference_check__free_unpacked(
 			    o->all[i]->refcheck, NULL);

@@ -63,7 +63,7 @@ typedef struct {
 /* LLM usage of one role in a task (TaskRecord.usage): every reply's,
  * failed ones included. */
 struct orch_usage {
-	uint64_t prompt, completion, reasoning, cached;
+	uint64_t prompt, completion, reasoning, cached, cache_write;
 	uint32_t calls, failed_calls;
 	char model[128]; /* the first model that answered this role */
 };
@@ -89,6 +89,9 @@ struct orch_task {
 	/* TaskRecord.reference_check (NULL: none scheduled); an unpacked
 	 * message, freed with kclaw__reference_check__free_unpacked. */
 	Kclaw__ReferenceCheck *refcheck;
+	/* TaskRecord.last_agent_error (malloc'd; NULL: none) and when. */
+	char *agent_error;
+	uint64_t agent_error_ms;
 };
 
 /* A worker waiting for a job (its request is held). */

@@ -307,6 +307,47 @@ orch_job_lookup(orch *o, const char *job_id)
 	return NULL;
 }
 
+/* The longest agent error kept: a worker's text, bounded. */
+#define ORCH_AGENT_ERROR_MAX 4096
+
+/* The task's last agent error (TaskRecord.last_agent_error); NULL
+ * clears it. */
+static void
+orch_agent_error(struct orch_task *t, Kclaw__Role role, const char *error)
+{
+	const char *name = orch_role_name(role);
+	char *e = NULL;
+	size_t n;
+
+	if (error != NULL) {
+		n = strlen(name) + strnlen(error, ORCH_AGENT_ERROR_MAX) + 3;
+		if ((e = malloc(n)) == NULL)
+			return;
+		snprintf(e, n, "%s: %s", name, error);
+	}
+	free(t->agent_error);
+	t->agent_error = e;
+	t->agent_error_ms = e != NULL ? kc_now_ms() : 0;
+}
+
+/* A running job's model calls fail and are retried (WorkRequest.progress):
+ * said at once in the task's status and as an event. */
+static void
+orch_agent_progress(orch *o, const Kclaw__WorkRequest *req)
+{
+	const Kclaw__AgentProgress *p = req->progress;
+	struct orch_job *j = orch_job_lookup(o, p->job_id ? p->job_id : "");
+
+	/* Only the worker that runs the job speaks for it. */
+	if (j == NULL || j->role != p->role || j->state != ORCH_JOB_RUNNING ||
+	    strcmp(j->worker, req->worker_id) != 0)
+		return;
+	orch_agent_error(
+	    j->task, j->role, p->error && *p->error ? p->error : "retrying");
+	orch_job_event(o, j, KCLAW__EVENT_KIND__AGENT_RETRYING,
+	    j->task->agent_error ? j->task->agent_error : "");
+}
+
 static void
 orch_agent_result(orch *o, const Kclaw__AgentReply *r)
 {
@@ -320,6 +361,10 @@ orch_agent_result(orch *o, const Kclaw__AgentReply *r)
 		KC_DEBUG("late reply for job %s dropped", r->job_id);
 		return;
 	}
+	orch_agent_error(j->task, j->role,
+	    r->ok                       ? NULL
+	        : r->error && *r->error ? r->error
+	                                : "the agent failed");
 	orch_task_usage(o, j->task, r);
 	if (!r->ok) {
 		orch_job_failed(o, j,
@@ -462,6 +507,13 @@ orch_work_call(orch *o, bus_call *call)
 		orch_work_refuse(call,
 		    "the work request needs a worker_id and a role "
 		    "(generator..repairer, or sandbox)");
+		goto out;
+	}
+	/* Word from a job still running: no result, no request for work. */
+	if (req->progress != NULL) {
+		Kclaw__WorkReply wr = KCLAW__WORK_REPLY__INIT;
+		orch_agent_progress(o, req);
+		kc_call_reply_msg(call, &wr.base);
 		goto out;
 	}
 	if (req->agent_reply && req->agent_reply->job_id &&

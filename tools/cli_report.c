@@ -391,7 +391,7 @@ cli_usage_cost(const kc_config *cfg, const Kclaw__RoleUsage *u, double *usd)
 	if (p == NULL)
 		return false;
 	*usd = kc_price_usd(p, u->prompt_tokens, u->completion_tokens,
-	    u->reasoning_tokens, u->cached_tokens);
+	    u->reasoning_tokens, u->cached_tokens, u->cache_write_tokens);
 	return true;
 }
 

@@ -6,7 +6,10 @@
  * request; idle replies and garbage survived; a SIGKILLed worker's job
  * finished by a fresh worker; shutdown honoured; the exchange recorded
  * without the API key and replayed by another process byte for byte; a
- * cancelled task's job stopped through the control events.
+ * cancelled task's job stopped through the control events; with
+ * KCLAW_LLM_PROVIDER=anthropic, a job through the Messages API whose
+ * failing call is said to the orchestrator (WorkRequest.progress) while
+ * it is retried.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -30,6 +33,7 @@
 
 static kt_llm_server srv;
 static char dir[256], url[400], rec[400], logf[400], events[400];
+static const char *provider; /* KCLAW_LLM_PROVIDER of the next agent */
 
 /* ---- the test orchestrator: requests queue up for the test thread ---- */
 
@@ -160,6 +164,8 @@ start_agent(const char *id, bool replay)
 	setenv("KCLAW_LLM_BACKOFF_MS", "20", 1);
 	setenv("KCLAW_LOG", "debug", 1);
 	setenv("KCLAW_EVENTS_URL", events, 1);
+	if (provider != NULL)
+		setenv("KCLAW_LLM_PROVIDER", provider, 1);
 	setenv(replay ? "KCLAW_LLM_REPLAY" : "KCLAW_LLM_RECORD", rec, 1);
 	execl(bin, bin, "--role", "planner", "--work-url", url, "--home", dir,
 	    "--id", id, (char *)NULL);
@@ -353,7 +359,49 @@ main(void)
 		KT_EQ_INT(wait_exit(a, 10000), 0);
 	}
 
-	/* 5. Logs never show the key; a bad role is refused with usage. */
+	/* 5. Anthropic: a 529 is said at once, while it is retried after its
+	 * retry-after; the job's usage counts the cache write. */
+	{
+		cJSON *busy = cJSON_CreateObject();
+		cJSON_AddNumberToObject(busy, "status", 529);
+		cJSON_AddStringToObject(busy, "error", "Overloaded");
+		cJSON_AddStringToObject(
+		    cJSON_AddObjectToObject(busy, "headers"), "retry-after",
+		    "1");
+		kt_llm_script(&srv, busy, kt_reply(PLAN_REPLY), NULL);
+		provider = "anthropic";
+		a = start_agent("agent-p6", false);
+		provider = NULL;
+		c = next_request(10000, &req);
+		kclaw__work_request__free_unpacked(req, NULL);
+		give_job(c, "j6", "fill/planner/6");
+		c = next_request(10000, &req);
+		KT_ASSERT(req->progress != NULL);
+		KT_ASSERT(req->agent_reply == NULL);
+		KT_EQ_STR(req->progress->job_id, "j6");
+		KT_EQ_INT(req->progress->role, KCLAW__ROLE__PLANNER);
+		KT_EQ_INT(req->progress->http_status, 529);
+		KT_EQ_INT(req->progress->failed_try, 1);
+		KT_EQ_INT(req->progress->retry_in_ms, 1000);
+		KT_CONTAINS(req->progress->error, "HTTP 529 (Overloaded)");
+		KT_CONTAINS(req->progress->error, "retrying in 1.0 s");
+		KT_CONTAINS(req->progress->error, "status page");
+		KT_ASSERT(strstr(req->progress->error, KT_TEST_KEY) == NULL);
+		kclaw__work_request__free_unpacked(req, NULL);
+		give_idle(c, false);
+		c = next_request(10000, &req);
+		KT_ASSERT(req->progress == NULL);
+		KT_EQ_STR(req->agent_reply->job_id, "j6");
+		KT_ASSERT(req->agent_reply->ok);
+		KT_EQ_STR(req->agent_reply->plan->method, "grid_stride");
+		KT_EQ_INT(req->agent_reply->usage->retries, 1);
+		KT_ASSERT(req->agent_reply->usage->cache_write_tokens > 0);
+		kclaw__work_request__free_unpacked(req, NULL);
+		give_idle(c, true);
+		KT_EQ_INT(wait_exit(a, 10000), 0);
+	}
+
+	/* 6. Logs never show the key; a bad role is refused with usage. */
 	KT_OK(kc_read_file(logf, 1 << 22, &text, &len));
 	KT_ASSERT(strstr(text, KT_TEST_KEY) == NULL);
 	KT_CONTAINS(text, "did not decode");

@@ -876,6 +876,50 @@ test_truncation(void)
 	llm_close(c);
 }
 
+/* Through Anthropic's Messages API: a reply cut at max_tokens
+ * (stop_reason) is asked again with the limit doubled, as a cut
+ * chat-completions reply is, and a kernel drafted in a thinking block is
+ * never taken. */
+static void
+test_anthropic_truncation(void)
+{
+	Kclaw__AgentJob j =
+	    job_for(KCLAW__ROLE__GENERATOR, "vec_add/generator/6");
+	Kclaw__AgentReply *r;
+	llm_config cfg;
+	llm_client *c;
+	cJSON *cut = kt_reply("```cuda\nextern \"C\" __global"), *ok;
+	cJSON *log;
+
+	kt_llm_config(&cfg, &srv);
+	cfg.api = LLM_API_ANTHROPIC;
+	KT_OK(llm_http_open(&c, &cfg));
+	cJSON_AddStringToObject(cut, "stop_reason", "max_tokens");
+	ok = kt_reply(ADD_REPLY);
+	cJSON_AddStringToObject(ok, "thinking", ADD4_REPLY);
+	kt_llm_script(&srv, cut, ok, NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	KT_EQ_INT(r->usage->calls, 2);
+	KT_EQ_INT(r->usage->truncated, 1);
+	KT_EQ_INT(r->n_candidates, 1);
+	KT_CONTAINS(r->candidates[0]->source, "void add(");
+	KT_ASSERT(strstr(r->candidates[0]->source, "add4") == NULL);
+	KT_ASSERT(
+	    r->usage->cache_write_tokens > 0 || r->usage->cached_tokens > 0);
+	log = kt_llm_log(&srv);
+	KT_EQ_STR(cJSON_GetObjectItem(cJSON_GetArrayItem(log, 1), "path")
+	              ->valuestring,
+	    "/v1/messages");
+	KT_EQ_INT(logged_limit(log, 0), 1234);
+	KT_EQ_INT(logged_limit(log, 1), 2468);
+	/* The same conversation (the system prompt apart), a higher limit. */
+	KT_EQ_INT(logged_msgs(log, 1), 1);
+	cJSON_Delete(log);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	llm_close(c);
+}
+
 /* Code in the reasoning is never the answer: reasoning_content, inline
  * <think> with and without its opening tag, and unclosed reasoning. */
 static void
@@ -1176,6 +1220,7 @@ main(void)
 	KT_RUN(test_replay_byte_identical);
 	KT_RUN(test_edited_templates);
 	KT_RUN(test_truncation);
+	KT_RUN(test_anthropic_truncation);
 	KT_RUN(test_reasoning_never_taken);
 	KT_RUN(test_usage);
 	KT_RUN(test_context_window);

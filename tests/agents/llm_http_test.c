@@ -25,7 +25,8 @@ static const llm_message msgs[] = {
     {"system", "You are a test."},
     {"user", "Say \"hi\"\nplease."},
 };
-static const llm_request req = {msgs, 2, "t/planner/0", 0, NULL, 0, 0};
+static const llm_request req = {
+    msgs, 2, "t/planner/0", 0, NULL, 0, 0, NULL, NULL};
 
 static llm_client *
 open_client(unsigned timeout_ms)
@@ -202,6 +203,25 @@ test_4xx_not_retried(void)
 	log = kt_llm_log(&srv);
 	KT_EQ_INT(cJSON_GetArraySize(log), 1);
 	cJSON_Delete(log);
+
+	/* OpenAI's spent quota is a 429 that waiting does not end. */
+	{
+		cJSON *quota = cJSON_CreateObject();
+		cJSON_AddNumberToObject(quota, "status", 429);
+		cJSON_AddStringToObject(quota, "raw",
+		    "{\"error\": {\"message\": \"You exceeded your current "
+		    "quota\", \"type\": \"insufficient_quota\", \"code\": "
+		    "\"insufficient_quota\"}}");
+		kt_llm_script(&srv, quota, kt_reply("unused"), NULL);
+		KT_EQ_INT(llm_chat(c, &req, &r), KC_EHTTP);
+		KT_CONTAINS(
+		    kc_lasterr(), "HTTP 429 (You exceeded your current");
+		KT_CONTAINS(kc_lasterr(), "quota is reached");
+		KT_CONTAINS(kc_lasterr(), "not retried");
+		log = kt_llm_log(&srv);
+		KT_EQ_INT(cJSON_GetArraySize(log), 1);
+		cJSON_Delete(log);
+	}
 
 	kt_llm_script(&srv, kt_status(401, NULL), NULL);
 	KT_EQ_INT(llm_chat(c, &req, &r), KC_EHTTP);
@@ -714,7 +734,7 @@ test_window_from_vllm(void)
 {
 	cJSON *opts = cJSON_CreateObject(), *m, *log;
 	llm_message big[2] = {{"system", "s"}, {"user", NULL}};
-	llm_request breq = {big, 2, "t/planner/0", 0, NULL, 0, 0};
+	llm_request breq = {big, 2, "t/planner/0", 0, NULL, 0, 0, NULL, NULL};
 	llm_client *c = open_client(2000);
 	llm_limits lim;
 	llm_response r;

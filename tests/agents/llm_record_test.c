@@ -40,9 +40,11 @@ expect_file(const char *rel)
 static void
 test_record(void)
 {
-	llm_request a = {msgs, 2, "vec add/generator/0", 0, NULL, 0, 0};
-	llm_request b = {msgs, 2, "vec add/generator/0", 1, NULL, 0, 0};
-	llm_request h = {msgs, 2, NULL, 0, NULL, 0, 0};
+	llm_request a = {
+	    msgs, 2, "vec add/generator/0", 0, NULL, 0, 0, NULL, NULL};
+	llm_request b = {
+	    msgs, 2, "vec add/generator/0", 1, NULL, 0, 0, NULL, NULL};
+	llm_request h = {msgs, 2, NULL, 0, NULL, 0, 0, NULL, NULL};
 	char hash[65], name[256];
 	llm_client *http, *c;
 	llm_config cfg;
@@ -78,9 +80,11 @@ test_record(void)
 static void
 test_replay_identical(void)
 {
-	llm_request a = {msgs, 2, "vec add/generator/0", 0, NULL, 0, 0};
-	llm_request b = {msgs, 2, "vec add/generator/0", 1, NULL, 0, 0};
-	llm_request h = {msgs, 2, NULL, 0, NULL, 0, 0};
+	llm_request a = {
+	    msgs, 2, "vec add/generator/0", 0, NULL, 0, 0, NULL, NULL};
+	llm_request b = {
+	    msgs, 2, "vec add/generator/0", 1, NULL, 0, 0, NULL, NULL};
+	llm_request h = {msgs, 2, NULL, 0, NULL, 0, 0, NULL, NULL};
 	llm_response r1, r2;
 	llm_client *c;
 	llm_config cfg;
@@ -89,7 +93,8 @@ test_replay_identical(void)
 	/* Record one more exchange to compare field by field. */
 	kt_llm_config(&cfg, &srv);
 	{
-		llm_request k = {msgs, 2, "cmp/planner/7", 0, NULL, 0, 0};
+		llm_request k = {
+		    msgs, 2, "cmp/planner/7", 0, NULL, 0, 0, NULL, NULL};
 		llm_client *http, *rec;
 		KT_OK(llm_http_open(&http, &cfg));
 		KT_OK(llm_record_open(&rec, http, dir, &cfg));
@@ -141,8 +146,10 @@ test_replay_keyed_vs_strict(void)
 	    {"system", "You are a test."},
 	    {"user", "Write a kernel. Measured: 1.234 ms"},
 	};
-	llm_request k = {changed, 2, "vec add/generator/0", 0, NULL, 0, 0};
-	llm_request unrec = {msgs, 2, "vec add/generator/9", 0, NULL, 0, 0};
+	llm_request k = {
+	    changed, 2, "vec add/generator/0", 0, NULL, 0, 0, NULL, NULL};
+	llm_request unrec = {
+	    msgs, 2, "vec add/generator/9", 0, NULL, 0, 0, NULL, NULL};
 	llm_client *c;
 	llm_response r;
 
@@ -167,8 +174,8 @@ test_replay_keyed_vs_strict(void)
 static void
 test_hand_written(void)
 {
-	llm_request k = {msgs, 2, "hand/planner/0", 0, NULL, 0, 0};
-	llm_request k1 = {msgs, 2, "hand/planner/0", 1, NULL, 0, 0};
+	llm_request k = {msgs, 2, "hand/planner/0", 0, NULL, 0, 0, NULL, NULL};
+	llm_request k1 = {msgs, 2, "hand/planner/0", 1, NULL, 0, 0, NULL, NULL};
 	char path[600];
 	static const char *json = "{\"response\": {\"content\": \"from json\", "
 	                          "\"prompt_tokens\": 5}}";
@@ -209,7 +216,8 @@ test_hand_written(void)
 static void
 test_names(void)
 {
-	llm_request r = {msgs, 2, "my task!/planner/3", 2, NULL, 0, 0};
+	llm_request r = {
+	    msgs, 2, "my task!/planner/3", 2, NULL, 0, 0, NULL, NULL};
 	char name[256];
 
 	KT_OK(llm_recording_name(&r, name, sizeof(name)));
@@ -234,7 +242,7 @@ test_names(void)
 static void
 test_usage_recorded(void)
 {
-	llm_request k = {msgs, 2, "use/planner/0", 0, NULL, 0, 0};
+	llm_request k = {msgs, 2, "use/planner/0", 0, NULL, 0, 0, NULL, NULL};
 	cJSON *a = kt_reply("cut"), *u, *opts = cJSON_CreateObject();
 	llm_client *http, *c;
 	llm_config cfg;

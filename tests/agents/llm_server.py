@@ -49,8 +49,36 @@ action:
                                  a verbatim body (truncated JSON, garbage)
   {"delay_s": 3, ...}            waits first (a hang past the client timeout)
   {"close": true}                drops the connection without a reply
+  {"ollama_cut": 2048, "content": "text"}
+                                 a reply as Ollama's /v1 gives one for a
+                                 prompt longer than its context: usage
+                                 prompt_tokens = min(the messages'
+                                 characters / 4, the cut), and
+                                 system_fingerprint "fp_ollama"
 When the script is exhausted the server answers 500 "script exhausted", so a
 test that makes more calls than it scripted fails visibly.
+
+POST .../v1/messages is Anthropic's Messages API (_anthropic): a request
+without the x-api-key header (or with another key than the script's
+"anthropic_key") is answered 401 authentication_error, one without
+anthropic-version or max_tokens, or with a "system" role among its
+messages, 400 invalid_request_error. It consumes the next action as above,
+read the Messages way:
+  {"content": "text", "thinking": "...", "redacted_thinking": "data",
+   "stop_reason": "max_tokens", "usage": {...}}
+                                 content blocks: the thinking ones first,
+                                 then the text; stop_reason (end_turn by
+                                 default); usage as given, else counted
+  {"status": 429, "headers": {"retry-after": "1"}, "error": "...",
+   "error_type": "rate_limit_error"}
+                                 an Anthropic-style error body (529:
+                                 overloaded_error)
+Counted usage emulates the prompt cache: each block with cache_control
+ends a prefix (the system blocks, then the messages' blocks, in order);
+a prefix the server has seen is read from the cache
+(cache_read_input_tokens), a new one written (cache_creation_input_tokens),
+the rest is input_tokens; tokens are characters / 4. The cache lives as
+long as the server.
 
 The model-like mode ("model" in the script; tests/mainjob/live_test.sh)
 answers a whole deployment's agents, however their calls interleave, the
@@ -170,6 +198,9 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._send(200, json.dumps({"model_info": info}))
             return
+        if path.endswith("/v1/messages"):
+            self._anthropic(raw)
+            return
         if not path.endswith("/chat/completions"):
             self._send(404, json.dumps({"error": {"message": "no such path"}}))
             return
@@ -208,6 +239,9 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(2)
             return
+        if "ollama_cut" in action:
+            self._ollama_cut(action, body, n)
+            return
         status = action.get("status", 200)
         headers = action.get("headers", {})
         if "raw" in action:
@@ -238,6 +272,136 @@ class Handler(BaseHTTPRequestHandler):
             }),
         }
         self._send(status, json.dumps(reply), headers)
+
+    # ------------------------------------------------ Ollama's silent cut
+
+    def _ollama_cut(self, action, body, n):
+        msgs = body.get("messages") if isinstance(body, dict) else []
+        chars = sum(len(m.get("content") or "") for m in msgs or []
+                    if isinstance(m, dict))
+        prompt = min(chars // 4, int(action["ollama_cut"]))
+        content = action.get("content", "")
+        self._send(200, json.dumps({
+            "id": "chatcmpl-%d" % (100 + n), "object": "chat.completion",
+            "model": body.get("model"), "system_fingerprint": "fp_ollama",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant",
+                                     "content": content}}],
+            "usage": {"prompt_tokens": prompt,
+                      "completion_tokens": len(content) // 4,
+                      "total_tokens": prompt + len(content) // 4}}))
+
+    # ------------------------------------------- Anthropic's Messages API
+
+    def _anthropic_error(self, status, etype, message, headers=None):
+        self._send(status, json.dumps({"type": "error", "error": {
+            "type": etype, "message": message}}), headers)
+
+    def _anthropic_usage(self, body):
+        """Counted usage with the emulated prompt cache."""
+        blocks = []
+        system = body.get("system")
+        if isinstance(system, str):
+            blocks.append({"text": system})
+        elif isinstance(system, list):
+            blocks.extend(system)
+        for m in body.get("messages", []):
+            c = m.get("content")
+            if isinstance(c, str):
+                blocks.append({"text": c})
+            elif isinstance(c, list):
+                blocks.extend(c)
+        total, prefix, cached_upto, written = 0, "", 0, 0
+        for b in blocks:
+            text = b.get("text") or ""
+            total += len(text)
+            prefix += "\x00" + text
+            if b.get("cache_control", {}).get("type") == "ephemeral":
+                with LOCK:
+                    seen = prefix in ANTHROPIC_CACHE
+                    ANTHROPIC_CACHE.add(prefix)
+                if seen:
+                    cached_upto = total
+                    written = 0
+                else:
+                    written = total - cached_upto
+        read = cached_upto // 4
+        written //= 4
+        return {"input_tokens": total // 4 - read - written,
+                "cache_creation_input_tokens": written,
+                "cache_read_input_tokens": read}
+
+    def _anthropic(self, raw):
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        with LOCK:
+            STATE["log"].append({
+                "path": self.path.partition("?")[0],
+                "query": self.path.partition("?")[2],
+                "authorization": self.headers.get("Authorization"),
+                "x-api-key": self.headers.get("x-api-key"),
+                "anthropic-version": self.headers.get("anthropic-version"),
+                "body": body,
+            })
+            want = STATE["opts"].get("anthropic_key")
+        key = self.headers.get("x-api-key")
+        if not key or (want is not None and key != want):
+            self._anthropic_error(401, "authentication_error",
+                                  "invalid x-api-key")
+            return
+        if not self.headers.get("anthropic-version"):
+            self._anthropic_error(400, "invalid_request_error",
+                                  "anthropic-version: header is required")
+            return
+        if not isinstance(body, dict) or "max_tokens" not in body:
+            self._anthropic_error(400, "invalid_request_error",
+                                  "max_tokens: Field required")
+            return
+        for m in body.get("messages", []):
+            if m.get("role") not in ("user", "assistant"):
+                self._anthropic_error(
+                    400, "invalid_request_error",
+                    "messages: Unexpected role \"%s\". The Messages API "
+                    "accepts a top-level `system` parameter, not "
+                    "\"system\" as an input message role." % m.get("role"))
+                return
+        with LOCK:
+            n = STATE["served"]
+            STATE["served"] += 1
+            action = STATE["actions"][n] if n < len(STATE["actions"]) else None
+        if action is None:
+            self._anthropic_error(500, "api_error", "script exhausted")
+            return
+        if action.get("delay_s"):
+            time.sleep(action["delay_s"])
+        status = action.get("status", 200)
+        headers = action.get("headers", {})
+        if "error" in action or status != 200:
+            self._anthropic_error(
+                status, action.get("error_type",
+                                   "overloaded_error" if status == 529
+                                   else "rate_limit_error" if status == 429
+                                   else "api_error"),
+                action.get("error", "scripted failure"), headers)
+            return
+        content = []
+        if "thinking" in action:
+            content.append({"type": "thinking", "thinking": action["thinking"],
+                            "signature": "sig-test"})
+        if "redacted_thinking" in action:
+            content.append({"type": "redacted_thinking",
+                            "data": action["redacted_thinking"]})
+        text = action.get("content", "")
+        content.append({"type": "text", "text": text})
+        usage = action.get("usage") or self._anthropic_usage(body)
+        usage.setdefault("output_tokens", len(text) // 4)
+        self._send(200, json.dumps({
+            "id": "msg_test_%d" % n, "type": "message", "role": "assistant",
+            "model": body.get("model"), "content": content,
+            "stop_reason": action.get("stop_reason", "end_turn"),
+            "stop_sequence": None, "usage": usage}), headers)
 
     # ------------------------------------------------- the model-like mode
 
@@ -367,6 +531,8 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             STATE["model_log"].append(entry)
 
+
+ANTHROPIC_CACHE = set()
 
 ROLE_TITLES = {"Generator": "generator", "Feature Extractor": "feature",
                "Planner": "planner", "Optimizer": "optimizer",

@@ -224,9 +224,10 @@ mon_role_cost(const mon *m, const Kclaw__RoleUsage *u, double *usd)
 {
 	const kc_price *p = kc_config_price(&m->cfg, u->model);
 
-	*usd = p ? kc_price_usd(p, u->prompt_tokens, u->completion_tokens,
-	               u->reasoning_tokens, u->cached_tokens)
-	         : 0;
+	*usd = p
+	    ? kc_price_usd(p, u->prompt_tokens, u->completion_tokens,
+	          u->reasoning_tokens, u->cached_tokens, u->cache_write_tokens)
+	    : 0;
 	return p != NULL;
 }
 
