@@ -1452,6 +1452,36 @@ orch_best_compile(orch *o, struct orch_task *t, const orch_input *in,
 		kclaw__candidate_record__free_unpacked(r, NULL);
 }
 
+/* A solved task leaves its best kernel, with the task's feature vector,
+ * for the warm starts of similar tasks (committed with its last
+ * transition); a task solved without it only loses the warm start. */
+static void
+orch_solved(orch *o, struct orch_task *t)
+{
+	const orch_memory_ops *m = o->opt.memory;
+	Kclaw__CandidateRecord *best = NULL;
+	Kclaw__TaskSpec *spec = NULL;
+
+	if (m->solved == NULL || t->fsm.best == 0)
+		return;
+	if (orch_spec_get(o, t->id, &spec) != 0 ||
+	    orch_cand_get(o, t->id, t->fsm.best, &best) != 0 ||
+	    best->candidate == NULL ||
+	    m->solved(o->opt.memory_arg, o->db, o->batch, t->id, spec,
+	        best->candidate, t->fsm.best_speedup) != 0) {
+		KC_WARN("task %s: its best kernel is not kept for warm starts "
+		        "(%s)",
+		    t->id, kc_lasterr());
+		kc_clearerr();
+	} else {
+		o->staged++;
+	}
+	if (best)
+		kclaw__candidate_record__free_unpacked(best, NULL);
+	if (spec)
+		kclaw__task_spec__free_unpacked(spec, NULL);
+}
+
 int
 orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
     const Kclaw__AgentReply *reply, const Kclaw__EvalResult *eval,
@@ -1510,6 +1540,8 @@ orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
 	if (orch_state_final(next.state) && !orch_state_final(prev.state)) {
 		t->finished_ms = kc_now_ms();
 		o->nactive--;
+		if (next.state == ORCH_ST_DONE)
+			orch_solved(o, t);
 		/* Its jobs are dropped, the reference check's too. */
 		if (t->refcheck &&
 		    t->refcheck->state ==

@@ -33,7 +33,8 @@ Control endpoints (used by the tests, never by kclaw):
   GET  /_model   the model-like mode's answers since the script: {"served":
                  [{"task", "role", "job", "try", "status", "fault",
                  "prompt_tokens", "completion_tokens", "reasoning_tokens",
-                 "cached_tokens"}, ...]}, in the order they were sent
+                 "cached_tokens", "prefix_share"}, ...]}, in the order they
+                 were sent
 
 Each request to .../chat/completions (any query string) consumes the next
 action:
@@ -61,8 +62,10 @@ gets the reply text DIR/<task>/<role>/<n>.txt (e.g. examples/recordings).
 A request repeats the job whose last answer was a fault (an HTTP retry, a
 re-ask after a malformed or cut-off reply), and so does one that goes on
 a conversation (more than two messages: the Planner asked again by binding
-screening, which gets the same reply); otherwise it starts the next job. The concurrent Generator jobs of a task share one prompt, so which of
-them gets which reply is the order of their calls. Faults:
+screening, which gets the same reply); otherwise it starts the next
+job. A Generator prompt that names its seed ("## Your seed: i of k") is
+job i - 1, so seed i gets the reply i - 1 whatever the order of the
+concurrent calls; one that names none takes the next job. Faults:
   {"task": T, "role": R, "job": n, "try": k, "name": N, "action": ACTION}
 answers try k (0: the first request) of that job with ACTION instead:
   an action of the list above (a 429 with Retry-After, a 5xx, a raw body,
@@ -77,7 +80,9 @@ answers try k (0: the first request) of that job with ACTION instead:
 Every answer's usage is counted from the request: prompt_tokens = the
 messages' characters / 4, completion_tokens = the content's / 4 plus the
 reasoning's, reasoning_tokens = the reasoning's / 4, cached_tokens = the
-first two messages' / 4 on a re-ask (a conversation the server has seen).
+characters the messages share from their start with the previous request
+of the same task and role, / 4 (a provider's prefix cache; /_model's
+prefix_share is that share of the prompt).
 """
 import argparse
 import json
@@ -264,11 +269,19 @@ class Handler(BaseHTTPRequestHandler):
                 "message": "not an agent's request (no role or task)"}}))
             return
         task, role, head, chars, nmsgs = job
+        prompt = "".join(m.get("content") or "" for m in body["messages"]
+                         if isinstance(m, dict))
         with LOCK:
             st = STATE["model"].setdefault((task, role),
                                            {"next": 0, "pending": None,
                                             "tries": {}, "last": None})
-            if st["pending"] is not None:
+            seed = SEED_RE.search(body["messages"][1].get("content") or "")
+            if seed is not None and role == "generator":
+                # A seed's job is the seed the prompt names, however the
+                # concurrent Generator calls arrive: seed i gets i.txt.
+                n = int(seed.group(1)) - 1
+                st["next"] = max(st["next"], n + 1)
+            elif st["pending"] is not None:
                 n = st["pending"]
             elif nmsgs > 2 and st["last"] is not None:
                 # A conversation that goes on (the Planner asked again
@@ -346,7 +359,15 @@ class Handler(BaseHTTPRequestHandler):
         entry["reasoning_tokens"] = len(reasoning) // 4
         entry["completion_tokens"] = len(content) // 4 + (
             0 if "think" in (action or {}) else len(reasoning) // 4)
-        entry["cached_tokens"] = head // 4 if nmsgs > 2 else 0
+        # A provider's prompt cache: the bytes this request shares from
+        # its start with the previous request of the same task and role
+        # are served from the cache.
+        with LOCK:
+            prev = STATE["model"][(task, role)].get("prompt")
+            STATE["model"][(task, role)]["prompt"] = prompt
+        same = prefix_len(prev or "", prompt)
+        entry["prefix_share"] = same / len(prompt) if prompt else 0
+        entry["cached_tokens"] = same // 4
         self._model_log(entry)
         usage = {"prompt_tokens": entry["prompt_tokens"],
                  "completion_tokens": entry["completion_tokens"],
@@ -367,6 +388,17 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             STATE["model_log"].append(entry)
 
+
+def prefix_len(a, b):
+    """The length of the longest common prefix of a and b."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+SEED_RE = re.compile(r"^## Your seed: (\d+) of \d+$", re.M)
 
 ROLE_TITLES = {"Generator": "generator", "Feature Extractor": "feature",
                "Planner": "planner", "Optimizer": "optimizer",

@@ -18,6 +18,9 @@
  * n-th entry of seeds=, repair= and opt= (the last one repeats), so the
  * outcome never depends on which double answers.
  *
+ * tag= (any value): a seed's source also names its seed, strategy and
+ * warm start (dbl_tag_seed).
+ *
  * A reference-only request (a task's reference check, EvalOptions.
  * reference_only) is answered by refcheck=: absent, OK with the ref= time
  * and every output of the task varying by 0.5; "outputs:<name>@<variation>
@@ -92,6 +95,32 @@ dbl_cand(const char *outcome)
 	return c;
 }
 
+/* tag= in the script: a seed's source says which seed it is, its
+ * strategy and its warm start ("KC:ok:2.0 seed 1 of 3: <strategy>
+ * [warm:<task>]"), as a Generator writes the kernel its prompt asks for;
+ * the sandbox double reads only the outcome before the space. */
+static void
+dbl_tag_seed(
+    const char *script, const Kclaw__AgentJob *job, Kclaw__Candidate *c)
+{
+	char tag[8], *src;
+	size_t n;
+
+	dbl_entry(script, "tag", 0, tag, sizeof(tag));
+	if (tag[0] == '\0' || job->seeds == 0)
+		return;
+	n = strlen(c->source) + strlen(job->strategy ? job->strategy : "") +
+	    (job->warm_task ? strlen(job->warm_task) : 0) + 64;
+	if ((src = malloc(n)) == NULL)
+		return;
+	snprintf(src, n, "%s seed %u of %u: %s%s%s", c->source,
+	    job->seed_index + 1, job->seeds, job->strategy ? job->strategy : "",
+	    job->warm_start ? " warm:" : "",
+	    job->warm_start && job->warm_task ? job->warm_task : "");
+	free(c->source);
+	c->source = src;
+}
+
 static void
 dbl_agent(const Kclaw__AgentJob *job, Kclaw__AgentReply *r)
 {
@@ -117,6 +146,7 @@ dbl_agent(const Kclaw__AgentJob *job, Kclaw__AgentReply *r)
 		for (unsigned i = 0; i < job->count; i++) {
 			dbl_entry(script, "seeds", n + i, e, sizeof(e));
 			r->candidates[i] = dbl_cand(e);
+			dbl_tag_seed(script, job, r->candidates[i]);
 		}
 		break;
 	case KCLAW__ROLE__OPTIMIZER:

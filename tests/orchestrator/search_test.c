@@ -1,0 +1,154 @@
+/*
+ * search_test.c - how a task's search spends the model's calls, with the
+ * real kclawd and test-double workers over real NNG and a real store:
+ * every seed of a task is asked for with its own index and strategy (no
+ * two seed requests equal, so no two seeds the same kernel), and a new
+ * task's last seed adapts the best kernel of the most similar solved task.
+ */
+#include "harness.h"
+
+static pid_t kclawd;
+static pid_t workers[8];
+
+static void
+start(const char *name)
+{
+	h_setup(name, "\"poll_ms\": 500");
+	kclawd = h_kclawd();
+	h_wait_up();
+	h_doubles(workers, 1, "0");
+}
+
+static void
+stop(void)
+{
+	for (int i = 0; i < 7; i++)
+		h_kill(workers[i], SIGTERM);
+	h_kill(kclawd, SIGTERM);
+	h_teardown();
+}
+
+/* The task's history (caller frees). */
+static Kclaw__ResultResponse *
+result(const char *id)
+{
+	Kclaw__ResultRequest req = KCLAW__RESULT_REQUEST__INIT;
+	Kclaw__ResultResponse *res;
+
+	req.task_id = (char *)id;
+	KT_OK(h_call("Result", &req.base, &kclaw__result_response__descriptor,
+	    (ProtobufCMessage **)&res));
+	return res;
+}
+
+/* The source of seed i (1-based) of a task's history, or NULL. */
+static const char *
+seed_source(const Kclaw__ResultResponse *res, unsigned i, unsigned k)
+{
+	char want[32];
+
+	snprintf(want, sizeof(want), " seed %u of %u: ", i, k);
+	for (size_t n = 0; n < res->n_history; n++) {
+		const Kclaw__Candidate *c = res->history[n]->candidate;
+		if (c && strcmp(c->origin, "generator") == 0 &&
+		    strstr(c->source, want))
+			return c->source;
+	}
+	return NULL;
+}
+
+/* Submits a task and waits for it to be DONE; id_out gets its id. */
+static void
+solve(Kclaw__TaskSpec *spec, char *id_out)
+{
+	Kclaw__StatusResponse *s;
+
+	KT_OK(h_submit(spec, NULL, id_out));
+	s = h_wait_final(id_out, 20000);
+	KT_EQ_STR(s->task->state, "DONE");
+	kclaw__status_response__free_unpacked(s, NULL);
+}
+
+static void
+test_seeds_differ(void)
+{
+	Kclaw__FsmParams params = KCLAW__FSM_PARAMS__INIT;
+	Kclaw__ResultResponse *res;
+	Kclaw__TaskSpec *spec;
+	const char *src[4];
+	char id[32];
+
+	start("search-seeds");
+	spec = h_spec(
+	    "seeds4", "seeds=ok:2.0,ok:2.0,ok:2.0,ok:2.0;tag=1;opt=1.0", 1);
+	params.seeds = 4;
+	spec->params = &params;
+	solve(spec, id);
+	KT_EQ_INT(h_check_rounds(id), 1);
+	res = result(id);
+	/* Four seeds asked as four distinct requests: each names its index
+	 * and a strategy of its own, so even one outcome scripted four
+	 * times gives four different kernels. */
+	for (unsigned i = 0; i < 4; i++) {
+		src[i] = seed_source(res, i + 1, 4);
+		KT_ASSERT(src[i] != NULL);
+		KT_ASSERT(strchr(src[i], ':') != NULL);
+	}
+	for (unsigned i = 0; i < 4; i++)
+		for (unsigned k = i + 1; k < 4; k++) {
+			const char *a = strstr(src[i], " of 4: ") + 7;
+			const char *b = strstr(src[k], " of 4: ") + 7;
+			KT_ASSERT(strcmp(src[i], src[k]) != 0);
+			KT_ASSERT(strcmp(a, b) != 0); /* strategies differ */
+		}
+	kclaw__result_response__free_unpacked(res, NULL);
+	stop();
+}
+
+static void
+test_warm_start_picks_similar(void)
+{
+	static int64_t square[2] = {4, 4};
+	Kclaw__ResultResponse *res;
+	Kclaw__TaskSpec *spec;
+	char norm[32], gemm[32], id[32];
+	const char *src;
+
+	start("search-warm");
+	/* A norm over a row of 16, and a GEMM over 4 x 4. */
+	spec = h_spec("rms_norm", "seeds=ok:2.0;tag=1;opt=1.0", 1);
+	spec->description = "rms norm of each row, then scaled";
+	solve(spec, norm);
+	spec = h_spec("gemm_bias", "seeds=ok:2.0;tag=1;opt=1.0", 1);
+	spec->description = "matrix multiply with a bias epilogue";
+	spec->tensors[0]->shape = square;
+	spec->tensors[0]->n_shape = 2;
+	spec->tensors[1]->shape = square;
+	spec->tensors[1]->n_shape = 2;
+	solve(spec, gemm);
+	/* A layer norm over the same rows: the norm is the similar task. */
+	spec =
+	    h_spec("layer_norm", "seeds=ok:2.0,ok:2.0,ok:2.0;tag=1;opt=1.0", 1);
+	spec->description = "layer norm of each row, then scaled";
+	solve(spec, id);
+	res = result(id);
+	src = seed_source(res, 3, 3);
+	KT_ASSERT(src != NULL);
+	KT_CONTAINS(src, "warm:rms_norm");
+	KT_CONTAINS(src,
+	    "adapt the best kernel of the similar solved task "
+	    "rms_norm");
+	/* Only the last seed adapts it; the others keep their strategies. */
+	KT_ASSERT(strstr(seed_source(res, 1, 3), "warm:") == NULL);
+	KT_ASSERT(strstr(seed_source(res, 2, 3), "warm:") == NULL);
+	kclaw__result_response__free_unpacked(res, NULL);
+	stop();
+}
+
+int
+main(void)
+{
+	KT_RUN(test_seeds_differ);
+	KT_RUN(test_warm_start_picks_similar);
+	return 0;
+}
