@@ -621,7 +621,8 @@ agent_job_vars(const Kclaw__AgentJob *job, agent_vars *vars)
 	if ((rv = agent_render_features(job, &s)) != 0 ||
 	    (rv = agent_put(vars, "features", &s)) != 0)
 		goto out;
-	if ((rv = agent_render_seed(job, vars, &s)) != 0)
+	if ((rv = agent_render_seed(job, vars, &s)) != 0 ||
+	    (rv = agent_put_str(vars, "assigned", job->assigned_method)) != 0)
 		goto out;
 out:
 	kc_str_free(&s);

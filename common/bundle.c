@@ -816,7 +816,7 @@ bundle_parse_params(struct bundle_loader *l, const cJSON *root)
 {
 	static const char *const keys[] = {"seeds", "rt", "at", "max_repairs",
 	    "job_retries", "agent_timeout_s", "eval_timeout_s", "explore_share",
-	    "sol_stop", NULL};
+	    "sol_stop", "candidates_per_round", NULL};
 	static const char *const shares[] = {"explore_share", "sol_stop"};
 	const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, "params");
 	Kclaw__FsmParams *p = &l->params;
@@ -842,7 +842,9 @@ bundle_parse_params(struct bundle_loader *l, const cJSON *root)
 	    (rv = bundle_get_u32(l->file, j, "params", "agent_timeout_s",
 	         &p->agent_timeout_s)) != 0 ||
 	    (rv = bundle_get_u32(l->file, j, "params", "eval_timeout_s",
-	         &p->eval_timeout_s)) != 0)
+	         &p->eval_timeout_s)) != 0 ||
+	    (rv = bundle_get_u32(l->file, j, "params", "candidates_per_round",
+	         &p->candidates_per_round)) != 0)
 		return rv;
 	/* Shares in [0, 1], where 0 is off; on the wire 0 is the default and
 	 * a negative value off (proto/kclaw.proto FsmParams). */

@@ -24,9 +24,16 @@ static void fsm_reviewed(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_retrieve(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_plan(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_optimize(orch_fsm *f, const orch_input *in, orch_actions *a);
+static void fsm_wave_planned(
+    orch_fsm *f, const orch_input *in, orch_actions *a);
+static void fsm_wave_candidate(
+    orch_fsm *f, const orch_input *in, orch_actions *a);
+static void fsm_wave_evaluated(
+    orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_job_failed(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_cancel(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_tick(orch_fsm *f, const orch_input *in, orch_actions *a);
+static void fsm_wave_start(orch_fsm *f, orch_actions *a);
 
 /* clang-format off */
 static const struct fsm_row {
@@ -47,6 +54,9 @@ static const struct fsm_row {
 	{ORCH_ST_RETRIEVE,     ORCH_IN_RETRIEVED,  fsm_plan},         /* PLAN */
 	{ORCH_ST_PLAN,         ORCH_IN_PLANNED,    fsm_optimize},     /* OPTIMIZE */
 	{ORCH_ST_OPTIMIZE,     ORCH_IN_CANDIDATE,  fsm_review},       /* REVIEW, or reused: as REVIEW's */
+	{ORCH_ST_WAVE,         ORCH_IN_PLANNED,    fsm_wave_planned},   /* (same): that slot's Optimizer */
+	{ORCH_ST_WAVE,         ORCH_IN_CANDIDATE,  fsm_wave_candidate}, /* (same): its evaluation, or reused */
+	{ORCH_ST_WAVE,         ORCH_IN_EVALUATED,  fsm_wave_evaluated}, /* (same) FEATURES WAVE DIAGNOSE DONE FAILED */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_JOB_FAILED, fsm_job_failed},   /* seeding goes on; a failed round */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_CANCEL,     fsm_cancel},       /* CANCELLED */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_TICK,       fsm_tick},         /* (same) DONE FAILED */
@@ -243,7 +253,10 @@ fsm_next(orch_fsm *f, orch_actions *a, enum orch_state to)
 		fsm_agent(f, a, KCLAW__ROLE__FEATURE, f->base);
 		break;
 	case ORCH_ST_PLAN:
-		fsm_agent(f, a, KCLAW__ROLE__PLANNER, f->base);
+		if (f->p.candidates_per_round > 1)
+			fsm_wave_start(f, a);
+		else
+			fsm_agent(f, a, KCLAW__ROLE__PLANNER, f->base);
 		break;
 	default: fsm_agent(f, a, KCLAW__ROLE__DIAGNOSER, f->cur); break;
 	}
@@ -599,8 +612,222 @@ static void
 fsm_plan(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
 	(void)in;
+	if (f->p.candidates_per_round > 1) {
+		fsm_wave_start(f, a);
+		return;
+	}
 	f->state = ORCH_ST_PLAN;
 	fsm_agent(f, a, KCLAW__ROLE__PLANNER, f->base);
+}
+
+/* --------------------------------------------------------------- waves */
+
+/* A slot whose round produced no kernel to judge (a job failed for good,
+ * or the Optimizer answered without one). */
+#define FSM_WAVE_NONE 0xffffffffu
+
+/*
+ * A wave: K candidates of one round at once. Its 3K job numbers and K
+ * candidate numbers are taken now (slot i: Planner wave_job + i,
+ * Optimizer + k, evaluation + 2k), so nothing depends on the order of
+ * answers; the K Planners go out now, each slot's Optimizer when its plan
+ * arrives, its evaluation when its kernel does. A wave never spends more
+ * rounds than the budget has left.
+ */
+static void
+fsm_wave_start(orch_fsm *f, orch_actions *a)
+{
+	uint32_t k = f->p.candidates_per_round,
+	         left = f->p.max_rounds - f->round;
+
+	if (k > left)
+		k = left;
+	f->state = ORCH_ST_WAVE;
+	f->waves++;
+	f->wave_k = k;
+	f->wave_job = f->next_job;
+	f->next_job += 3 * k;
+	f->wave_cand = f->next_cand;
+	f->next_cand += k;
+	f->wave_opt_key = f->role_jobs[KCLAW__ROLE__OPTIMIZER];
+	f->role_jobs[KCLAW__ROLE__OPTIMIZER] += k;
+	f->wave_eval_key = f->role_jobs[KCLAW__ROLE__SANDBOX];
+	f->role_jobs[KCLAW__ROLE__SANDBOX] += k;
+	f->await_first = f->wave_job;
+	f->await_n = 3 * k;
+	f->await_done = 0;
+	memset(f->wave_st, 0, sizeof(f->wave_st));
+	memset(f->wave_ms, 0, sizeof(f->wave_ms));
+	memset(f->wave_ref, 0, sizeof(f->wave_ref));
+	memset(f->wave_sol, 0, sizeof(f->wave_sol));
+	for (uint32_t i = 0; i < k; i++)
+		fsm_agent_job(
+		    f, a, KCLAW__ROLE__PLANNER, f->base, f->wave_job + i);
+}
+
+/* The phase (0 Planner, 1 Optimizer, 2 evaluation) and slot of a job of
+ * the wave; false when it is not one of phase want. */
+static bool
+fsm_wave_job(const orch_fsm *f, uint32_t job, uint32_t want, uint32_t *slot)
+{
+	uint32_t off = job - f->wave_job;
+
+	if (job < f->wave_job || off >= 3 * f->wave_k ||
+	    off / f->wave_k != want)
+		return false;
+	*slot = off % f->wave_k;
+	return true;
+}
+
+/*
+ * The round's judgement, once every slot has its outcome: each slot is a
+ * round of its own (recorded as an attempt on the base, in slot order);
+ * the best correct kernel of the wave is promoted under the paper's rule,
+ * else the next wave plans on the same base; a wave without a correct
+ * kernel repairs its most promising failure.
+ */
+static void
+fsm_wave_judge(orch_fsm *f, orch_actions *a)
+{
+	uint32_t pick = 0, fail = 0, fail_rank = 0, fail_round = 0;
+	double pick_ms = 0, pick_sp = 0;
+	bool nodev = false;
+
+	for (uint32_t i = 0; i < f->wave_k; i++) {
+		uint32_t st = f->wave_st[i], cand = f->wave_cand + i;
+		double ms = f->wave_ms[i], sp;
+		orch_action *r, *ev;
+		f->round++;
+		if (st == FSM_WAVE_NONE) {
+			f->failed_rounds++;
+			ev = fsm_event(
+			    a, KCLAW__EVENT_KIND__ROUND_FINISHED, 0, 0);
+			ev->status = KCLAW__EVAL_STATUS__INTERNAL_ERROR;
+			ev->round = f->round;
+			continue;
+		}
+		sp = st == KCLAW__EVAL_STATUS__OK
+		    ? fsm_result_speedup(f, ms, f->wave_ref[i])
+		    : 0;
+		r = fsm_act(a, ORCH_ACT_RECORD);
+		r->origin = ORCH_ORIGIN_OPT;
+		r->cand = cand;
+		r->aux = f->base;
+		r->round = f->round;
+		r->status = (Kclaw__EvalStatus)st;
+		r->value =
+		    st == KCLAW__EVAL_STATUS__OK && f->base_ms > 0 && ms > 0
+		    ? f->base_ms / ms
+		    : 0;
+		ev = fsm_event(a, KCLAW__EVENT_KIND__ROUND_FINISHED, cand,
+		    st == KCLAW__EVAL_STATUS__OK ? ms : 0);
+		ev->status = (Kclaw__EvalStatus)st;
+		ev->round = f->round;
+		if (st == KCLAW__EVAL_STATUS__NO_DEVICE) {
+			nodev = true;
+		} else if (st == KCLAW__EVAL_STATUS__OK) {
+			fsm_best(f, cand, ms, sp, f->wave_sol[i]);
+			if (pick == 0 ||
+			    (sp > 0 && pick_sp > 0 ? sp > pick_sp
+			                           : ms < pick_ms)) {
+				pick = cand;
+				pick_ms = ms;
+				pick_sp = sp;
+			}
+		} else if (fsm_repair_rank((Kclaw__EvalStatus)st) > fail_rank) {
+			fail = cand;
+			fail_rank = fsm_repair_rank((Kclaw__EvalStatus)st);
+			fail_round = f->round;
+		}
+	}
+	f->await_n = 0;
+	f->await_done = 0;
+	if (nodev) {
+		fsm_finish(f, a, ORCH_STOP_NO_DEVICE);
+	} else if (pick) {
+		f->cur = pick;
+		f->origin = ORCH_ORIGIN_OPT;
+		f->chain = 0;
+		if (fsm_promotes(f, pick_ms, pick_sp)) {
+			fsm_promote(f, a, pick, pick_ms, pick_sp);
+			fsm_next(f, a, ORCH_ST_FEATURES);
+		} else {
+			fsm_next(f, a, ORCH_ST_PLAN);
+		}
+	} else if (fail) {
+		f->origin = ORCH_ORIGIN_OPT;
+		fsm_start_chain(f, a, fail, ORCH_ORIGIN_OPT, fail_round);
+	} else {
+		fsm_next(f, a, ORCH_ST_PLAN);
+	}
+}
+
+/* Slot i's outcome (FSM_WAVE_NONE: no kernel); every job of the slot is
+ * done. The wave is judged when its last slot is. */
+static void
+fsm_wave_result(orch_fsm *f, orch_actions *a, uint32_t i, uint32_t st,
+    double ms, double ref_ms, double sol)
+{
+	uint32_t k = f->wave_k, all = (uint32_t)((1ull << (3 * k)) - 1);
+
+	f->await_done |= fsm_bit(i) | fsm_bit(k + i) | fsm_bit(2 * k + i);
+	f->wave_st[i] = st;
+	f->wave_ms[i] = ms;
+	f->wave_ref[i] = ref_ms;
+	f->wave_sol[i] = sol;
+	if (f->await_done == all)
+		fsm_wave_judge(f, a);
+}
+
+static void
+fsm_wave_planned(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	uint32_t i;
+
+	if (!fsm_wave_job(f, in->job, 0, &i))
+		return;
+	f->await_done |= fsm_bit(i);
+	fsm_agent_job(
+	    f, a, KCLAW__ROLE__OPTIMIZER, f->base, f->wave_job + f->wave_k + i);
+	f->role_jobs[KCLAW__ROLE__OPTIMIZER]--; /* the wave took its keys */
+	a->a[a->n - 1].key_n = f->wave_opt_key + i;
+}
+
+static void
+fsm_wave_candidate(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	uint32_t i;
+
+	if (!fsm_wave_job(f, in->job, 1, &i))
+		return;
+	f->await_done |= fsm_bit(f->wave_k + i);
+	if (in->n == 0) {
+		fsm_wave_result(f, a, i, FSM_WAVE_NONE, 0, 0, 0);
+	} else if (in->reuse) {
+		f->reused++;
+		fsm_event(a, KCLAW__EVENT_KIND__EVAL_FINISHED, f->wave_cand + i,
+		    in->status == KCLAW__EVAL_STATUS__OK ? in->ms : 0)
+		    ->aux = in->reuse;
+		fsm_wave_result(
+		    f, a, i, in->status, in->ms, in->ref_ms, in->sol);
+	} else {
+		fsm_eval(
+		    f, a, f->wave_job + 2 * f->wave_k + i, f->wave_cand + i);
+		f->role_jobs[KCLAW__ROLE__SANDBOX]--; /* the wave took its keys
+		                                       */
+		a->a[a->n - 1].key_n = f->wave_eval_key + i;
+	}
+}
+
+static void
+fsm_wave_evaluated(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	uint32_t i;
+
+	if (!fsm_wave_job(f, in->job, 2, &i))
+		return;
+	fsm_ref_sample(f, in->ref_ms);
+	fsm_wave_result(f, a, i, in->status, in->ms, in->ref_ms, in->sol);
 }
 
 static void
@@ -626,6 +853,12 @@ fsm_job_failed(orch_fsm *f, const orch_input *in, orch_actions *a)
 	if (f->state == ORCH_ST_REVIEW_SEEDS) {
 		fsm_seed_result(
 		    f, a, i, KCLAW__EVAL_STATUS__INTERNAL_ERROR, 0, 0, 0);
+		return;
+	}
+	if (f->state == ORCH_ST_WAVE) {
+		/* That slot's round: no kernel to judge, or, its evaluation
+		 * failing, one that cannot be judged. */
+		fsm_wave_result(f, a, i % f->wave_k, FSM_WAVE_NONE, 0, 0, 0);
 		return;
 	}
 	fsm_round_failed(f, a);
@@ -711,16 +944,18 @@ orch_fsm_explores(const orch_fsm *f)
 	return floor(r * s + FSM_EPS) > floor((r - 1) * s + FSM_EPS);
 }
 
-/* KCF2 had orch_params without explore_share and sol_stop (their 16
- * bytes), and no best_sol at the end. */
-#define FSM_KCF2_PARAMS (sizeof(orch_params) - 2 * sizeof(double))
+/* KCF3's orch_params lacked candidates_per_round and its pad (8 bytes)
+ * and the machine ended at best_sol; KCF2's params also lacked
+ * explore_share and sol_stop (16 bytes), and it had no best_sol. */
+#define FSM_KCF3_PARAMS (sizeof(orch_params) - 2 * sizeof(uint32_t))
+#define FSM_KCF2_PARAMS (FSM_KCF3_PARAMS - 2 * sizeof(double))
 
 bool
 orch_fsm_load(
     const void *data, size_t len, const orch_params *defaults, orch_fsm *f)
 {
 	const unsigned char *b = data;
-	size_t head = offsetof(orch_fsm, p) + FSM_KCF2_PARAMS;
+	size_t head = offsetof(orch_fsm, p);
 	uint32_t magic;
 
 	if (len < sizeof(magic))
@@ -730,15 +965,24 @@ orch_fsm_load(
 		memcpy(f, b, sizeof(*f));
 		return true;
 	}
-	if (magic != ORCH_FSM_MAGIC_KCF2 || len != ORCH_FSM_KCF2_SIZE)
+	if (magic == ORCH_FSM_MAGIC_KCF3 && len == ORCH_FSM_KCF3_SIZE)
+		head += FSM_KCF3_PARAMS;
+	else if (magic == ORCH_FSM_MAGIC_KCF2 && len == ORCH_FSM_KCF2_SIZE)
+		head += FSM_KCF2_PARAMS;
+	else
 		return false;
 	memset(f, 0, sizeof(*f));
 	memcpy(f, b, head);
 	memcpy(&f->round, b + head, len - head);
 	f->magic = ORCH_FSM_MAGIC;
-	f->p.explore_share = defaults->explore_share;
-	f->p.sol_stop = defaults->sol_stop;
-	f->best_sol = 0; /* unknown until a new best */
+	if (magic == ORCH_FSM_MAGIC_KCF2) {
+		f->p.explore_share = defaults->explore_share;
+		f->p.sol_stop = defaults->sol_stop;
+		f->best_sol = 0; /* unknown until a new best */
+	}
+	/* A task under way keeps one candidate per round: its jobs were
+	 * numbered so. */
+	f->p.candidates_per_round = 1;
 	return true;
 }
 
@@ -746,8 +990,28 @@ _Static_assert(
     offsetof(orch_fsm, round) == offsetof(orch_fsm, p) + sizeof(orch_params),
     "orch_fsm_load: the fields after p follow it directly");
 _Static_assert(
-    offsetof(orch_fsm, best_sol) + sizeof(double) == sizeof(orch_fsm),
-    "orch_fsm_load: best_sol is the last field");
+    offsetof(orch_fsm, best_sol) + sizeof(double) == offsetof(orch_fsm, waves),
+    "orch_fsm_load: the wave follows best_sol");
+
+int
+orch_fsm_wave_slot(const orch_fsm *f, uint32_t n, bool by_cand)
+{
+	uint32_t first = by_cand ? f->wave_cand : f->wave_job;
+	uint32_t span = by_cand ? f->wave_k : 3 * f->wave_k;
+
+	if (f->state != ORCH_ST_WAVE || f->wave_k == 0 || n < first ||
+	    n - first >= span)
+		return -1;
+	return (int)((n - first) % f->wave_k);
+}
+
+uint32_t
+orch_fsm_cand_of(const orch_fsm *f, uint32_t job)
+{
+	int slot = orch_fsm_wave_slot(f, job, false);
+
+	return slot >= 0 ? f->wave_cand + (uint32_t)slot : f->next_cand;
+}
 
 double
 orch_fsm_ref_median(const orch_fsm *f)
@@ -781,6 +1045,7 @@ orch_params_default(orch_params *p)
 	p->at = 0.3;
 	p->explore_share = ORCH_EXPLORE_SHARE_DEFAULT;
 	p->sol_stop = ORCH_SOL_STOP_DEFAULT;
+	p->candidates_per_round = ORCH_CANDIDATES_PER_ROUND_DEFAULT;
 }
 
 void
@@ -802,6 +1067,11 @@ orch_fsm_init(orch_fsm *f, const orch_params *p)
 		f->p.explore_share = 1;
 	if (!(f->p.sol_stop >= 0))
 		f->p.sol_stop = 0;
+	if (f->p.candidates_per_round == 0)
+		f->p.candidates_per_round = 1;
+	if (f->p.candidates_per_round > ORCH_MAX_WAVE)
+		f->p.candidates_per_round = ORCH_MAX_WAVE;
+	f->p.params_pad = 0;
 	f->next_cand = 1;
 	f->next_job = 1;
 }
@@ -821,7 +1091,7 @@ orch_state_name(uint32_t state)
 	static const char *names[ORCH_ST_COUNT] = {"SUBMITTED", "SEEDING",
 	    "REVIEW_SEEDS", "DIAGNOSE", "REPAIR", "REVIEW", "FEATURES",
 	    "RETRIEVE", "PLAN", "OPTIMIZE", "DONE", "FAILED", "CANCELLED",
-	    "IMPORTING"};
+	    "IMPORTING", "WAVE"};
 
 	return state < ORCH_ST_COUNT ? names[state] : "UNKNOWN";
 }

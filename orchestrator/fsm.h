@@ -37,6 +37,8 @@ enum orch_state {
 	/* Its tensor files enter the store (off the loop). Appended: stored
 	 * states keep their numbers. */
 	ORCH_ST_IMPORTING,
+	/* A wave: K Planners, Optimizers and evaluations of one round. */
+	ORCH_ST_WAVE,
 	ORCH_ST_COUNT
 };
 
@@ -92,12 +94,21 @@ typedef struct {
 	double explore_share;
 	/* Stop when the best kernel's sol_fraction >= sol_stop; 0: never. */
 	double sol_stop;
+	/* K candidates per optimisation round (a wave): K Planners on the
+	 * top K retrieved methods, each Optimizer as its plan arrives, each
+	 * evaluation as its kernel arrives; 1..ORCH_MAX_WAVE. */
+	uint32_t candidates_per_round;
+	uint32_t params_pad; /* zero */
 } orch_params;
 
 #define ORCH_EXPLORE_SHARE_DEFAULT 0.2
 #define ORCH_SOL_STOP_DEFAULT 0.9
+/* One candidate per round unless a task or kclaw.json asks for more
+ * (docs/orchestrator.md "Candidates in parallel" says why). */
+#define ORCH_CANDIDATES_PER_ROUND_DEFAULT 1
 
 #define ORCH_MAX_SEEDS 16
+#define ORCH_MAX_WAVE 8
 
 enum orch_origin { ORCH_ORIGIN_SEED, ORCH_ORIGIN_REPAIR, ORCH_ORIGIN_OPT };
 
@@ -150,17 +161,36 @@ typedef struct {
 	double best_ms, best_speedup, best_ref_ms;
 	double ref_ring[ORCH_REF_SAMPLES];
 	double best_sol; /* sol_fraction of best; 0: unknown */
+	/* The wave under way (ORCH_ST_WAVE): wave_k slots; slot i's Planner
+	 * is job wave_job + i, its Optimizer wave_job + k + i, its
+	 * evaluation wave_job + 2k + i, its kernel candidate wave_cand + i;
+	 * wave_st[i] its outcome (0 while pending), with its time, the
+	 * reference's time of its evaluation and its sol_fraction. */
+	uint32_t waves; /* waves started */
+	uint32_t wave_k, wave_job, wave_cand;
+	/* Replay keys of the slots' Optimizer and evaluation jobs, taken at
+	 * the wave's start: slot i's are these + i, whatever order the plans
+	 * arrive in. */
+	uint32_t wave_opt_key, wave_eval_key;
+	uint32_t wave_st[ORCH_MAX_WAVE];
+	double wave_ms[ORCH_MAX_WAVE], wave_ref[ORCH_MAX_WAVE];
+	double wave_sol[ORCH_MAX_WAVE];
 } orch_fsm;
 
 _Static_assert(sizeof(orch_fsm) ==
-        72 + 34 * 4 + ORCH_MAX_SEEDS + 8 + (6 + ORCH_REF_SAMPLES) * 8,
+        80 + 34 * 4 + ORCH_MAX_SEEDS + 8 + (6 + ORCH_REF_SAMPLES) * 8 + 6 * 4 +
+            ORCH_MAX_WAVE * (4 + 3 * 8),
     "orch_fsm must have no padding");
 
-#define ORCH_FSM_MAGIC 0x4b434633u /* "KCF3" */
-/* The previous layout: orch_params without its last two doubles, no
- * best_sol. orch_fsm_load migrates it. */
+#define ORCH_FSM_MAGIC 0x4b434634u /* "KCF4" */
+/* The previous layouts, which orch_fsm_load migrates: KCF3 had no
+ * candidates_per_round (and its pad) in orch_params and ended at
+ * best_sol; KCF2 also lacked orch_params' explore_share and sol_stop and
+ * best_sol. */
+#define ORCH_FSM_MAGIC_KCF3 0x4b434633u
+#define ORCH_FSM_KCF3_SIZE (offsetof(orch_fsm, waves) - 2 * sizeof(uint32_t))
 #define ORCH_FSM_MAGIC_KCF2 0x4b434632u
-#define ORCH_FSM_KCF2_SIZE (sizeof(orch_fsm) - 3 * sizeof(double))
+#define ORCH_FSM_KCF2_SIZE (ORCH_FSM_KCF3_SIZE - 3 * sizeof(double))
 
 typedef struct {
 	enum orch_input_kind kind;
@@ -200,7 +230,8 @@ enum orch_action_kind {
  * the repaired kernel.
  *
  * ORCH_EVENT EVAL_FINISHED (from the machine): cand reused the evaluation
- * of candidate aux.
+ * of candidate aux. ROUND_FINISHED of a wave: round is the slot's round
+ * (0 elsewhere: the machine's round).
  */
 typedef struct {
 	enum orch_action_kind kind;
@@ -218,7 +249,7 @@ typedef struct {
 	double value;
 } orch_action;
 
-#define ORCH_MAX_ACTIONS (2 * ORCH_MAX_SEEDS + 8)
+#define ORCH_MAX_ACTIONS (3 * ORCH_MAX_WAVE + 2 * ORCH_MAX_SEEDS + 8)
 
 typedef struct {
 	unsigned n;
@@ -255,6 +286,14 @@ bool orch_fsm_load(
  * A function of the state alone, so a replay or a restart decides alike.
  */
 bool orch_fsm_explores(const orch_fsm *f);
+
+/* The slot of a job (or candidate, by_cand) of the wave under way, or -1
+ * when the machine is in no wave or the number is not the wave's. */
+int orch_fsm_wave_slot(const orch_fsm *f, uint32_t n, bool by_cand);
+
+/* The number an Optimizer's or Repairer's kernel (a CANDIDATE input for
+ * job) gets: its wave slot's, else the next candidate number. */
+uint32_t orch_fsm_cand_of(const orch_fsm *f, uint32_t job);
 
 /* What a resumed task must redo that is not a job (RETRIEVE, IMPORT). */
 void orch_fsm_resume(const orch_fsm *f, orch_actions *acts);

@@ -99,7 +99,8 @@ orch_options_json(orch_options *opt, const char *path)
 	    {"retry_backoff_ms", 0, 36e5}, {"retry_backoff_max_ms", 0, 36e5},
 	    {"sm_count", 0, 1e5}, {"explore_share", 0, 1}, {"sol_stop", 0, 1},
 	    {"reference_check", 0, 1}, {"upload_idle_ms", 100, 864e5},
-	    {"upload_staged_bytes", 1 << 20, 1e15}};
+	    {"upload_staged_bytes", 1 << 20, 1e15},
+	    {"candidates_per_round", 1, ORCH_MAX_WAVE}};
 	double v[KC_ARRAY_LEN(keys)];
 	const cJSON *obj;
 	cJSON *root;
@@ -139,6 +140,7 @@ orch_options_json(orch_options *opt, const char *path)
 	v[20] = opt->reference_check;
 	v[21] = opt->upload_idle_ms;
 	v[22] = (double)opt->upload_staged_bytes;
+	v[23] = opt->defaults.candidates_per_round;
 	for (size_t i = 0; i < KC_ARRAY_LEN(keys); i++)
 		if (!orch_json_num(
 		        obj, keys[i].key, keys[i].lo, keys[i].hi, &v[i])) {
@@ -174,6 +176,7 @@ orch_options_json(orch_options *opt, const char *path)
 	opt->reference_check = (uint32_t)v[20];
 	opt->upload_idle_ms = (uint32_t)v[21];
 	opt->upload_staged_bytes = (uint64_t)v[22];
+	opt->defaults.candidates_per_round = (uint32_t)v[23];
 	rv = orch_options_role_timeouts(opt, obj, path);
 out:
 	cJSON_Delete(root);
@@ -917,10 +920,23 @@ orch_cand_hash(const Kclaw__Candidate *c, char out[65])
  * *staged gets a copy of the record (the transition's own records read it
  * before the batch is committed).
  */
+/* The key of the plan for an Optimizer job (or a Planner's): "plan", or
+ * "plan.<slot>" in a wave. */
+void
+orch_plan_key(const orch_fsm *f, uint32_t job, char *key, size_t sz)
+{
+	int slot = orch_fsm_wave_slot(f, job, false);
+
+	if (slot < 0)
+		snprintf(key, sz, "plan");
+	else
+		snprintf(key, sz, "plan.%d", slot);
+}
+
 static int
 orch_store_candidate(orch *o, struct orch_task *t, const orch_fsm *prev,
     const Kclaw__AgentReply *reply, const Kclaw__Candidate *cand, uint32_t n,
-    uint32_t reuse, Kclaw__CandidateRecord **staged)
+    uint32_t reuse, uint32_t job, Kclaw__CandidateRecord **staged)
 {
 	Kclaw__OptPlan *plan = NULL;
 	Kclaw__Diagnosis *diag = NULL;
@@ -930,9 +946,12 @@ orch_store_candidate(orch *o, struct orch_task *t, const orch_fsm *prev,
 	char parent[48] = "", b[16], id[48], hash[65], reused[48] = "";
 	int rv;
 
-	if (prev->state == ORCH_ST_OPTIMIZE)
+	if (prev->state == ORCH_ST_OPTIMIZE || prev->state == ORCH_ST_WAVE) {
+		char pk[24];
+		orch_plan_key(prev, job, pk, sizeof(pk));
 		plan = (Kclaw__OptPlan *)orch_task_aux_msg(
-		    o, t->id, "plan", &kclaw__opt_plan__descriptor);
+		    o, t->id, pk, &kclaw__opt_plan__descriptor);
+	}
 	if (prev->state == ORCH_ST_REPAIR)
 		diag = (Kclaw__Diagnosis *)orch_task_aux_msg(
 		    o, t->id, "diag", &kclaw__diagnosis__descriptor);
@@ -1069,7 +1088,7 @@ orch_store_input(orch *o, struct orch_task *t, const orch_fsm *prev,
 			rv = orch_store_candidate(o, t, prev, reply,
 			    reply->candidates[0],
 			    prev->seed_first + (in->job - prev->await_first), 0,
-			    staged);
+			    in->job, staged);
 		break;
 	case ORCH_IN_CANDIDATE:
 		/* Its number: the machine's next one before the answer (cur
@@ -1077,7 +1096,8 @@ orch_store_input(orch *o, struct orch_task *t, const orch_fsm *prev,
 		 * moved the machine on). */
 		if (in->n > 0)
 			rv = orch_store_candidate(o, t, prev, reply,
-			    reply->candidates[0], prev->next_cand, in->reuse,
+			    reply->candidates[0],
+			    orch_fsm_cand_of(prev, in->job), in->reuse, in->job,
 			    staged);
 		break;
 	case ORCH_IN_EVALUATED:
@@ -1115,9 +1135,12 @@ orch_store_input(orch *o, struct orch_task *t, const orch_fsm *prev,
 			r->methods = m;
 		}
 		break;
-	case ORCH_IN_PLANNED:
-		rv = orch_aux_put(o, t->id, "plan", &reply->plan->base);
+	case ORCH_IN_PLANNED: {
+		char pk[24];
+		orch_plan_key(prev, in->job, pk, sizeof(pk));
+		rv = orch_aux_put(o, t->id, pk, &reply->plan->base);
 		break;
+	}
 	case ORCH_IN_DIAGNOSED:
 		rv = orch_aux_put(o, t->id, "diag", &reply->diagnosis->base);
 		break;
@@ -1335,7 +1358,13 @@ orch_run_action(orch *o, struct orch_task *t, const orch_fsm *prev,
 		snprintf(text, sizeof(text), "base %.4f ms", a->value);
 		break;
 	case KCLAW__EVENT_KIND__ROUND_FINISHED:
-		if (eval == NULL &&
+		if (a->round) /* one of a wave's rounds */
+			snprintf(text, sizeof(text), "round %u: %s", a->round,
+			    a->status == KCLAW__EVAL_STATUS__INTERNAL_ERROR
+			        ? "failed: no kernel (its job failed or "
+			          "answered none)"
+			        : orch_eval_status_name(a->status));
+		else if (eval == NULL &&
 		    a->status == KCLAW__EVAL_STATUS__INTERNAL_ERROR)
 			snprintf(text, sizeof(text), "round %u: failed: %.200s",
 			    t->fsm.round,
@@ -1367,6 +1396,8 @@ orch_run_action(orch *o, struct orch_task *t, const orch_fsm *prev,
 		return KC_ENOMEM;
 	ev->value = a->value;
 	ev->tokens = t->fsm.tokens;
+	if (a->event == KCLAW__EVENT_KIND__ROUND_FINISHED && a->round)
+		ev->round = a->round;
 	if (a->cand) {
 		orch_cand_id(a->cand, b);
 		snprintf(cid, sizeof(cid), "%s-%s", t->id, b);
@@ -1591,6 +1622,8 @@ orch_params_from_spec(
 			    f->explore_share > 0 ? f->explore_share : 0;
 		if (f->sol_stop != 0)
 			p->sol_stop = f->sol_stop > 0 ? f->sol_stop : 0;
+		if (f->candidates_per_round)
+			p->candidates_per_round = f->candidates_per_round;
 	}
 	if (spec->budget) {
 		const Kclaw__Budget *b = spec->budget;

@@ -237,6 +237,9 @@ void orch_refcheck_done(
 uint32_t orch_job_retries(const orch *o, const struct orch_task *t);
 uint32_t orch_job_timeout_ms(const orch *o, const struct orch_job *j);
 /* A new job for an action (queued after the commit). */
+/* The task aux key of the plan a Planner job gives or an Optimizer job
+ * applies: "plan", or "plan.<slot>" in a wave. */
+void orch_plan_key(const orch_fsm *f, uint32_t job, char *key, size_t sz);
 int orch_job_new(
     orch *o, struct orch_task *t, const orch_action *a, bool stage);
 void orch_job_id(const struct orch_task *t, uint32_t n, char *out, size_t sz);

@@ -782,9 +782,21 @@ orch_build_job(orch *o, struct orch_job *j, uint8_t **buf, size_t *len)
 		 * the retrieved methods (the state decides: PLAN awaits it). */
 		if (j->role == KCLAW__ROLE__PLANNER)
 			aj.explore = orch_fsm_explores(&t->fsm);
-		if (j->role == KCLAW__ROLE__OPTIMIZER)
+		if (j->role == KCLAW__ROLE__OPTIMIZER) {
+			char pk[24];
+			orch_plan_key(&t->fsm, j->n, pk, sizeof(pk));
 			aj.plan = plan = (Kclaw__OptPlan *)orch_task_aux_msg(
-			    o, t->id, "plan", &kclaw__opt_plan__descriptor);
+			    o, t->id, pk, &kclaw__opt_plan__descriptor);
+		}
+		/* A wave's Planner i plans the i-th retrieved method, so its
+		 * K candidates try K methods. */
+		if (j->role == KCLAW__ROLE__PLANNER && aj.n_methods > 0 &&
+		    orch_fsm_wave_slot(&t->fsm, j->n, false) >= 0)
+			aj.assigned_method =
+			    aj.methods[(size_t)orch_fsm_wave_slot(
+			                   &t->fsm, j->n, false) %
+			          aj.n_methods]
+			        ->method;
 		if (j->role == KCLAW__ROLE__REPAIRER)
 			aj.diagnosis = diag =
 			    (Kclaw__Diagnosis *)orch_task_aux_msg(o, t->id,

@@ -3,7 +3,9 @@
  * real kclawd and test-double workers over real NNG and a real store:
  * every seed of a task is asked for with its own index and strategy (no
  * two seed requests equal, so no two seeds the same kernel), and a new
- * task's last seed adapts the best kernel of the most similar solved task.
+ * task's last seed adapts the best kernel of the most similar solved task;
+ * K candidates per round run at once and the best of the round is
+ * promoted.
  */
 #include "harness.h"
 
@@ -145,10 +147,89 @@ test_warm_start_picks_similar(void)
 	stop();
 }
 
+/* The [start, end] ms of each job a double logged (KC_DOUBLE_JOBLOG). */
+static int
+joblog(const char *path, unsigned long long (*t)[2], int max)
+{
+	FILE *f = fopen(path, "r");
+	int n = 0;
+
+	KT_ASSERT(f != NULL);
+	while (n < max && fscanf(f, "%llu %llu", &t[n][0], &t[n][1]) == 2)
+		n++;
+	fclose(f);
+	return n;
+}
+
+/*
+ * Three candidates per round on three Optimizer processes: the three
+ * calls run at once (each takes 400 ms; their spans overlap), every
+ * kernel is evaluated as it arrives, and the round's best (1.0 ms against
+ * the base's 2.0) is promoted; the round budget counts each candidate.
+ */
+static void
+test_parallel_candidates(void)
+{
+	Kclaw__FsmParams params = KCLAW__FSM_PARAMS__INIT;
+	static const char *roles[] = {
+	    "generator", "feature", "planner", "diagnoser", "repairer"};
+	unsigned long long t[8][2];
+	Kclaw__StatusResponse *s;
+	Kclaw__ResultResponse *res;
+	Kclaw__TaskSpec *spec;
+	pid_t pids[16];
+	char id[32], log[300];
+	int k = 0, n;
+
+	h_setup("search-wave", "\"poll_ms\": 500");
+	kclawd = h_kclawd();
+	h_wait_up();
+	for (int i = 0; i < 5; i++)
+		pids[k++] = h_spawn("kc-double", "--role", roles[i], "--home",
+		    h_home, (char *)NULL);
+	pids[k++] = h_spawn(
+	    "kc-double", "--device", "0", "--home", h_home, (char *)NULL);
+	snprintf(log, sizeof(log), "%s/optimizers.log", h_home);
+	setenv("KC_DOUBLE_JOBLOG", log, 1);
+	for (int i = 0; i < 3; i++)
+		pids[k++] = h_spawn("kc-double", "--role", "optimizer",
+		    "--home", h_home, "--delay-ms", "400", (char *)NULL);
+	unsetenv("KC_DOUBLE_JOBLOG");
+	spec = h_spec("wave3", "seeds=ok:2.0;opt=1.5,1.0,1.8;ref=4.0", 3);
+	params.seeds = 1;
+	params.candidates_per_round = 3;
+	spec->params = &params;
+	KT_OK(h_submit(spec, NULL, id));
+	s = h_wait_final(id, 20000);
+	KT_EQ_STR(s->task->state, "DONE");
+	KT_EQ_INT(s->task->round, 3);
+	KT_ASSERT(s->task->best_ms == 1.0);
+	KT_EQ_STR(s->task->best_id, s->task->base_id);
+	KT_CONTAINS(s->task->error, "round budget");
+	kclaw__status_response__free_unpacked(s, NULL);
+	KT_EQ_INT(h_check_rounds(id), 3);
+	res = result(id);
+	KT_EQ_STR(res->best->candidate->source, "KC:ok:1.0");
+	KT_EQ_STR(res->best->candidate->origin, "optimizer");
+	kclaw__result_response__free_unpacked(res, NULL);
+	/* The three Optimizer calls overlapped: each began before any
+	 * ended. */
+	n = joblog(log, t, 8);
+	KT_EQ_INT(n, 3);
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < 3; j++)
+			KT_ASSERT(t[i][0] < t[j][1]);
+	for (int i = 0; i < k; i++)
+		h_kill(pids[i], SIGTERM);
+	h_kill(kclawd, SIGTERM);
+	h_teardown();
+}
+
 int
 main(void)
 {
 	KT_RUN(test_seeds_differ);
 	KT_RUN(test_warm_start_picks_similar);
+	KT_RUN(test_parallel_candidates);
 	return 0;
 }
