@@ -632,7 +632,7 @@ fsm_plan(orch_fsm *f, const orch_input *in, orch_actions *a)
  * Optimizer + k, evaluation + 2k), so nothing depends on the order of
  * answers; the K Planners go out now, each slot's Optimizer when its plan
  * arrives, its evaluation when its kernel does. A wave never spends more
- * rounds than the budget has left.
+ * rounds than the budget has left, nor, by the task's rate, more tokens.
  */
 static void
 fsm_wave_start(orch_fsm *f, orch_actions *a)
@@ -642,6 +642,16 @@ fsm_wave_start(orch_fsm *f, orch_actions *a)
 
 	if (k > left)
 		k = left;
+	/* Under a token budget, no more candidates than the tokens left pay
+	 * for at the task's rate so far (its tokens over its rounds and
+	 * seeds), so a wave overshoots the budget by less than a round. */
+	if (f->p.token_budget && f->tokens < f->p.token_budget) {
+		uint64_t per = f->tokens / (f->round + f->p.seeds);
+		uint64_t can =
+		    per ? (f->p.token_budget - f->tokens + per - 1) / per : k;
+		if (can < k)
+			k = (uint32_t)can;
+	}
 	f->state = ORCH_ST_WAVE;
 	f->waves++;
 	f->wave_k = k;

@@ -1513,17 +1513,30 @@ orch_solved(orch *o, struct orch_task *t)
 		kclaw__task_spec__free_unpacked(spec, NULL);
 }
 
+static void orch_commit(orch *o, bool sync);
+
 int
 orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
     const Kclaw__AgentReply *reply, const Kclaw__EvalResult *eval,
     const struct orch_msg *retrieved)
 {
 	orch_actions acts;
-	orch_fsm prev = t->fsm, next;
+	orch_fsm prev, next;
 	orch_input dup, counted;
 	Kclaw__CandidateRecord *staged = NULL;
 	uint64_t used = orch_usage_tokens(t);
 	int rv;
+
+	/* A second input of one task in a batch (a wave's answers arriving
+	 * together) reads what the first wrote, which is in the batch and
+	 * not yet in the store: that batch is committed first. */
+	if (t->batch_gen == o->batch_gen + 1) {
+		orch_commit(o, true);
+		if (store_batch_new(&o->batch) != 0)
+			return KC_ENOMEM;
+	}
+	t->batch_gen = o->batch_gen + 1;
+	prev = t->fsm;
 
 	/* The budget counts every call's tokens, failed ones too: whatever
 	 * the machine has not seen yet comes with this input. */
@@ -2111,6 +2124,7 @@ orch_commit(orch *o, bool sync)
 	store_batch_free(o->batch);
 	o->batch = NULL;
 	o->staged = 0;
+	o->batch_gen++;
 	for (size_t i = 0; i < o->npending; i++) {
 		orch_publish(o, o->pending_events[i]);
 		kclaw__event__free_unpacked(o->pending_events[i], NULL);

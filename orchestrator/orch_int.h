@@ -73,9 +73,10 @@ struct orch_task {
 	char *name;
 	orch_fsm fsm;
 	uint64_t created_ms, finished_ms;
-	uint32_t running; /* its jobs running now: fair share */
-	const char *why;  /* during a JOB_FAILED input: what failed */
-	uint64_t served;  /* when it last got a worker: round robin */
+	uint32_t running;   /* its jobs running now: fair share */
+	uint64_t batch_gen; /* the batch its last transition went into, + 1 */
+	const char *why;    /* during a JOB_FAILED input: what failed */
+	uint64_t served;    /* when it last got a worker: round robin */
 	/* The task's own job retries and timeouts (FsmParams), else the
 	 * orchestrator's. */
 	uint32_t job_retries, agent_timeout_ms, eval_timeout_ms;
@@ -168,6 +169,7 @@ struct orch {
 	/* The cycle in progress. */
 	store_batch *batch;
 	unsigned staged;                        /* records in batch */
+	uint64_t batch_gen;                     /* batches committed */
 	struct orch_msg *loop_head, *loop_tail; /* inputs for the next cycle */
 	struct orch_reply *replies, **replies_tail;
 	Kclaw__Event **pending_events; /* published after the commit */

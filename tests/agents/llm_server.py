@@ -3,7 +3,9 @@
 
 It is the test double at the process boundary between kclaw's agents and an
 LLM endpoint. It listens on 127.0.0.1 only, on a free port that it writes to
---port-file once it accepts connections.
+--port-file once it accepts connections; --latency S makes every chat reply
+take S seconds more, as a real model's does (tools/bench/
+parallel_candidates.sh).
 
 It emulates the providers kclaw talks to in the ways that matter to the
 client: OpenAI reasoning models refusing parameters, reasoning in separate
@@ -26,8 +28,12 @@ Control endpoints (used by the tests, never by kclaw):
                        without it, 404
                    "model_info": {"llama.context_length": 8192}
                        POST /api/show answers {"model_info": ...} (Ollama)
-                   "model": {"recordings": DIR, "faults": [...]}
-                       the model-like mode (below) instead of the actions
+                   "model": {"recordings": DIR, "faults": [...],
+                             "cycle": false}
+                       the model-like mode (below) instead of the actions;
+                       with "cycle", a job past the recordings gets the
+                       recording of its number modulo their count (a
+                       stand-in model that never runs out of replies)
   GET  /_log     the requests received since, as a JSON list: path (without
                  the query), query, authorization and api-key headers, body
   GET  /_model   the model-like mode's answers since the script: {"served":
@@ -85,6 +91,7 @@ of the same task and role, / 4 (a provider's prefix cache; /_model's
 prefix_share is that share of the prompt).
 """
 import argparse
+import glob
 import json
 import os
 import re
@@ -196,6 +203,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         with LOCK:
             model = STATE["opts"].get("model")
+        if LATENCY_S > 0:
+            time.sleep(LATENCY_S)
         if model is not None:
             self._model_reply(model, body)
             return
@@ -307,6 +316,14 @@ class Handler(BaseHTTPRequestHandler):
                  "prompt_tokens": 0, "completion_tokens": 0,
                  "reasoning_tokens": 0, "cached_tokens": 0}
         path = os.path.join(model["recordings"], task, role, "%d.txt" % n)
+        if model.get("cycle") and not os.path.exists(path):
+            # A stand-in that answers for ever: past its recordings, the
+            # n-th job gets the recording n modulo their number.
+            have = sorted(glob.glob(os.path.join(
+                model["recordings"], task, role, "*.txt")))
+            if have:
+                path = os.path.join(model["recordings"], task, role,
+                                    "%d.txt" % (n % len(have)))
         try:
             with open(path) as f:
                 text = f.read()
@@ -405,10 +422,18 @@ ROLE_TITLES = {"Generator": "generator", "Feature Extractor": "feature",
                "Diagnoser": "diagnoser", "Repairer": "repairer"}
 
 
+LATENCY_S = 0.0
+
+
 def main():
+    global LATENCY_S
     ap = argparse.ArgumentParser()
     ap.add_argument("--port-file", required=True)
+    ap.add_argument("--latency", type=float, default=0.0,
+                    help="seconds every chat reply takes (a model's "
+                    "latency), on top of any scripted delay")
     args = ap.parse_args()
+    LATENCY_S = args.latency
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
     tmp = args.port_file + ".tmp"

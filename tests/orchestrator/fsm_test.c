@@ -1226,6 +1226,22 @@ test_wave_budget_and_failures(void)
 	KT_EQ_INT(f.best, f.wave_cand);
 }
 
+/* Under a token budget a wave takes what the tokens left pay for at the
+ * task's rate: 400 tokens over 3 seeds and 7 rounds is 40 a round, so
+ * the 100 left of 500 pay for 3 candidates of the 4 asked. */
+static void
+test_wave_token_budget(void)
+{
+	orch_fsm f = fsm_to_features();
+
+	f.p.candidates_per_round = 4;
+	f.p.token_budget = 500;
+	f.round = 7;
+	f.tokens = 300; /* the Feature Extractor's reply adds 100 */
+	fsm_to_wave(&f, 3);
+	KT_EQ_INT(f.tokens, 400);
+}
+
 /* A wave without a correct kernel repairs its most promising failure
  * (a wrong result before a compile error), recorded under its round. */
 static void
@@ -1510,6 +1526,7 @@ main(void)
 	KT_RUN(test_wave_promotes_best);
 	KT_RUN(test_wave_budget_and_failures);
 	KT_RUN(test_wave_repairs_best_failure);
+	KT_RUN(test_wave_token_budget);
 	KT_RUN(test_cancel_everywhere);
 	KT_RUN(test_seed_eval_failed);
 	KT_RUN(test_ignored_inputs);
