@@ -33,6 +33,7 @@ static void fsm_wave_evaluated(
 static void fsm_job_failed(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_cancel(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_tick(orch_fsm *f, const orch_input *in, orch_actions *a);
+static void fsm_tuned(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_wave_start(orch_fsm *f, orch_actions *a);
 
 /* clang-format off */
@@ -60,6 +61,7 @@ static const struct fsm_row {
 	{ORCH_ANY_ACTIVE,      ORCH_IN_JOB_FAILED, fsm_job_failed},   /* seeding goes on; a failed round */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_CANCEL,     fsm_cancel},       /* CANCELLED */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_TICK,       fsm_tick},         /* (same) DONE FAILED */
+	{ORCH_ANY_ACTIVE,      ORCH_IN_TUNED,      fsm_tuned},        /* (same): judged with the next round */
 };
 /* clang-format on */
 
@@ -178,6 +180,7 @@ fsm_best(orch_fsm *f, uint32_t cand, double ms, double sp, double sol)
 		better =
 		    ms < f->best_ms || (ms == f->best_ms && cand < f->best);
 	if (better) {
+		f->best_tuned = 0; /* fsm_tuned sets it for its own */
 		f->best = cand;
 		f->best_ms = ms;
 		f->best_speedup = sp;
@@ -269,6 +272,71 @@ fsm_promote(orch_fsm *f, orch_actions *a, uint32_t cand, double ms, double sp)
 	f->base_ms = ms;
 	f->base_speedup = sp;
 	fsm_event(a, KCLAW__EVENT_KIND__BASE_PROMOTED, cand, ms);
+}
+
+/*
+ * The GPU works while the model thinks: a correct kernel's tune candidate
+ * (its launch configuration and declared tunables swept by the sandbox)
+ * goes out now, beside the next agent job, one at a time. Its result is
+ * kept (fsm_tuned) and judged with the next round's kernel.
+ */
+static void
+fsm_tune(orch_fsm *f, orch_actions *a, uint32_t of)
+{
+	orch_action *x;
+
+	if (!f->p.tune || f->tune_job != 0 || f->tune_cand != 0)
+		return; /* off, one in flight, or one back and not judged */
+	f->tune_job = f->next_job++;
+	f->tune_cand = ORCH_TUNE_CAND_FIRST + f->tunes;
+	f->tune_of = of;
+	f->tune_st = 0;
+	f->tunes++;
+	x = fsm_act(a, ORCH_ACT_TUNE);
+	x->role = KCLAW__ROLE__SANDBOX;
+	x->job = f->tune_job;
+	x->cand = f->tune_cand;
+	x->aux = of;
+	x->key_n = f->role_jobs[KCLAW__ROLE__SANDBOX]++;
+}
+
+/* A tune result that is back joins the round's pick (cand, ms, sp) as a
+ * candidate of its own: the better of the two is the pick. Returns the
+ * tune candidate taken (0: none back). */
+static uint32_t
+fsm_tune_take(orch_fsm *f, uint32_t *cand, double *ms, double *sp)
+{
+	uint32_t t = f->tune_cand;
+	double tsp;
+
+	if (t == 0 || f->tune_job != 0)
+		return 0;
+	f->tune_cand = 0;
+	if (f->tune_st != KCLAW__EVAL_STATUS__OK)
+		return 0;
+	tsp = fsm_result_speedup(f, f->tune_ms, f->tune_ref);
+	if (*cand == 0 || (tsp > 0 && *sp > 0 ? tsp > *sp : f->tune_ms < *ms)) {
+		*cand = t;
+		*ms = f->tune_ms;
+		*sp = tsp;
+	}
+	return t;
+}
+
+/* Promotes pick (cand, ms, sp) when the rule says so, counting a tune
+ * candidate's promotion; then FEATURES for the new base, else PLAN. */
+static void
+fsm_promote_or_plan(orch_fsm *f, orch_actions *a, uint32_t cand, double ms,
+    double sp, uint32_t tuned)
+{
+	if (fsm_promotes(f, ms, sp)) {
+		if (tuned && cand == tuned)
+			f->tune_promoted++;
+		fsm_promote(f, a, cand, ms, sp);
+		fsm_next(f, a, ORCH_ST_FEATURES);
+	} else {
+		fsm_next(f, a, ORCH_ST_PLAN);
+	}
 }
 
 /* How promising a failed seed is to repair: it got further. */
@@ -432,7 +500,7 @@ fsm_seed_reply(orch_fsm *f, const orch_input *in, orch_actions *a)
  * base; else the most promising is repaired. */
 static void
 fsm_seed_result(orch_fsm *f, orch_actions *a, uint32_t i, Kclaw__EvalStatus st,
-    double ms, double ref_ms, double sol)
+    double ms, double ref_ms, double sol, bool tunable)
 {
 	uint32_t gens = (uint32_t)((1ull << f->p.seeds) - 1), seed;
 	uint32_t got = (uint32_t)__builtin_popcount(f->seed_got);
@@ -442,6 +510,8 @@ fsm_seed_result(orch_fsm *f, orch_actions *a, uint32_t i, Kclaw__EvalStatus st,
 	if (st == KCLAW__EVAL_STATUS__OK)
 		fsm_best(f, f->seed_first + i, ms,
 		    fsm_result_speedup(f, ms, ref_ms), sol);
+	if (st == KCLAW__EVAL_STATUS__OK && tunable)
+		f->tunable |= fsm_bit(i);
 	else
 		f->seed_rank[i] = (uint8_t)fsm_repair_rank(st);
 	if (st == KCLAW__EVAL_STATUS__NO_DEVICE)
@@ -450,6 +520,8 @@ fsm_seed_result(orch_fsm *f, orch_actions *a, uint32_t i, Kclaw__EvalStatus st,
 		return; /* more seeds to review */
 	if (f->best) {
 		fsm_promote(f, a, f->best, f->best_ms, f->best_speedup);
+		if (f->tunable & fsm_bit(f->best - f->seed_first))
+			fsm_tune(f, a, f->best);
 		fsm_next(f, a, ORCH_ST_FEATURES);
 	} else if ((seed = fsm_next_seed(f)) != 0) {
 		fsm_seed_chain(f, a, seed);
@@ -464,7 +536,7 @@ static void
 fsm_seed_done(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
 	fsm_seed_result(f, a, in->job - f->await_first, in->status, in->ms,
-	    in->ref_ms, in->sol);
+	    in->ref_ms, in->sol, in->tunable != 0);
 }
 
 static void
@@ -482,7 +554,7 @@ fsm_repair(orch_fsm *f, const orch_input *in, orch_actions *a)
  */
 static void
 fsm_judge(orch_fsm *f, orch_actions *a, Kclaw__EvalStatus st, double ms,
-    double ref_ms, double sol, bool spend)
+    double ref_ms, double sol, bool spend, bool tunable)
 {
 	bool ok = st == KCLAW__EVAL_STATUS__OK;
 	double sp = ok ? fsm_result_speedup(f, ms, ref_ms) : 0;
@@ -517,14 +589,13 @@ fsm_judge(orch_fsm *f, orch_actions *a, Kclaw__EvalStatus st, double ms,
 			r->status = st;
 			r->value = f->base_ms > 0 ? f->base_ms / ms : 0;
 		}
+		uint32_t pick = f->cur, tuned;
 		fsm_best(f, f->cur, ms, sp, sol);
 		f->chain = 0;
-		if (fsm_promotes(f, ms, sp)) {
-			fsm_promote(f, a, f->cur, ms, sp);
-			fsm_next(f, a, ORCH_ST_FEATURES);
-		} else {
-			fsm_next(f, a, ORCH_ST_PLAN);
-		}
+		tuned = fsm_tune_take(f, &pick, &ms, &sp);
+		if (tunable)
+			fsm_tune(f, a, f->cur);
+		fsm_promote_or_plan(f, a, pick, ms, sp, tuned);
 	} else if (f->origin != ORCH_ORIGIN_REPAIR) {
 		fsm_start_chain(
 		    f, a, f->cur, ORCH_ORIGIN_OPT, spend ? f->round : 0);
@@ -587,14 +658,15 @@ fsm_review(orch_fsm *f, const orch_input *in, orch_actions *a)
 	    in->status == KCLAW__EVAL_STATUS__OK ? in->ms : 0)
 	    ->aux = in->reuse;
 	f->state = ORCH_ST_REVIEW;
-	fsm_judge(f, a, in->status, in->ms, in->ref_ms, in->sol, spend);
+	fsm_judge(f, a, in->status, in->ms, in->ref_ms, in->sol, spend, false);
 }
 
 static void
 fsm_reviewed(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
 	fsm_ref_sample(f, in->ref_ms);
-	fsm_judge(f, a, in->status, in->ms, in->ref_ms, in->sol, true);
+	fsm_judge(f, a, in->status, in->ms, in->ref_ms, in->sol, true,
+	    in->tunable != 0);
 }
 
 static void
@@ -670,6 +742,7 @@ fsm_wave_start(orch_fsm *f, orch_actions *a)
 	memset(f->wave_ms, 0, sizeof(f->wave_ms));
 	memset(f->wave_ref, 0, sizeof(f->wave_ref));
 	memset(f->wave_sol, 0, sizeof(f->wave_sol));
+	f->tunable = 0;
 	for (uint32_t i = 0; i < k; i++)
 		fsm_agent_job(
 		    f, a, KCLAW__ROLE__PLANNER, f->base, f->wave_job + i);
@@ -755,15 +828,14 @@ fsm_wave_judge(orch_fsm *f, orch_actions *a)
 	if (nodev) {
 		fsm_finish(f, a, ORCH_STOP_NO_DEVICE);
 	} else if (pick) {
+		uint32_t best = pick, tuned;
 		f->cur = pick;
 		f->origin = ORCH_ORIGIN_OPT;
 		f->chain = 0;
-		if (fsm_promotes(f, pick_ms, pick_sp)) {
-			fsm_promote(f, a, pick, pick_ms, pick_sp);
-			fsm_next(f, a, ORCH_ST_FEATURES);
-		} else {
-			fsm_next(f, a, ORCH_ST_PLAN);
-		}
+		tuned = fsm_tune_take(f, &pick, &pick_ms, &pick_sp);
+		if (f->tunable & fsm_bit(best - f->wave_cand))
+			fsm_tune(f, a, best);
+		fsm_promote_or_plan(f, a, pick, pick_ms, pick_sp, tuned);
 	} else if (fail) {
 		f->origin = ORCH_ORIGIN_OPT;
 		fsm_start_chain(f, a, fail, ORCH_ORIGIN_OPT, fail_round);
@@ -836,6 +908,8 @@ fsm_wave_evaluated(orch_fsm *f, const orch_input *in, orch_actions *a)
 
 	if (!fsm_wave_job(f, in->job, 2, &i))
 		return;
+	if (in->tunable)
+		f->tunable |= fsm_bit(i);
 	fsm_ref_sample(f, in->ref_ms);
 	fsm_wave_result(f, a, i, in->status, in->ms, in->ref_ms, in->sol);
 }
@@ -856,13 +930,20 @@ fsm_job_failed(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
 	uint32_t i = in->job - f->await_first;
 
+	if (f->tune_job && in->job == f->tune_job) {
+		/* The sweep failed for good: no tune this time. */
+		f->tune_job = 0;
+		f->tune_cand = 0;
+		return;
+	}
+
 	if (f->state == ORCH_ST_SEEDING) {
 		fsm_seed_answer(f, a, i, 0, true);
 		return;
 	}
 	if (f->state == ORCH_ST_REVIEW_SEEDS) {
-		fsm_seed_result(
-		    f, a, i, KCLAW__EVAL_STATUS__INTERNAL_ERROR, 0, 0, 0);
+		fsm_seed_result(f, a, i, KCLAW__EVAL_STATUS__INTERNAL_ERROR, 0,
+		    0, 0, false);
 		return;
 	}
 	if (f->state == ORCH_ST_WAVE) {
@@ -872,6 +953,28 @@ fsm_job_failed(orch_fsm *f, const orch_input *in, orch_actions *a)
 		return;
 	}
 	fsm_round_failed(f, a);
+}
+
+/* The tune candidate's sweep: kept for the next judgement; a correct
+ * one may already be the task's best. */
+static void
+fsm_tuned(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	(void)a;
+	f->tune_job = 0;
+	f->tune_st = in->status;
+	f->tune_ms = in->ms;
+	f->tune_ref = in->ref_ms;
+	f->tune_sol = in->sol;
+	fsm_ref_sample(f, in->ref_ms);
+	if (in->status == KCLAW__EVAL_STATUS__OK) {
+		fsm_best(f, f->tune_cand, in->ms,
+		    fsm_result_speedup(f, in->ms, in->ref_ms), in->sol);
+		if (f->best == f->tune_cand)
+			f->best_tuned = 1;
+	} else {
+		f->tune_cand = 0;
+	}
 }
 
 static void
@@ -915,11 +1018,17 @@ orch_fsm_step(
 		}
 	if (row == NULL)
 		return false;
-	if (fsm_has_job(in->kind) &&
+	if (in->kind == ORCH_IN_TUNED ||
+	    (in->kind == ORCH_IN_JOB_FAILED && f->tune_job &&
+	        in->job == f->tune_job)) {
+		if (f->tune_job == 0 || in->job != f->tune_job)
+			return false; /* no sweep awaited, or another one */
+	} else if (fsm_has_job(in->kind) &&
 	    (in->job < f->await_first ||
 	        in->job - f->await_first >= f->await_n ||
-	        (f->await_done & 1u << (in->job - f->await_first))))
+	        (f->await_done & 1u << (in->job - f->await_first)))) {
 		return false; /* a job this machine no longer awaits */
+	}
 	*next = *f;
 	acts->n = 0;
 	next->tokens += in->tokens;
@@ -990,9 +1099,10 @@ orch_fsm_load(
 		f->p.sol_stop = defaults->sol_stop;
 		f->best_sol = 0; /* unknown until a new best */
 	}
-	/* A task under way keeps one candidate per round: its jobs were
-	 * numbered so. */
+	/* A task under way keeps one candidate per round (its jobs were
+	 * numbered so) and no tuning. */
 	f->p.candidates_per_round = 1;
+	f->p.tune = 0;
 	return true;
 }
 
@@ -1081,7 +1191,7 @@ orch_fsm_init(orch_fsm *f, const orch_params *p)
 		f->p.candidates_per_round = 1;
 	if (f->p.candidates_per_round > ORCH_MAX_WAVE)
 		f->p.candidates_per_round = ORCH_MAX_WAVE;
-	f->p.params_pad = 0;
+	f->p.tune = f->p.tune ? 1 : 0;
 	f->next_cand = 1;
 	f->next_job = 1;
 }
@@ -1112,7 +1222,7 @@ orch_input_name(enum orch_input_kind kind)
 	static const char *names[ORCH_IN_COUNT] = {"START", "SEEDS",
 	    "EVALUATED", "DIAGNOSED", "CANDIDATE", "FEATURES", "RETRIEVED",
 	    "PLANNED", "JOB_FAILED", "CANCEL", "TICK", "IMPORT", "IMPORTED",
-	    "IMPORT_FAILED"};
+	    "IMPORT_FAILED", "TUNED"};
 
 	return (unsigned)kind < ORCH_IN_COUNT ? names[kind] : "UNKNOWN";
 }

@@ -57,6 +57,7 @@ enum orch_input_kind {
 	ORCH_IN_IMPORT,        /* instead of START: the tensors are imported */
 	ORCH_IN_IMPORTED,      /* the import finished */
 	ORCH_IN_IMPORT_FAILED, /* the import failed (why: the caller's) */
+	ORCH_IN_TUNED,         /* the tune candidate's sweep (job tune_job) */
 	ORCH_IN_COUNT
 };
 
@@ -98,7 +99,9 @@ typedef struct {
 	 * top K retrieved methods, each Optimizer as its plan arrives, each
 	 * evaluation as its kernel arrives; 1..ORCH_MAX_WAVE. */
 	uint32_t candidates_per_round;
-	uint32_t params_pad; /* zero */
+	/* 1: a correct kernel gets a tune candidate, swept by the sandbox
+	 * between rounds (ORCH_ACT_TUNE); 0: none. */
+	uint32_t tune;
 } orch_params;
 
 #define ORCH_EXPLORE_SHARE_DEFAULT 0.2
@@ -109,8 +112,17 @@ typedef struct {
 
 #define ORCH_MAX_SEEDS 16
 #define ORCH_MAX_WAVE 8
+/* Tune candidates are numbered from here (c9000, c9001, ...), so that
+ * the model's candidates keep the numbers they have without tuning (a
+ * recorded session's candidate ids stay what they were). */
+#define ORCH_TUNE_CAND_FIRST 9000u
 
-enum orch_origin { ORCH_ORIGIN_SEED, ORCH_ORIGIN_REPAIR, ORCH_ORIGIN_OPT };
+enum orch_origin {
+	ORCH_ORIGIN_SEED,
+	ORCH_ORIGIN_REPAIR,
+	ORCH_ORIGIN_OPT,
+	ORCH_ORIGIN_TUNE /* the sandbox's sweep of a correct kernel */
+};
 
 /* Reference times kept for their median (a ring of the latest). */
 #define ORCH_REF_SAMPLES 16
@@ -175,11 +187,23 @@ typedef struct {
 	uint32_t wave_st[ORCH_MAX_WAVE];
 	double wave_ms[ORCH_MAX_WAVE], wave_ref[ORCH_MAX_WAVE];
 	double wave_sol[ORCH_MAX_WAVE];
+	/* The tune candidate (ORCH_ACT_TUNE): tune_cand sweeps the launch
+	 * configuration and declared tunables of tune_of as job tune_job (0
+	 * once its result is in: tune_st, its time, the reference's time and
+	 * its sol_fraction), taken into the next judgement as a candidate of
+	 * that round; tune_cand is 0 when none is pending. tunable: which
+	 * slots (seeds, or a wave's) can be tuned. */
+	uint32_t tune_job, tune_cand, tune_of, tune_st;
+	uint32_t tunes;         /* tune candidates made */
+	uint32_t tune_promoted; /* of them promoted to base */
+	uint32_t tunable;
+	uint32_t best_tuned; /* best is a tune candidate */
+	double tune_ms, tune_ref, tune_sol;
 } orch_fsm;
 
 _Static_assert(sizeof(orch_fsm) ==
-        80 + 34 * 4 + ORCH_MAX_SEEDS + 8 + (6 + ORCH_REF_SAMPLES) * 8 + 6 * 4 +
-            ORCH_MAX_WAVE * (4 + 3 * 8),
+        80 + 34 * 4 + ORCH_MAX_SEEDS + 8 + (6 + ORCH_REF_SAMPLES) * 8 + 14 * 4 +
+            3 * 8 + ORCH_MAX_WAVE * (4 + 3 * 8),
     "orch_fsm must have no padding");
 
 #define ORCH_FSM_MAGIC 0x4b434634u /* "KCF4" */
@@ -204,9 +228,12 @@ typedef struct {
 	uint32_t reuse;
 	Kclaw__EvalStatus status; /* EVALUATED */
 	double ms;                /* EVALUATED: median time */
-	double ref_ms;   /* EVALUATED: the reference's median in the same
-	                  * evaluation; 0 when it was not timed */
-	double sol;      /* EVALUATED (and a reuse): its sol_fraction */
+	double ref_ms; /* EVALUATED: the reference's median in the same
+	                * evaluation; 0 when it was not timed */
+	double sol;    /* EVALUATED (and a reuse): its sol_fraction */
+	/* EVALUATED: the orchestrator can make a tune candidate of this
+	 * kernel (orch_tune_plan found something to sweep). */
+	uint32_t tunable;
 	uint64_t now_ms; /* TICK */
 } orch_input;
 
@@ -217,7 +244,11 @@ enum orch_action_kind {
 	ORCH_ACT_EVENT,     /* publish event kind (cand, value) */
 	ORCH_ACT_RECORD,    /* short-term memory: cand's outcome (see below) */
 	ORCH_ACT_DROP_JOBS, /* forget every job of the task */
-	ORCH_ACT_IMPORT     /* import the task's tensors (IMPORTED when done) */
+	ORCH_ACT_IMPORT,    /* import the task's tensors (IMPORTED when done) */
+	/* Make candidate cand, the tune of candidate aux (its source, its
+	 * plan's launch configuration declared tunable), and evaluate it as
+	 * job (TUNED when done). */
+	ORCH_ACT_TUNE
 };
 
 /*

@@ -100,7 +100,7 @@ orch_options_json(orch_options *opt, const char *path)
 	    {"sm_count", 0, 1e5}, {"explore_share", 0, 1}, {"sol_stop", 0, 1},
 	    {"reference_check", 0, 1}, {"upload_idle_ms", 100, 864e5},
 	    {"upload_staged_bytes", 1 << 20, 1e15},
-	    {"candidates_per_round", 1, ORCH_MAX_WAVE}};
+	    {"candidates_per_round", 1, ORCH_MAX_WAVE}, {"tune", 0, 1}};
 	double v[KC_ARRAY_LEN(keys)];
 	const cJSON *obj;
 	cJSON *root;
@@ -141,6 +141,7 @@ orch_options_json(orch_options *opt, const char *path)
 	v[21] = opt->upload_idle_ms;
 	v[22] = (double)opt->upload_staged_bytes;
 	v[23] = opt->defaults.candidates_per_round;
+	v[24] = opt->defaults.tune;
 	for (size_t i = 0; i < KC_ARRAY_LEN(keys); i++)
 		if (!orch_json_num(
 		        obj, keys[i].key, keys[i].lo, keys[i].hi, &v[i])) {
@@ -177,6 +178,7 @@ orch_options_json(orch_options *opt, const char *path)
 	opt->upload_idle_ms = (uint32_t)v[21];
 	opt->upload_staged_bytes = (uint64_t)v[22];
 	opt->defaults.candidates_per_round = (uint32_t)v[23];
+	opt->defaults.tune = (uint32_t)v[24];
 	rv = orch_options_role_timeouts(opt, obj, path);
 out:
 	cJSON_Delete(root);
@@ -578,6 +580,10 @@ orch_task_record(orch *o, const struct orch_task *t, Kclaw__TaskRecord *rec,
 	rec->state_detail = strdup(t->detail ? t->detail : "");
 	rec->max_rounds = t->fsm.p.max_rounds;
 	rec->token_budget = t->fsm.p.token_budget;
+	rec->tune_candidates = t->fsm.tunes;
+	rec->tune_promotions = t->fsm.tune_promoted;
+	rec->best_from_tune = t->fsm.best && t->fsm.best_tuned;
+	rec->waves = t->fsm.waves;
 	/* Borrowed: orch_task_record_free leaves it to the task. */
 	rec->reference_check = t->refcheck;
 	if (orch_usage_record(t, rec) != 0)
@@ -1101,11 +1107,33 @@ orch_store_input(orch *o, struct orch_task *t, const orch_fsm *prev,
 			    staged);
 		break;
 	case ORCH_IN_EVALUATED:
+	case ORCH_IN_TUNED:
 		if ((rv = orch_cand_get(o, t->id, in->cand, &r)) != 0)
 			break;
 		if (r->eval)
 			kclaw__eval_result__free_unpacked(r->eval, NULL);
 		r->eval = (Kclaw__EvalResult *)eval;
+		/* A sweep's candidate is the configuration it chose. */
+		if (in->kind == ORCH_IN_TUNED && eval->tuned_source &&
+		    *eval->tuned_source && r->candidate) {
+			char *src = strdup(eval->tuned_source);
+			char *plan = strdup(eval->tuned_plan);
+			char *cfg = strdup(eval->tuned_config);
+			if (src == NULL || plan == NULL || cfg == NULL) {
+				free(src);
+				free(plan);
+				free(cfg);
+				r->eval = NULL;
+				rv = KC_ENOMEM;
+				break;
+			}
+			free(r->candidate->source);
+			free(r->candidate->plan_json);
+			free(r->candidate->method);
+			r->candidate->source = src;
+			r->candidate->plan_json = plan;
+			r->candidate->method = cfg;
+		}
 		rv = orch_cand_put(o, t->id, in->cand, r);
 		r->eval = NULL;
 		break;
@@ -1327,6 +1355,48 @@ orch_queue_import(orch *o, struct orch_task *t)
 	return 0;
 }
 
+/*
+ * The tune candidate a->cand of candidate a->aux: its source, its plan
+ * with the launch configuration declared tunable (tune.c), origin "tune";
+ * then its evaluation, job a->job, which the sandbox makes a sweep of.
+ */
+static int
+orch_tune_new(orch *o, struct orch_task *t, const orch_action *a)
+{
+	Kclaw__CandidateRecord *of = NULL, r = KCLAW__CANDIDATE_RECORD__INIT;
+	Kclaw__Candidate c = KCLAW__CANDIDATE__INIT;
+	orch_action eval = *a;
+	char id[48], parent[48], b[16], hash[65], *plan = NULL;
+	int rv;
+
+	if ((rv = orch_cand_get(o, t->id, a->aux, &of)) != 0)
+		return rv;
+	if ((rv = orch_tune_plan(of->candidate->plan_json, &plan)) != 0)
+		goto out;
+	orch_cand_id(a->cand, b);
+	snprintf(id, sizeof(id), "%s-%s", t->id, b);
+	orch_cand_id(a->aux, b);
+	snprintf(parent, sizeof(parent), "%s-%s", t->id, b);
+	c.id = id;
+	c.source = of->candidate->source;
+	c.plan_json = plan ? plan : of->candidate->plan_json;
+	c.parent_id = parent;
+	c.origin = "tune";
+	c.method = "tune";
+	c.round = t->fsm.round;
+	orch_cand_hash(&c, hash);
+	r.candidate = &c;
+	r.content_hash = hash;
+	if ((rv = orch_cand_put(o, t->id, a->cand, &r)) != 0)
+		goto out;
+	eval.kind = ORCH_ACT_EVAL;
+	rv = orch_job_new(o, t, &eval, true);
+out:
+	free(plan);
+	kclaw__candidate_record__free_unpacked(of, NULL);
+	return rv;
+}
+
 static int
 orch_run_action(orch *o, struct orch_task *t, const orch_fsm *prev,
     const orch_action *a, const Kclaw__EvalResult *eval, const char *detail,
@@ -1345,6 +1415,7 @@ orch_run_action(orch *o, struct orch_task *t, const orch_fsm *prev,
 		orch_import_cancel(o, t);
 		return 0;
 	case ORCH_ACT_IMPORT: return orch_queue_import(o, t);
+	case ORCH_ACT_TUNE: return orch_tune_new(o, t, a);
 	case ORCH_ACT_EVENT: break;
 	}
 	text[0] = '\0';
@@ -1637,6 +1708,8 @@ orch_params_from_spec(
 			p->sol_stop = f->sol_stop > 0 ? f->sol_stop : 0;
 		if (f->candidates_per_round)
 			p->candidates_per_round = f->candidates_per_round;
+		if (f->tune != 0)
+			p->tune = f->tune > 0;
 	}
 	if (spec->budget) {
 		const Kclaw__Budget *b = spec->budget;

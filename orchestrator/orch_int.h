@@ -239,6 +239,9 @@ void orch_refcheck_done(
 uint32_t orch_job_retries(const orch *o, const struct orch_task *t);
 uint32_t orch_job_timeout_ms(const orch *o, const struct orch_job *j);
 /* A new job for an action (queued after the commit). */
+/* The plan of a correct kernel's tune candidate (tune.c): *out malloc'd,
+ * or NULL when the plan has nothing the sandbox could sweep. */
+int orch_tune_plan(const char *plan_json, char **out);
 /* The task aux key of the plan a Planner job gives or an Optimizer job
  * applies: "plan", or "plan.<slot>" in a wave. */
 void orch_plan_key(const orch_fsm *f, uint32_t job, char *key, size_t sz);

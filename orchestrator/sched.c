@@ -357,6 +357,28 @@ orch_agent_result(orch *o, const Kclaw__AgentReply *r)
 		KC_ERROR("task %s: %s", t->id, kc_lasterr());
 }
 
+/* Whether a correct kernel can have a tune candidate: its plan has a
+ * launch configuration or tunables the sandbox can sweep, and it is no
+ * tune candidate itself. */
+static uint32_t
+orch_tunable(orch *o, const struct orch_task *t, uint32_t cand)
+{
+	Kclaw__CandidateRecord *r = NULL;
+	char *plan = NULL;
+	uint32_t yes = 0;
+
+	if (orch_cand_get(o, t->id, cand, &r) != 0) {
+		kc_clearerr();
+		return 0;
+	}
+	if (r->candidate && strcmp(r->candidate->origin, "tune") != 0 &&
+	    orch_tune_plan(r->candidate->plan_json, &plan) == 0 && plan)
+		yes = 1;
+	free(plan);
+	kclaw__candidate_record__free_unpacked(r, NULL);
+	return yes;
+}
+
 static void
 orch_eval_result(orch *o, const Kclaw__EvalResult *r)
 {
@@ -398,6 +420,10 @@ orch_eval_result(orch *o, const Kclaw__EvalResult *r)
 		return;
 	}
 	t = j->task;
+	if (t->fsm.tune_job && j->n == t->fsm.tune_job)
+		in.kind = ORCH_IN_TUNED;
+	else if (in.status == KCLAW__EVAL_STATUS__OK)
+		in.tunable = orch_tunable(o, t, j->cand);
 	orch_job_forget(o, j);
 	if (orch_task_input(o, t, &in, NULL, r, NULL) != 0)
 		KC_ERROR("task %s: %s", t->id, kc_lasterr());

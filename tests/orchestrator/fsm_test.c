@@ -1265,6 +1265,122 @@ test_wave_repairs_best_failure(void)
 	    issued(ORCH_ACT_AGENT, KCLAW__ROLE__DIAGNOSER), f.await_first);
 }
 
+/* ------------------------------------------------ the GPU while thinking */
+
+/*
+ * A correct kernel that can be tuned gets a tune candidate at once, beside
+ * the next agent job (the GPU sweeps while the model thinks); its result
+ * joins the next round's judgement as a candidate of its own and is
+ * promoted when it is the round's best under the rule.
+ */
+static void
+test_tune_candidate_promoted(void)
+{
+	orch_fsm f = fsm_new(1, 15);
+	orch_input in,
+	    tuned = {
+	        .kind = ORCH_IN_TUNED, .status = OK, .ms = 1.4, .ref_ms = 4.0};
+	uint32_t g, e, t;
+	const orch_action *x;
+
+	f.p.tune = 1;
+	g = fsm_start(&f);
+
+	step(&f, in_n(ORCH_IN_SEEDS, g, 1));
+	e = find(ORCH_ACT_EVAL, 0)->job;
+	in = in_eval(e, OK, 2.0);
+	in.tunable = 1;
+	step(&f, in);
+	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
+	KT_EQ_INT(f.base, 1);
+	x = find(ORCH_ACT_TUNE, 0);
+	KT_ASSERT(x != NULL);
+	KT_EQ_INT(x->aux, 1); /* the tune of the seed */
+	KT_EQ_INT(x->cand, f.tune_cand);
+	KT_EQ_INT(x->job, f.tune_job);
+	issued(ORCH_ACT_AGENT, KCLAW__ROLE__FEATURE); /* beside it */
+	KT_EQ_INT(f.tunes, 1);
+	t = f.tune_cand;
+	/* The sweep answers while the Feature Extractor thinks; another
+	 * job's number is not it. */
+	tuned.job = f.tune_job + 100;
+	ignored(&f, tuned);
+	tuned.job = f.tune_job;
+	step(&f, tuned);
+	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
+	KT_EQ_INT(f.best, t); /* already the task's best */
+	KT_EQ_INT(f.best_tuned, 1);
+	KT_EQ_INT(f.base, 1); /* promoted with the next round */
+	ignored(&f, tuned);   /* a repeated result */
+	/* The round's kernel (1.9 ms) does not qualify; the tune (1.4 ms,
+	 * 1.43x the base) does and becomes the base. */
+	step(&f, in_n(ORCH_IN_FEATURES, f.await_first, 0));
+	step(&f, in_job(ORCH_IN_RETRIEVED, f.await_first));
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval(e, OK, 1.9));
+	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
+	KT_EQ_INT(f.base, t);
+	KT_ASSERT(f.base_ms == 1.4);
+	KT_EQ_INT(f.tune_promoted, 1);
+	KT_EQ_INT(find_event(KCLAW__EVENT_KIND__BASE_PROMOTED)->cand, t);
+	/* The round's kernel was not tunable: no new tune. */
+	KT_ASSERT(find(ORCH_ACT_TUNE, 0) == NULL);
+	KT_EQ_INT(f.tune_cand, 0);
+}
+
+/* A tune that fails for good, or is slower than the round's kernel,
+ * changes nothing; one tune at a time. */
+static void
+test_tune_failed_or_slower(void)
+{
+	orch_fsm f = fsm_new(1, 15);
+	orch_input in, failed = {.kind = ORCH_IN_JOB_FAILED};
+	uint32_t g, e;
+
+	f.p.tune = 1;
+	g = fsm_start(&f);
+
+	step(&f, in_n(ORCH_IN_SEEDS, g, 1));
+	in = in_eval(find(ORCH_ACT_EVAL, 0)->job, OK, 2.0);
+	in.tunable = 1;
+	step(&f, in);
+	failed.job = f.tune_job;
+	step(&f, failed);
+	KT_EQ_INT(f.tune_job, 0);
+	KT_EQ_INT(f.tune_cand, 0);
+	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
+	/* The next round's tunable kernel (1.0 ms, promoted) gets one. */
+	step(&f, in_n(ORCH_IN_FEATURES, f.await_first, 0));
+	step(&f, in_job(ORCH_IN_RETRIEVED, f.await_first));
+	e = fsm_optimize_round(&f);
+	in = in_eval(e, OK, 1.0);
+	in.tunable = 1;
+	step(&f, in);
+	KT_EQ_INT(f.base, f.next_cand - 1);
+	KT_ASSERT(find(ORCH_ACT_TUNE, 0) != NULL);
+	KT_EQ_INT(find(ORCH_ACT_TUNE, 0)->cand, ORCH_TUNE_CAND_FIRST + 1);
+	KT_EQ_INT(find(ORCH_ACT_TUNE, 0)->aux, f.base);
+	KT_EQ_INT(f.tunes, 2);
+	step(&f, in_n(ORCH_IN_FEATURES, f.await_first, 0));
+	step(&f,
+	    (orch_input){.kind = ORCH_IN_TUNED,
+	        .job = f.tune_job,
+	        .status = OK,
+	        .ms = 1.1,
+	        .ref_ms = 4.0});
+	step(&f, in_job(ORCH_IN_RETRIEVED, f.await_first));
+	e = fsm_optimize_round(&f);
+	in = in_eval(e, OK, 0.95);
+	in.tunable = 1;
+	step(&f, in);
+	/* Neither qualifies over the 1.0 ms base; the slower tune is spent
+	 * and the round's kernel gets the next one. */
+	KT_EQ_INT(f.state, ORCH_ST_PLAN);
+	KT_EQ_INT(f.tune_promoted, 0);
+	KT_EQ_INT(f.tunes, 3);
+	KT_EQ_INT(find(ORCH_ACT_TUNE, 0)->aux, f.cur);
+}
+
 /* States stored by the previous layouts (KCF3: no candidates_per_round
  * and no wave; KCF2: neither, nor explore_share, sol_stop, best_sol) are
  * migrated, the new parameters from the defaults (one candidate per
@@ -1527,6 +1643,8 @@ main(void)
 	KT_RUN(test_wave_budget_and_failures);
 	KT_RUN(test_wave_repairs_best_failure);
 	KT_RUN(test_wave_token_budget);
+	KT_RUN(test_tune_candidate_promoted);
+	KT_RUN(test_tune_failed_or_slower);
 	KT_RUN(test_cancel_everywhere);
 	KT_RUN(test_seed_eval_failed);
 	KT_RUN(test_ignored_inputs);

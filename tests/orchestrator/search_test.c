@@ -5,7 +5,8 @@
  * two seed requests equal, so no two seeds the same kernel), and a new
  * task's last seed adapts the best kernel of the most similar solved task;
  * K candidates per round run at once and the best of the round is
- * promoted.
+ * promoted; a correct kernel's tune candidate, swept by the sandbox while
+ * the agents work, is promoted like any other.
  */
 #include "harness.h"
 
@@ -225,11 +226,58 @@ test_parallel_candidates(void)
 	h_teardown();
 }
 
+/*
+ * The GPU works while the model thinks: the promoted seed (2.0 ms, a
+ * tunable launch) gets a tune candidate at once, whose sweep (1.2 ms at
+ * block 512) is judged with the next round's kernel (1.9 ms) and, as the
+ * round's best under the rule, becomes the base and the best; the task's
+ * record says the best came from tuning.
+ */
+static void
+test_tune_candidate(void)
+{
+	Kclaw__FsmParams params = KCLAW__FSM_PARAMS__INIT;
+	Kclaw__ResultResponse *res;
+	Kclaw__StatusResponse *s;
+	Kclaw__TaskSpec *spec;
+	char id[32];
+	int tunes = 0;
+
+	start("search-tune");
+	spec = h_spec(
+	    "tune1", "seeds=ok:2.0;launch=1;tune=1.2;opt=1.9;ref=4.0", 1);
+	params.seeds = 1;
+	params.tune = 1;
+	spec->params = &params;
+	KT_OK(h_submit(spec, NULL, id));
+	s = h_wait_final(id, 20000);
+	KT_EQ_STR(s->task->state, "DONE");
+	KT_ASSERT(s->task->best_ms == 1.2);
+	KT_EQ_STR(s->task->best_id, s->task->base_id);
+	KT_ASSERT(s->task->best_from_tune);
+	KT_EQ_INT(s->task->tune_promotions, 1);
+	KT_ASSERT(s->task->tune_candidates >= 1);
+	KT_EQ_INT(s->task->round, 1); /* a sweep spends no round */
+	kclaw__status_response__free_unpacked(s, NULL);
+	res = result(id);
+	KT_EQ_STR(res->best->candidate->origin, "tune");
+	KT_EQ_STR(res->best->candidate->method, "KC_BLOCK_0=512");
+	KT_CONTAINS(res->best->candidate->plan_json, "\"block\": 512");
+	KT_CONTAINS(res->best->candidate->parent_id, "-c0001");
+	for (size_t i = 0; i < res->n_history; i++)
+		tunes +=
+		    strcmp(res->history[i]->candidate->origin, "tune") == 0;
+	KT_ASSERT(tunes >= 1);
+	kclaw__result_response__free_unpacked(res, NULL);
+	stop();
+}
+
 int
 main(void)
 {
 	KT_RUN(test_seeds_differ);
 	KT_RUN(test_warm_start_picks_similar);
 	KT_RUN(test_parallel_candidates);
+	KT_RUN(test_tune_candidate);
 	return 0;
 }
