@@ -80,7 +80,7 @@ orch_tune_plan(const char *plan_json, char **out)
 	     i++) {
 		cJSON *s = cJSON_GetArrayItem(steps, i);
 		const cJSON *shm =
-		    cJSON_GetObjectItemCaseSensitive(s, "shared");
+		    cJSON_GetObjectItemCaseSensitive(s, "shared_bytes");
 		if (cJSON_GetObjectItemCaseSensitive(s, "kernel") == NULL ||
 		    (shm && !(cJSON_IsNumber(shm) && shm->valueint == 0)) ||
 		    !tune_dim(

@@ -19,6 +19,8 @@
 #include "kc_err.h"
 #include "kc_test.h"
 #include "orch.h"
+#include "orch_int.h"
+#include "tunables.h"
 
 #define OK KCLAW__EVAL_STATUS__OK
 #define WRONG KCLAW__EVAL_STATUS__WRONG_RESULT
@@ -1381,6 +1383,46 @@ test_tune_failed_or_slower(void)
 	KT_EQ_INT(find(ORCH_ACT_TUNE, 0)->aux, f.cur);
 }
 
+/* The tune candidate's plan (orchestrator/tune.c): a 1-D step's block
+ * becomes KC_BLOCK_0 over its own size first and 128..1024, its grid the
+ * expression that covers the same 16384 threads; the sandbox's expansion
+ * (common/tunables.h) gives the four launches. A 2-D launch, dynamic
+ * shared memory or a plan of no kernel step has nothing to sweep. */
+static void
+test_tune_plan(void)
+{
+	char *out = NULL;
+	kc_tune_config *c;
+	size_t n;
+
+	KT_OK(orch_tune_plan("{\"steps\": [{\"kernel\": \"k\", \"grid\": [64, "
+	                     "1, 1], \"block\": [256, 1, 1], \"args\": "
+	                     "[\"x\"]}]}",
+	    &out));
+	KT_ASSERT(out != NULL);
+	KT_CONTAINS(out, "\"KC_BLOCK_0\":[256,128,512,1024]");
+	KT_CONTAINS(
+	    out, "\"grid\":\"(16384 + $KC_BLOCK_0 - 1) / $KC_BLOCK_0\"");
+	KT_OK(kc_tune_expand(
+	    "extern \"C\" __global__ void k(float *x) {}", out, &c, &n));
+	KT_EQ_INT(n, 4);
+	KT_CONTAINS(c[2].plan_json, "\"grid\":32");
+	KT_CONTAINS(c[2].plan_json, "\"block\":512");
+	kc_tune_free(c, n);
+	free(out);
+	KT_OK(orch_tune_plan("{\"steps\": [{\"kernel\": \"k\", \"grid\": [8, "
+	                     "8, 1], \"block\": [16, 16, 1], \"args\": []}]}",
+	    &out));
+	KT_ASSERT(out == NULL);
+	KT_OK(orch_tune_plan("{\"steps\": [{\"kernel\": \"k\", \"grid\": [8, "
+	                     "1, 1], \"block\": [128, 1, 1], \"shared_bytes\": "
+	                     "4096, \"args\": []}]}",
+	    &out));
+	KT_ASSERT(out == NULL);
+	KT_OK(orch_tune_plan("{\"steps\": []}", &out));
+	KT_ASSERT(out == NULL);
+}
+
 /* States stored by the previous layouts (KCF3: no candidates_per_round
  * and no wave; KCF2: neither, nor explore_share, sol_stop, best_sol) are
  * migrated, the new parameters from the defaults (one candidate per
@@ -1645,6 +1687,7 @@ main(void)
 	KT_RUN(test_wave_token_budget);
 	KT_RUN(test_tune_candidate_promoted);
 	KT_RUN(test_tune_failed_or_slower);
+	KT_RUN(test_tune_plan);
 	KT_RUN(test_cancel_everywhere);
 	KT_RUN(test_seed_eval_failed);
 	KT_RUN(test_ignored_inputs);
