@@ -13,7 +13,10 @@
 # Environment: KCLAW_BIN (a build's bin folder; default: builds
 # build-bench, RelWithDebInfo), OUT (default /tmp/kc-parallel), LATENCY
 # (seconds per model reply, default 5), TOKENS (the token budget of every
-# task, default 150000), ROUNDS (default 24), K (default 4), TASKS
+# task, default 150000), ROUNDS (default 24), K (default 4), TUNE (1:
+# both runs also tune every correct kernel's launch configuration between
+# rounds; each line then says how many tune candidates were made and
+# promoted and whether the best kernel is one), TASKS
 # (default "layernorm softmax_rows sum_reduce"), MAIN_ARGS (more
 # arguments to `kclaw main`, e.g. --skip-gpu-check for a dry run with a
 # scripted sandbox through KCLAW_SANDBOX_BIN).
@@ -81,7 +84,7 @@ for k in 1 "$K"; do
 	mkdir -p "$H"
 	cat >"$H/kclaw.json" <<EOF
 {"orchestrator": {"candidates_per_round": $k, "tokens": $TOKENS,
-  "rounds": $ROUNDS}}
+  "rounds": $ROUNDS, "tune": ${TUNE:-0}}}
 EOF
 	# shellcheck disable=SC2086
 	"$KCLAW_BIN/kclaw" --home "$H" main --live --keep --json \
@@ -127,9 +130,14 @@ for k in ("1", kk):
         walls.append(wall)
         if sp:
             sps.append(sp)
+        tunes = find(st, "tune_candidates") or 0
+        promoted = find(st, "tune_promotions") or 0
+        from_tune = bool(find(st, "best_from_tune"))
         lines.append("K=%s %-16s %-6s wall %7.1f s  best %.3fx  tokens "
-                     "%7d  rounds %d" % (k, t["name"], t["state"], wall,
-                                         sp, t["tokens"], t["rounds"]))
+                     "%7d  rounds %d  tunes %d promoted %d best_from_tune "
+                     "%s" % (k, t["name"], t["state"], wall, sp,
+                             t["tokens"], t["rounds"], tunes, promoted,
+                             from_tune))
     geo = math.exp(sum(map(math.log, sps)) / len(sps)) if sps else 0
     lines.append("K=%s summary: mean wall %.1f s, geomean best speedup "
                  "%.3fx over %d tasks" % (k, sum(walls) / len(walls),
