@@ -67,14 +67,6 @@ while [ ! -s "$OUT/port" ]; do
 	sleep 0.1
 done
 URL="http://127.0.0.1:$(cat "$OUT/port")"
-python3 - "$URL" "$SRC/examples/recordings" <<'EOF'
-import json, sys, urllib.request
-body = json.dumps({"actions": [], "model": {"recordings": sys.argv[2],
-                                            "cycle": True}}).encode()
-urllib.request.urlopen(urllib.request.Request(
-    sys.argv[1] + "/_script", data=body,
-    headers={"Content-Type": "application/json"})).read()
-EOF
 
 unset KCLAW_LLM_REPLAY KCLAW_LLM_RECORD KCLAW_HOME || true
 export KCLAW_LLM_MODEL=kclaw-emu-1 KCLAW_LLM_BASE_URL="$URL/v1" \
@@ -82,6 +74,15 @@ export KCLAW_LLM_MODEL=kclaw-emu-1 KCLAW_LLM_BASE_URL="$URL/v1" \
 for k in 1 "$K"; do
 	H="$OUT/k$k"
 	mkdir -p "$H"
+	# Each run from the emulator's first replies: the same model.
+	python3 - "$URL" "$SRC/examples/recordings" <<'EOF'
+import json, sys, urllib.request
+body = json.dumps({"actions": [], "model": {"recordings": sys.argv[2],
+                                            "cycle": True}}).encode()
+urllib.request.urlopen(urllib.request.Request(
+    sys.argv[1] + "/_script", data=body,
+    headers={"Content-Type": "application/json"})).read()
+EOF
 	cat >"$H/kclaw.json" <<EOF
 {"orchestrator": {"candidates_per_round": $k, "tokens": $TOKENS,
   "rounds": $ROUNDS, "tune": ${TUNE:-0}}}
@@ -97,6 +98,12 @@ for t in json.load(open(sys.argv[1]))["tasks"]: print(t["id"])' \
 			>"$H/status-$id.json" || true
 	done
 	"$KCLAW_BIN/kclaw" --home "$H" up --stop >/dev/null 2>&1 || true
+	# What the emulator served in this run.
+	python3 - "$URL" "$H/served.json" <<'EOF2'
+import json, sys, urllib.request
+served = json.load(urllib.request.urlopen(sys.argv[1] + "/_model"))
+json.dump(served, open(sys.argv[2], "w"))
+EOF2
 done
 
 python3 - "$OUT" "$K" <<'EOF'
@@ -142,6 +149,26 @@ for k in ("1", kk):
     lines.append("K=%s summary: mean wall %.1f s, geomean best speedup "
                  "%.3fx over %d tasks" % (k, sum(walls) / len(walls),
                                           geo, len(walls)))
+    # Prompt caching: the share of each prompt's bytes identical, from its
+    # start, to the previous prompt of its role on its task (the first of
+    # each is left out), by role; and the cached tokens the emulator
+    # reported, as a share of the prompt tokens.
+    served = json.load(open(os.path.join(out, "k" + k, "served.json")))
+    seen, share, pt, ct = set(), {}, 0, 0
+    for e in served["served"]:
+        if e.get("status") != 200:
+            continue
+        pt += e["prompt_tokens"]
+        ct += e["cached_tokens"]
+        key = (e["task"], e["role"])
+        if key in seen:
+            share.setdefault(e["role"], []).append(e["prefix_share"])
+        seen.add(key)
+    lines.append("K=%s prompt prefix shared with the role's previous "
+                 "prompt: %s; cached tokens %.0f%% of prompt tokens" % (
+                     k, ", ".join("%s %.2f" % (r, sum(v) / len(v))
+                                  for r, v in sorted(share.items())),
+                     100.0 * ct / pt if pt else 0))
 print("\n".join(lines))
 open(os.path.join(out, "summary.txt"), "w").write("\n".join(lines) + "\n")
 EOF
