@@ -506,6 +506,37 @@ agent_put_str(agent_vars *vars, const char *name, const char *v)
 	return agent_vars_set(vars, name, v ? v : "");
 }
 
+/* A Generator's own seed: seed (1-based, "" for a job that names none),
+ * seeds, strategy, avoid (the other seeds' strategies, one a line) and the
+ * warm start's kernel. */
+static int
+agent_render_seed(const Kclaw__AgentJob *job, agent_vars *vars, kc_str *s)
+{
+	const Kclaw__Candidate *w = job->warm_start;
+	int rv = 0;
+
+	if (job->seeds > 0)
+		rv = kc_str_printf(s, "%u", job->seed_index + 1);
+	if (rv != 0 || (rv = agent_put(vars, "seed", s)) != 0)
+		return rv;
+	if (job->seeds > 0)
+		rv = kc_str_printf(s, "%u", job->seeds);
+	if (rv != 0 || (rv = agent_put(vars, "seeds", s)) != 0 ||
+	    (rv = agent_put_str(vars, "strategy", job->strategy)) != 0)
+		return rv;
+	for (size_t i = 0; rv == 0 && i < job->n_avoid; i++)
+		rv = kc_str_printf(s, "- %s\n", job->avoid[i]);
+	if (rv != 0 || (rv = agent_put(vars, "avoid", s)) != 0)
+		return rv;
+	if ((rv = agent_put_str(vars, "warm_task",
+	         w ? (job->warm_task ? job->warm_task : "") : "")) != 0 ||
+	    (rv = agent_put_str(vars, "warm_source", w ? w->source : "")) !=
+	        0 ||
+	    (rv = agent_put_str(vars, "warm_plan", w ? w->plan_json : "")) != 0)
+		return rv;
+	return 0;
+}
+
 int
 agent_job_vars(const Kclaw__AgentJob *job, agent_vars *vars)
 {
@@ -589,6 +620,9 @@ agent_job_vars(const Kclaw__AgentJob *job, agent_vars *vars)
 		goto out;
 	if ((rv = agent_render_features(job, &s)) != 0 ||
 	    (rv = agent_put(vars, "features", &s)) != 0)
+		goto out;
+	if ((rv = agent_render_seed(job, vars, &s)) != 0 ||
+	    (rv = agent_put_str(vars, "assigned", job->assigned_method)) != 0)
 		goto out;
 out:
 	kc_str_free(&s);

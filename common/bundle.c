@@ -1089,7 +1089,7 @@ bundle_parse_params(struct bundle_loader *l, const cJSON *root)
 {
 	static const char *const keys[] = {"seeds", "rt", "at", "max_repairs",
 	    "job_retries", "agent_timeout_s", "eval_timeout_s", "explore_share",
-	    "sol_stop", NULL};
+	    "sol_stop", "candidates_per_round", "tune", NULL};
 	static const char *const shares[] = {"explore_share", "sol_stop"};
 	const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, "params");
 	Kclaw__FsmParams *p = &l->params;
@@ -1117,8 +1117,20 @@ bundle_parse_params(struct bundle_loader *l, const cJSON *root)
 	    (rv = bundle_get_u32(l->file, j, "params", "agent_timeout_s",
 	         KC_SPEC_MAX_TIMEOUT_S, &p->agent_timeout_s)) != 0 ||
 	    (rv = bundle_get_u32(l->file, j, "params", "eval_timeout_s",
-	         KC_SPEC_MAX_TIMEOUT_S, &p->eval_timeout_s)) != 0)
+	         KC_SPEC_MAX_TIMEOUT_S, &p->eval_timeout_s)) != 0 ||
+	    (rv = bundle_get_u32(l->file, j, "params", "candidates_per_round",
+	         KC_SPEC_MAX_CANDIDATES_PER_ROUND, &p->candidates_per_round)) !=
+	        0)
 		return rv;
+	/* tune: true or false (on the wire 1, or -1 for off). */
+	{
+		const cJSON *tu = cJSON_GetObjectItemCaseSensitive(j, "tune");
+		if (tu && !cJSON_IsBool(tu))
+			return kc_seterr(KC_EINVAL,
+			    "%s: params.tune must be true or false", l->file);
+		if (tu)
+			p->tune = cJSON_IsTrue(tu) ? 1 : -1;
+	}
 	/* Shares in [0, 1], where 0 is off; on the wire 0 is the default and
 	 * a negative value off (proto/kclaw.proto FsmParams). */
 	for (size_t i = 0; i < 2; i++) {

@@ -33,6 +33,8 @@
  * seconds times 1000 in 32 bits, a deadline in ms in 64.
  */
 #define KC_SPEC_MAX_SEEDS 64u
+#define KC_SPEC_MAX_CANDIDATES_PER_ROUND                                       \
+	8u /* the state machine runs at most 8 at once */
 #define KC_SPEC_MAX_ROUNDS 100000u
 #define KC_SPEC_MAX_TRIALS 1000u
 #define KC_SPEC_MAX_REPAIRS 1000u

@@ -24,9 +24,17 @@ static void fsm_reviewed(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_retrieve(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_plan(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_optimize(orch_fsm *f, const orch_input *in, orch_actions *a);
+static void fsm_wave_planned(
+    orch_fsm *f, const orch_input *in, orch_actions *a);
+static void fsm_wave_candidate(
+    orch_fsm *f, const orch_input *in, orch_actions *a);
+static void fsm_wave_evaluated(
+    orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_job_failed(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_cancel(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_tick(orch_fsm *f, const orch_input *in, orch_actions *a);
+static void fsm_tuned(orch_fsm *f, const orch_input *in, orch_actions *a);
+static void fsm_wave_start(orch_fsm *f, orch_actions *a);
 
 /* clang-format off */
 static const struct fsm_row {
@@ -47,9 +55,13 @@ static const struct fsm_row {
 	{ORCH_ST_RETRIEVE,     ORCH_IN_RETRIEVED,  fsm_plan},         /* PLAN */
 	{ORCH_ST_PLAN,         ORCH_IN_PLANNED,    fsm_optimize},     /* OPTIMIZE */
 	{ORCH_ST_OPTIMIZE,     ORCH_IN_CANDIDATE,  fsm_review},       /* REVIEW, or reused: as REVIEW's */
+	{ORCH_ST_WAVE,         ORCH_IN_PLANNED,    fsm_wave_planned},   /* (same): that slot's Optimizer */
+	{ORCH_ST_WAVE,         ORCH_IN_CANDIDATE,  fsm_wave_candidate}, /* (same): its evaluation, or reused */
+	{ORCH_ST_WAVE,         ORCH_IN_EVALUATED,  fsm_wave_evaluated}, /* (same) FEATURES WAVE DIAGNOSE DONE FAILED */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_JOB_FAILED, fsm_job_failed},   /* seeding goes on; a failed round */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_CANCEL,     fsm_cancel},       /* CANCELLED */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_TICK,       fsm_tick},         /* (same) DONE FAILED */
+	{ORCH_ANY_ACTIVE,      ORCH_IN_TUNED,      fsm_tuned},        /* (same): judged with the next round */
 };
 /* clang-format on */
 
@@ -168,6 +180,7 @@ fsm_best(orch_fsm *f, uint32_t cand, double ms, double sp, double sol)
 		better =
 		    ms < f->best_ms || (ms == f->best_ms && cand < f->best);
 	if (better) {
+		f->best_tuned = 0; /* fsm_tuned sets it for its own */
 		f->best = cand;
 		f->best_ms = ms;
 		f->best_speedup = sp;
@@ -243,7 +256,10 @@ fsm_next(orch_fsm *f, orch_actions *a, enum orch_state to)
 		fsm_agent(f, a, KCLAW__ROLE__FEATURE, f->base);
 		break;
 	case ORCH_ST_PLAN:
-		fsm_agent(f, a, KCLAW__ROLE__PLANNER, f->base);
+		if (f->p.candidates_per_round > 1)
+			fsm_wave_start(f, a);
+		else
+			fsm_agent(f, a, KCLAW__ROLE__PLANNER, f->base);
 		break;
 	default: fsm_agent(f, a, KCLAW__ROLE__DIAGNOSER, f->cur); break;
 	}
@@ -256,6 +272,71 @@ fsm_promote(orch_fsm *f, orch_actions *a, uint32_t cand, double ms, double sp)
 	f->base_ms = ms;
 	f->base_speedup = sp;
 	fsm_event(a, KCLAW__EVENT_KIND__BASE_PROMOTED, cand, ms);
+}
+
+/*
+ * The GPU works while the model thinks: a correct kernel's tune candidate
+ * (its launch configuration and declared tunables swept by the sandbox)
+ * goes out now, beside the next agent job, one at a time. Its result is
+ * kept (fsm_tuned) and judged with the next round's kernel.
+ */
+static void
+fsm_tune(orch_fsm *f, orch_actions *a, uint32_t of)
+{
+	orch_action *x;
+
+	if (!f->p.tune || f->tune_job != 0 || f->tune_cand != 0)
+		return; /* off, one in flight, or one back and not judged */
+	f->tune_job = f->next_job++;
+	f->tune_cand = ORCH_TUNE_CAND_FIRST + f->tunes;
+	f->tune_of = of;
+	f->tune_st = 0;
+	f->tunes++;
+	x = fsm_act(a, ORCH_ACT_TUNE);
+	x->role = KCLAW__ROLE__SANDBOX;
+	x->job = f->tune_job;
+	x->cand = f->tune_cand;
+	x->aux = of;
+	x->key_n = f->role_jobs[KCLAW__ROLE__SANDBOX]++;
+}
+
+/* A tune result that is back joins the round's pick (cand, ms, sp) as a
+ * candidate of its own: the better of the two is the pick. Returns the
+ * tune candidate taken (0: none back). */
+static uint32_t
+fsm_tune_take(orch_fsm *f, uint32_t *cand, double *ms, double *sp)
+{
+	uint32_t t = f->tune_cand;
+	double tsp;
+
+	if (t == 0 || f->tune_job != 0)
+		return 0;
+	f->tune_cand = 0;
+	if (f->tune_st != KCLAW__EVAL_STATUS__OK)
+		return 0;
+	tsp = fsm_result_speedup(f, f->tune_ms, f->tune_ref);
+	if (*cand == 0 || (tsp > 0 && *sp > 0 ? tsp > *sp : f->tune_ms < *ms)) {
+		*cand = t;
+		*ms = f->tune_ms;
+		*sp = tsp;
+	}
+	return t;
+}
+
+/* Promotes pick (cand, ms, sp) when the rule says so, counting a tune
+ * candidate's promotion; then FEATURES for the new base, else PLAN. */
+static void
+fsm_promote_or_plan(orch_fsm *f, orch_actions *a, uint32_t cand, double ms,
+    double sp, uint32_t tuned)
+{
+	if (fsm_promotes(f, ms, sp)) {
+		if (tuned && cand == tuned)
+			f->tune_promoted++;
+		fsm_promote(f, a, cand, ms, sp);
+		fsm_next(f, a, ORCH_ST_FEATURES);
+	} else {
+		fsm_next(f, a, ORCH_ST_PLAN);
+	}
 }
 
 /* How promising a failed seed is to repair: it got further. */
@@ -419,7 +500,7 @@ fsm_seed_reply(orch_fsm *f, const orch_input *in, orch_actions *a)
  * base; else the most promising is repaired. */
 static void
 fsm_seed_result(orch_fsm *f, orch_actions *a, uint32_t i, Kclaw__EvalStatus st,
-    double ms, double ref_ms, double sol)
+    double ms, double ref_ms, double sol, bool tunable)
 {
 	uint32_t gens = (uint32_t)((1ull << f->p.seeds) - 1), seed;
 	uint32_t got = (uint32_t)__builtin_popcount(f->seed_got);
@@ -429,6 +510,8 @@ fsm_seed_result(orch_fsm *f, orch_actions *a, uint32_t i, Kclaw__EvalStatus st,
 	if (st == KCLAW__EVAL_STATUS__OK)
 		fsm_best(f, f->seed_first + i, ms,
 		    fsm_result_speedup(f, ms, ref_ms), sol);
+	if (st == KCLAW__EVAL_STATUS__OK && tunable)
+		f->tunable |= fsm_bit(i);
 	else
 		f->seed_rank[i] = (uint8_t)fsm_repair_rank(st);
 	if (st == KCLAW__EVAL_STATUS__NO_DEVICE)
@@ -437,6 +520,8 @@ fsm_seed_result(orch_fsm *f, orch_actions *a, uint32_t i, Kclaw__EvalStatus st,
 		return; /* more seeds to review */
 	if (f->best) {
 		fsm_promote(f, a, f->best, f->best_ms, f->best_speedup);
+		if (f->tunable & fsm_bit(f->best - f->seed_first))
+			fsm_tune(f, a, f->best);
 		fsm_next(f, a, ORCH_ST_FEATURES);
 	} else if ((seed = fsm_next_seed(f)) != 0) {
 		fsm_seed_chain(f, a, seed);
@@ -451,7 +536,7 @@ static void
 fsm_seed_done(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
 	fsm_seed_result(f, a, in->job - f->await_first, in->status, in->ms,
-	    in->ref_ms, in->sol);
+	    in->ref_ms, in->sol, in->tunable != 0);
 }
 
 static void
@@ -469,7 +554,7 @@ fsm_repair(orch_fsm *f, const orch_input *in, orch_actions *a)
  */
 static void
 fsm_judge(orch_fsm *f, orch_actions *a, Kclaw__EvalStatus st, double ms,
-    double ref_ms, double sol, bool spend)
+    double ref_ms, double sol, bool spend, bool tunable)
 {
 	bool ok = st == KCLAW__EVAL_STATUS__OK;
 	double sp = ok ? fsm_result_speedup(f, ms, ref_ms) : 0;
@@ -504,14 +589,13 @@ fsm_judge(orch_fsm *f, orch_actions *a, Kclaw__EvalStatus st, double ms,
 			r->status = st;
 			r->value = f->base_ms > 0 ? f->base_ms / ms : 0;
 		}
+		uint32_t pick = f->cur, tuned;
 		fsm_best(f, f->cur, ms, sp, sol);
 		f->chain = 0;
-		if (fsm_promotes(f, ms, sp)) {
-			fsm_promote(f, a, f->cur, ms, sp);
-			fsm_next(f, a, ORCH_ST_FEATURES);
-		} else {
-			fsm_next(f, a, ORCH_ST_PLAN);
-		}
+		tuned = fsm_tune_take(f, &pick, &ms, &sp);
+		if (tunable)
+			fsm_tune(f, a, f->cur);
+		fsm_promote_or_plan(f, a, pick, ms, sp, tuned);
 	} else if (f->origin != ORCH_ORIGIN_REPAIR) {
 		fsm_start_chain(
 		    f, a, f->cur, ORCH_ORIGIN_OPT, spend ? f->round : 0);
@@ -574,14 +658,15 @@ fsm_review(orch_fsm *f, const orch_input *in, orch_actions *a)
 	    in->status == KCLAW__EVAL_STATUS__OK ? in->ms : 0)
 	    ->aux = in->reuse;
 	f->state = ORCH_ST_REVIEW;
-	fsm_judge(f, a, in->status, in->ms, in->ref_ms, in->sol, spend);
+	fsm_judge(f, a, in->status, in->ms, in->ref_ms, in->sol, spend, false);
 }
 
 static void
 fsm_reviewed(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
 	fsm_ref_sample(f, in->ref_ms);
-	fsm_judge(f, a, in->status, in->ms, in->ref_ms, in->sol, true);
+	fsm_judge(f, a, in->status, in->ms, in->ref_ms, in->sol, true,
+	    in->tunable != 0);
 }
 
 static void
@@ -599,8 +684,234 @@ static void
 fsm_plan(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
 	(void)in;
+	if (f->p.candidates_per_round > 1) {
+		fsm_wave_start(f, a);
+		return;
+	}
 	f->state = ORCH_ST_PLAN;
 	fsm_agent(f, a, KCLAW__ROLE__PLANNER, f->base);
+}
+
+/* --------------------------------------------------------------- waves */
+
+/* A slot whose round produced no kernel to judge (a job failed for good,
+ * or the Optimizer answered without one). */
+#define FSM_WAVE_NONE 0xffffffffu
+
+/*
+ * A wave: K candidates of one round at once. Its 3K job numbers and K
+ * candidate numbers are taken now (slot i: Planner wave_job + i,
+ * Optimizer + k, evaluation + 2k), so nothing depends on the order of
+ * answers; the K Planners go out now, each slot's Optimizer when its plan
+ * arrives, its evaluation when its kernel does. A wave never spends more
+ * rounds than the budget has left, nor, by the task's rate, more tokens.
+ */
+static void
+fsm_wave_start(orch_fsm *f, orch_actions *a)
+{
+	uint32_t k = f->p.candidates_per_round,
+	         left = f->p.max_rounds - f->round;
+
+	if (k > left)
+		k = left;
+	/* Under a token budget, no more candidates than the tokens left pay
+	 * for at the task's rate so far (its tokens over its rounds and
+	 * seeds), so a wave overshoots the budget by less than a round. */
+	if (f->p.token_budget && f->tokens < f->p.token_budget) {
+		uint64_t per = f->tokens / (f->round + f->p.seeds);
+		uint64_t can =
+		    per ? (f->p.token_budget - f->tokens + per - 1) / per : k;
+		if (can < k)
+			k = (uint32_t)can;
+	}
+	f->state = ORCH_ST_WAVE;
+	f->waves++;
+	f->wave_k = k;
+	f->wave_job = f->next_job;
+	f->next_job += 3 * k;
+	f->wave_cand = f->next_cand;
+	f->next_cand += k;
+	f->wave_opt_key = f->role_jobs[KCLAW__ROLE__OPTIMIZER];
+	f->role_jobs[KCLAW__ROLE__OPTIMIZER] += k;
+	f->wave_eval_key = f->role_jobs[KCLAW__ROLE__SANDBOX];
+	f->role_jobs[KCLAW__ROLE__SANDBOX] += k;
+	f->await_first = f->wave_job;
+	f->await_n = 3 * k;
+	f->await_done = 0;
+	memset(f->wave_st, 0, sizeof(f->wave_st));
+	memset(f->wave_ms, 0, sizeof(f->wave_ms));
+	memset(f->wave_ref, 0, sizeof(f->wave_ref));
+	memset(f->wave_sol, 0, sizeof(f->wave_sol));
+	f->tunable = 0;
+	for (uint32_t i = 0; i < k; i++)
+		fsm_agent_job(
+		    f, a, KCLAW__ROLE__PLANNER, f->base, f->wave_job + i);
+}
+
+/* The phase (0 Planner, 1 Optimizer, 2 evaluation) and slot of a job of
+ * the wave; false when it is not one of phase want. */
+static bool
+fsm_wave_job(const orch_fsm *f, uint32_t job, uint32_t want, uint32_t *slot)
+{
+	uint32_t off = job - f->wave_job;
+
+	if (job < f->wave_job || off >= 3 * f->wave_k ||
+	    off / f->wave_k != want)
+		return false;
+	*slot = off % f->wave_k;
+	return true;
+}
+
+/*
+ * The round's judgement, once every slot has its outcome: each slot is a
+ * round of its own (recorded as an attempt on the base, in slot order);
+ * the best correct kernel of the wave is promoted under the paper's rule,
+ * else the next wave plans on the same base; a wave without a correct
+ * kernel repairs its most promising failure.
+ */
+static void
+fsm_wave_judge(orch_fsm *f, orch_actions *a)
+{
+	uint32_t pick = 0, fail = 0, fail_rank = 0, fail_round = 0;
+	double pick_ms = 0, pick_sp = 0;
+	bool nodev = false;
+
+	for (uint32_t i = 0; i < f->wave_k; i++) {
+		uint32_t st = f->wave_st[i], cand = f->wave_cand + i;
+		double ms = f->wave_ms[i], sp;
+		orch_action *r, *ev;
+		f->round++;
+		if (st == FSM_WAVE_NONE) {
+			f->failed_rounds++;
+			ev = fsm_event(
+			    a, KCLAW__EVENT_KIND__ROUND_FINISHED, 0, 0);
+			ev->status = KCLAW__EVAL_STATUS__INTERNAL_ERROR;
+			ev->round = f->round;
+			continue;
+		}
+		sp = st == KCLAW__EVAL_STATUS__OK
+		    ? fsm_result_speedup(f, ms, f->wave_ref[i])
+		    : 0;
+		r = fsm_act(a, ORCH_ACT_RECORD);
+		r->origin = ORCH_ORIGIN_OPT;
+		r->cand = cand;
+		r->aux = f->base;
+		r->round = f->round;
+		r->status = (Kclaw__EvalStatus)st;
+		r->value =
+		    st == KCLAW__EVAL_STATUS__OK && f->base_ms > 0 && ms > 0
+		    ? f->base_ms / ms
+		    : 0;
+		ev = fsm_event(a, KCLAW__EVENT_KIND__ROUND_FINISHED, cand,
+		    st == KCLAW__EVAL_STATUS__OK ? ms : 0);
+		ev->status = (Kclaw__EvalStatus)st;
+		ev->round = f->round;
+		if (st == KCLAW__EVAL_STATUS__NO_DEVICE) {
+			nodev = true;
+		} else if (st == KCLAW__EVAL_STATUS__OK) {
+			fsm_best(f, cand, ms, sp, f->wave_sol[i]);
+			if (pick == 0 ||
+			    (sp > 0 && pick_sp > 0 ? sp > pick_sp
+			                           : ms < pick_ms)) {
+				pick = cand;
+				pick_ms = ms;
+				pick_sp = sp;
+			}
+		} else if (fsm_repair_rank((Kclaw__EvalStatus)st) > fail_rank) {
+			fail = cand;
+			fail_rank = fsm_repair_rank((Kclaw__EvalStatus)st);
+			fail_round = f->round;
+		}
+	}
+	f->await_n = 0;
+	f->await_done = 0;
+	if (nodev) {
+		fsm_finish(f, a, ORCH_STOP_NO_DEVICE);
+	} else if (pick) {
+		uint32_t best = pick, tuned;
+		f->cur = pick;
+		f->origin = ORCH_ORIGIN_OPT;
+		f->chain = 0;
+		tuned = fsm_tune_take(f, &pick, &pick_ms, &pick_sp);
+		if (f->tunable & fsm_bit(best - f->wave_cand))
+			fsm_tune(f, a, best);
+		fsm_promote_or_plan(f, a, pick, pick_ms, pick_sp, tuned);
+	} else if (fail) {
+		f->origin = ORCH_ORIGIN_OPT;
+		fsm_start_chain(f, a, fail, ORCH_ORIGIN_OPT, fail_round);
+	} else {
+		fsm_next(f, a, ORCH_ST_PLAN);
+	}
+}
+
+/* Slot i's outcome (FSM_WAVE_NONE: no kernel); every job of the slot is
+ * done. The wave is judged when its last slot is. */
+static void
+fsm_wave_result(orch_fsm *f, orch_actions *a, uint32_t i, uint32_t st,
+    double ms, double ref_ms, double sol)
+{
+	uint32_t k = f->wave_k, all = (uint32_t)((1ull << (3 * k)) - 1);
+
+	f->await_done |= fsm_bit(i) | fsm_bit(k + i) | fsm_bit(2 * k + i);
+	f->wave_st[i] = st;
+	f->wave_ms[i] = ms;
+	f->wave_ref[i] = ref_ms;
+	f->wave_sol[i] = sol;
+	if (f->await_done == all)
+		fsm_wave_judge(f, a);
+}
+
+static void
+fsm_wave_planned(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	uint32_t i;
+
+	if (!fsm_wave_job(f, in->job, 0, &i))
+		return;
+	f->await_done |= fsm_bit(i);
+	fsm_agent_job(
+	    f, a, KCLAW__ROLE__OPTIMIZER, f->base, f->wave_job + f->wave_k + i);
+	f->role_jobs[KCLAW__ROLE__OPTIMIZER]--; /* the wave took its keys */
+	a->a[a->n - 1].key_n = f->wave_opt_key + i;
+}
+
+static void
+fsm_wave_candidate(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	uint32_t i;
+
+	if (!fsm_wave_job(f, in->job, 1, &i))
+		return;
+	f->await_done |= fsm_bit(f->wave_k + i);
+	if (in->n == 0) {
+		fsm_wave_result(f, a, i, FSM_WAVE_NONE, 0, 0, 0);
+	} else if (in->reuse) {
+		f->reused++;
+		fsm_event(a, KCLAW__EVENT_KIND__EVAL_FINISHED, f->wave_cand + i,
+		    in->status == KCLAW__EVAL_STATUS__OK ? in->ms : 0)
+		    ->aux = in->reuse;
+		fsm_wave_result(
+		    f, a, i, in->status, in->ms, in->ref_ms, in->sol);
+	} else {
+		fsm_eval(
+		    f, a, f->wave_job + 2 * f->wave_k + i, f->wave_cand + i);
+		f->role_jobs[KCLAW__ROLE__SANDBOX]--; /* the wave took its keys
+		                                       */
+		a->a[a->n - 1].key_n = f->wave_eval_key + i;
+	}
+}
+
+static void
+fsm_wave_evaluated(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	uint32_t i;
+
+	if (!fsm_wave_job(f, in->job, 2, &i))
+		return;
+	if (in->tunable)
+		f->tunable |= fsm_bit(i);
+	fsm_ref_sample(f, in->ref_ms);
+	fsm_wave_result(f, a, i, in->status, in->ms, in->ref_ms, in->sol);
 }
 
 static void
@@ -619,16 +930,51 @@ fsm_job_failed(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
 	uint32_t i = in->job - f->await_first;
 
+	if (f->tune_job && in->job == f->tune_job) {
+		/* The sweep failed for good: no tune this time. */
+		f->tune_job = 0;
+		f->tune_cand = 0;
+		return;
+	}
+
 	if (f->state == ORCH_ST_SEEDING) {
 		fsm_seed_answer(f, a, i, 0, true);
 		return;
 	}
 	if (f->state == ORCH_ST_REVIEW_SEEDS) {
-		fsm_seed_result(
-		    f, a, i, KCLAW__EVAL_STATUS__INTERNAL_ERROR, 0, 0, 0);
+		fsm_seed_result(f, a, i, KCLAW__EVAL_STATUS__INTERNAL_ERROR, 0,
+		    0, 0, false);
+		return;
+	}
+	if (f->state == ORCH_ST_WAVE) {
+		/* That slot's round: no kernel to judge, or, its evaluation
+		 * failing, one that cannot be judged. */
+		fsm_wave_result(f, a, i % f->wave_k, FSM_WAVE_NONE, 0, 0, 0);
 		return;
 	}
 	fsm_round_failed(f, a);
+}
+
+/* The tune candidate's sweep: kept for the next judgement; a correct
+ * one may already be the task's best. */
+static void
+fsm_tuned(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	(void)a;
+	f->tune_job = 0;
+	f->tune_st = in->status;
+	f->tune_ms = in->ms;
+	f->tune_ref = in->ref_ms;
+	f->tune_sol = in->sol;
+	fsm_ref_sample(f, in->ref_ms);
+	if (in->status == KCLAW__EVAL_STATUS__OK) {
+		fsm_best(f, f->tune_cand, in->ms,
+		    fsm_result_speedup(f, in->ms, in->ref_ms), in->sol);
+		if (f->best == f->tune_cand)
+			f->best_tuned = 1;
+	} else {
+		f->tune_cand = 0;
+	}
 }
 
 static void
@@ -672,11 +1018,17 @@ orch_fsm_step(
 		}
 	if (row == NULL)
 		return false;
-	if (fsm_has_job(in->kind) &&
+	if (in->kind == ORCH_IN_TUNED ||
+	    (in->kind == ORCH_IN_JOB_FAILED && f->tune_job &&
+	        in->job == f->tune_job)) {
+		if (f->tune_job == 0 || in->job != f->tune_job)
+			return false; /* no sweep awaited, or another one */
+	} else if (fsm_has_job(in->kind) &&
 	    (in->job < f->await_first ||
 	        in->job - f->await_first >= f->await_n ||
-	        (f->await_done & 1u << (in->job - f->await_first))))
+	        (f->await_done & 1u << (in->job - f->await_first)))) {
 		return false; /* a job this machine no longer awaits */
+	}
 	*next = *f;
 	acts->n = 0;
 	next->tokens += in->tokens;
@@ -711,16 +1063,18 @@ orch_fsm_explores(const orch_fsm *f)
 	return floor(r * s + FSM_EPS) > floor((r - 1) * s + FSM_EPS);
 }
 
-/* KCF2 had orch_params without explore_share and sol_stop (their 16
- * bytes), and no best_sol at the end. */
-#define FSM_KCF2_PARAMS (sizeof(orch_params) - 2 * sizeof(double))
+/* KCF3's orch_params lacked candidates_per_round and its pad (8 bytes)
+ * and the machine ended at best_sol; KCF2's params also lacked
+ * explore_share and sol_stop (16 bytes), and it had no best_sol. */
+#define FSM_KCF3_PARAMS (sizeof(orch_params) - 2 * sizeof(uint32_t))
+#define FSM_KCF2_PARAMS (FSM_KCF3_PARAMS - 2 * sizeof(double))
 
 bool
 orch_fsm_load(
     const void *data, size_t len, const orch_params *defaults, orch_fsm *f)
 {
 	const unsigned char *b = data;
-	size_t head = offsetof(orch_fsm, p) + FSM_KCF2_PARAMS;
+	size_t head = offsetof(orch_fsm, p);
 	uint32_t magic;
 
 	if (len < sizeof(magic))
@@ -730,15 +1084,25 @@ orch_fsm_load(
 		memcpy(f, b, sizeof(*f));
 		return true;
 	}
-	if (magic != ORCH_FSM_MAGIC_KCF2 || len != ORCH_FSM_KCF2_SIZE)
+	if (magic == ORCH_FSM_MAGIC_KCF3 && len == ORCH_FSM_KCF3_SIZE)
+		head += FSM_KCF3_PARAMS;
+	else if (magic == ORCH_FSM_MAGIC_KCF2 && len == ORCH_FSM_KCF2_SIZE)
+		head += FSM_KCF2_PARAMS;
+	else
 		return false;
 	memset(f, 0, sizeof(*f));
 	memcpy(f, b, head);
 	memcpy(&f->round, b + head, len - head);
 	f->magic = ORCH_FSM_MAGIC;
-	f->p.explore_share = defaults->explore_share;
-	f->p.sol_stop = defaults->sol_stop;
-	f->best_sol = 0; /* unknown until a new best */
+	if (magic == ORCH_FSM_MAGIC_KCF2) {
+		f->p.explore_share = defaults->explore_share;
+		f->p.sol_stop = defaults->sol_stop;
+		f->best_sol = 0; /* unknown until a new best */
+	}
+	/* A task under way keeps one candidate per round (its jobs were
+	 * numbered so) and no tuning. */
+	f->p.candidates_per_round = 1;
+	f->p.tune = 0;
 	return true;
 }
 
@@ -746,8 +1110,28 @@ _Static_assert(
     offsetof(orch_fsm, round) == offsetof(orch_fsm, p) + sizeof(orch_params),
     "orch_fsm_load: the fields after p follow it directly");
 _Static_assert(
-    offsetof(orch_fsm, best_sol) + sizeof(double) == sizeof(orch_fsm),
-    "orch_fsm_load: best_sol is the last field");
+    offsetof(orch_fsm, best_sol) + sizeof(double) == offsetof(orch_fsm, waves),
+    "orch_fsm_load: the wave follows best_sol");
+
+int
+orch_fsm_wave_slot(const orch_fsm *f, uint32_t n, bool by_cand)
+{
+	uint32_t first = by_cand ? f->wave_cand : f->wave_job;
+	uint32_t span = by_cand ? f->wave_k : 3 * f->wave_k;
+
+	if (f->state != ORCH_ST_WAVE || f->wave_k == 0 || n < first ||
+	    n - first >= span)
+		return -1;
+	return (int)((n - first) % f->wave_k);
+}
+
+uint32_t
+orch_fsm_cand_of(const orch_fsm *f, uint32_t job)
+{
+	int slot = orch_fsm_wave_slot(f, job, false);
+
+	return slot >= 0 ? f->wave_cand + (uint32_t)slot : f->next_cand;
+}
 
 double
 orch_fsm_ref_median(const orch_fsm *f)
@@ -781,6 +1165,7 @@ orch_params_default(orch_params *p)
 	p->at = 0.3;
 	p->explore_share = ORCH_EXPLORE_SHARE_DEFAULT;
 	p->sol_stop = ORCH_SOL_STOP_DEFAULT;
+	p->candidates_per_round = ORCH_CANDIDATES_PER_ROUND_DEFAULT;
 }
 
 void
@@ -802,6 +1187,11 @@ orch_fsm_init(orch_fsm *f, const orch_params *p)
 		f->p.explore_share = 1;
 	if (!(f->p.sol_stop >= 0))
 		f->p.sol_stop = 0;
+	if (f->p.candidates_per_round == 0)
+		f->p.candidates_per_round = 1;
+	if (f->p.candidates_per_round > ORCH_MAX_WAVE)
+		f->p.candidates_per_round = ORCH_MAX_WAVE;
+	f->p.tune = f->p.tune ? 1 : 0;
 	f->next_cand = 1;
 	f->next_job = 1;
 }
@@ -821,7 +1211,7 @@ orch_state_name(uint32_t state)
 	static const char *names[ORCH_ST_COUNT] = {"SUBMITTED", "SEEDING",
 	    "REVIEW_SEEDS", "DIAGNOSE", "REPAIR", "REVIEW", "FEATURES",
 	    "RETRIEVE", "PLAN", "OPTIMIZE", "DONE", "FAILED", "CANCELLED",
-	    "IMPORTING"};
+	    "IMPORTING", "WAVE"};
 
 	return state < ORCH_ST_COUNT ? names[state] : "UNKNOWN";
 }
@@ -832,7 +1222,7 @@ orch_input_name(enum orch_input_kind kind)
 	static const char *names[ORCH_IN_COUNT] = {"START", "SEEDS",
 	    "EVALUATED", "DIAGNOSED", "CANDIDATE", "FEATURES", "RETRIEVED",
 	    "PLANNED", "JOB_FAILED", "CANCEL", "TICK", "IMPORT", "IMPORTED",
-	    "IMPORT_FAILED"};
+	    "IMPORT_FAILED", "TUNED"};
 
 	return (unsigned)kind < ORCH_IN_COUNT ? names[kind] : "UNKNOWN";
 }

@@ -37,6 +37,8 @@ enum orch_state {
 	/* Its tensor files enter the store (off the loop). Appended: stored
 	 * states keep their numbers. */
 	ORCH_ST_IMPORTING,
+	/* A wave: K Planners, Optimizers and evaluations of one round. */
+	ORCH_ST_WAVE,
 	ORCH_ST_COUNT
 };
 
@@ -55,6 +57,7 @@ enum orch_input_kind {
 	ORCH_IN_IMPORT,        /* instead of START: the tensors are imported */
 	ORCH_IN_IMPORTED,      /* the import finished */
 	ORCH_IN_IMPORT_FAILED, /* the import failed (why: the caller's) */
+	ORCH_IN_TUNED,         /* the tune candidate's sweep (job tune_job) */
 	ORCH_IN_COUNT
 };
 
@@ -92,14 +95,34 @@ typedef struct {
 	double explore_share;
 	/* Stop when the best kernel's sol_fraction >= sol_stop; 0: never. */
 	double sol_stop;
+	/* K candidates per optimisation round (a wave): K Planners on the
+	 * top K retrieved methods, each Optimizer as its plan arrives, each
+	 * evaluation as its kernel arrives; 1..ORCH_MAX_WAVE. */
+	uint32_t candidates_per_round;
+	/* 1: a correct kernel gets a tune candidate, swept by the sandbox
+	 * between rounds (ORCH_ACT_TUNE); 0: none. */
+	uint32_t tune;
 } orch_params;
 
 #define ORCH_EXPLORE_SHARE_DEFAULT 0.2
 #define ORCH_SOL_STOP_DEFAULT 0.9
+/* One candidate per round unless a task or kclaw.json asks for more
+ * (docs/orchestrator.md "Candidates in parallel" says why). */
+#define ORCH_CANDIDATES_PER_ROUND_DEFAULT 1
 
 #define ORCH_MAX_SEEDS 16
+#define ORCH_MAX_WAVE 8
+/* Tune candidates are numbered from here (c9000, c9001, ...), so that
+ * the model's candidates keep the numbers they have without tuning (a
+ * recorded session's candidate ids stay what they were). */
+#define ORCH_TUNE_CAND_FIRST 9000u
 
-enum orch_origin { ORCH_ORIGIN_SEED, ORCH_ORIGIN_REPAIR, ORCH_ORIGIN_OPT };
+enum orch_origin {
+	ORCH_ORIGIN_SEED,
+	ORCH_ORIGIN_REPAIR,
+	ORCH_ORIGIN_OPT,
+	ORCH_ORIGIN_TUNE /* the sandbox's sweep of a correct kernel */
+};
 
 /* Reference times kept for their median (a ring of the latest). */
 #define ORCH_REF_SAMPLES 16
@@ -150,17 +173,48 @@ typedef struct {
 	double best_ms, best_speedup, best_ref_ms;
 	double ref_ring[ORCH_REF_SAMPLES];
 	double best_sol; /* sol_fraction of best; 0: unknown */
+	/* The wave under way (ORCH_ST_WAVE): wave_k slots; slot i's Planner
+	 * is job wave_job + i, its Optimizer wave_job + k + i, its
+	 * evaluation wave_job + 2k + i, its kernel candidate wave_cand + i;
+	 * wave_st[i] its outcome (0 while pending), with its time, the
+	 * reference's time of its evaluation and its sol_fraction. */
+	uint32_t waves; /* waves started */
+	uint32_t wave_k, wave_job, wave_cand;
+	/* Replay keys of the slots' Optimizer and evaluation jobs, taken at
+	 * the wave's start: slot i's are these + i, whatever order the plans
+	 * arrive in. */
+	uint32_t wave_opt_key, wave_eval_key;
+	uint32_t wave_st[ORCH_MAX_WAVE];
+	double wave_ms[ORCH_MAX_WAVE], wave_ref[ORCH_MAX_WAVE];
+	double wave_sol[ORCH_MAX_WAVE];
+	/* The tune candidate (ORCH_ACT_TUNE): tune_cand sweeps the launch
+	 * configuration and declared tunables of tune_of as job tune_job (0
+	 * once its result is in: tune_st, its time, the reference's time and
+	 * its sol_fraction), taken into the next judgement as a candidate of
+	 * that round; tune_cand is 0 when none is pending. tunable: which
+	 * slots (seeds, or a wave's) can be tuned. */
+	uint32_t tune_job, tune_cand, tune_of, tune_st;
+	uint32_t tunes;         /* tune candidates made */
+	uint32_t tune_promoted; /* of them promoted to base */
+	uint32_t tunable;
+	uint32_t best_tuned; /* best is a tune candidate */
+	double tune_ms, tune_ref, tune_sol;
 } orch_fsm;
 
 _Static_assert(sizeof(orch_fsm) ==
-        72 + 34 * 4 + ORCH_MAX_SEEDS + 8 + (6 + ORCH_REF_SAMPLES) * 8,
+        80 + 34 * 4 + ORCH_MAX_SEEDS + 8 + (6 + ORCH_REF_SAMPLES) * 8 + 14 * 4 +
+            3 * 8 + ORCH_MAX_WAVE * (4 + 3 * 8),
     "orch_fsm must have no padding");
 
-#define ORCH_FSM_MAGIC 0x4b434633u /* "KCF3" */
-/* The previous layout: orch_params without its last two doubles, no
- * best_sol. orch_fsm_load migrates it. */
+#define ORCH_FSM_MAGIC 0x4b434634u /* "KCF4" */
+/* The previous layouts, which orch_fsm_load migrates: KCF3 had no
+ * candidates_per_round (and its pad) in orch_params and ended at
+ * best_sol; KCF2 also lacked orch_params' explore_share and sol_stop and
+ * best_sol. */
+#define ORCH_FSM_MAGIC_KCF3 0x4b434633u
+#define ORCH_FSM_KCF3_SIZE (offsetof(orch_fsm, waves) - 2 * sizeof(uint32_t))
 #define ORCH_FSM_MAGIC_KCF2 0x4b434632u
-#define ORCH_FSM_KCF2_SIZE (sizeof(orch_fsm) - 3 * sizeof(double))
+#define ORCH_FSM_KCF2_SIZE (ORCH_FSM_KCF3_SIZE - 3 * sizeof(double))
 
 typedef struct {
 	enum orch_input_kind kind;
@@ -174,9 +228,12 @@ typedef struct {
 	uint32_t reuse;
 	Kclaw__EvalStatus status; /* EVALUATED */
 	double ms;                /* EVALUATED: median time */
-	double ref_ms;   /* EVALUATED: the reference's median in the same
-	                  * evaluation; 0 when it was not timed */
-	double sol;      /* EVALUATED (and a reuse): its sol_fraction */
+	double ref_ms; /* EVALUATED: the reference's median in the same
+	                * evaluation; 0 when it was not timed */
+	double sol;    /* EVALUATED (and a reuse): its sol_fraction */
+	/* EVALUATED: the orchestrator can make a tune candidate of this
+	 * kernel (orch_tune_plan found something to sweep). */
+	uint32_t tunable;
 	uint64_t now_ms; /* TICK */
 } orch_input;
 
@@ -187,7 +244,11 @@ enum orch_action_kind {
 	ORCH_ACT_EVENT,     /* publish event kind (cand, value) */
 	ORCH_ACT_RECORD,    /* short-term memory: cand's outcome (see below) */
 	ORCH_ACT_DROP_JOBS, /* forget every job of the task */
-	ORCH_ACT_IMPORT     /* import the task's tensors (IMPORTED when done) */
+	ORCH_ACT_IMPORT,    /* import the task's tensors (IMPORTED when done) */
+	/* Make candidate cand, the tune of candidate aux (its source, its
+	 * plan's launch configuration declared tunable), and evaluate it as
+	 * job (TUNED when done). */
+	ORCH_ACT_TUNE
 };
 
 /*
@@ -200,7 +261,8 @@ enum orch_action_kind {
  * the repaired kernel.
  *
  * ORCH_EVENT EVAL_FINISHED (from the machine): cand reused the evaluation
- * of candidate aux.
+ * of candidate aux. ROUND_FINISHED of a wave: round is the slot's round
+ * (0 elsewhere: the machine's round).
  */
 typedef struct {
 	enum orch_action_kind kind;
@@ -218,7 +280,7 @@ typedef struct {
 	double value;
 } orch_action;
 
-#define ORCH_MAX_ACTIONS (2 * ORCH_MAX_SEEDS + 8)
+#define ORCH_MAX_ACTIONS (3 * ORCH_MAX_WAVE + 2 * ORCH_MAX_SEEDS + 8)
 
 typedef struct {
 	unsigned n;
@@ -255,6 +317,14 @@ bool orch_fsm_load(
  * A function of the state alone, so a replay or a restart decides alike.
  */
 bool orch_fsm_explores(const orch_fsm *f);
+
+/* The slot of a job (or candidate, by_cand) of the wave under way, or -1
+ * when the machine is in no wave or the number is not the wave's. */
+int orch_fsm_wave_slot(const orch_fsm *f, uint32_t n, bool by_cand);
+
+/* The number an Optimizer's or Repairer's kernel (a CANDIDATE input for
+ * job) gets: its wave slot's, else the next candidate number. */
+uint32_t orch_fsm_cand_of(const orch_fsm *f, uint32_t job);
 
 /* What a resumed task must redo that is not a job (RETRIEVE, IMPORT). */
 void orch_fsm_resume(const orch_fsm *f, orch_actions *acts);

@@ -21,6 +21,7 @@
 #include "kc_log.h"
 #include "lessons.h"
 #include "memory.h"
+#include "memory_warm.h"
 #include "orch.h"
 
 static kb *mkc_kb;
@@ -378,6 +379,91 @@ mkc_lessons(void *arg, store *s, const char *task_id, const char *base_id,
 	return rv;
 }
 
+/* ------------------------------------------------------ diverse seeds */
+
+/* A method's family: its first tag ("memory", "compute", ...). */
+static const char *
+mkc_family(const kb_method *m)
+{
+	return m && m->ntags ? m->tags[0] : "";
+}
+
+/* Takes method m for the next seed unless its family is taken already. */
+static void
+mkc_take(const kb_method *m, uint32_t k, char (*out)[ORCH_STRATEGY_MAX],
+    const char **fam, size_t *n)
+{
+	if (m == NULL || *n >= k)
+		return;
+	for (size_t i = 0; i < *n; i++)
+		if (strcmp(fam[i], mkc_family(m)) == 0)
+			return;
+	fam[*n] = mkc_family(m);
+	snprintf(out[*n], ORCH_STRATEGY_MAX, "%s (%s, %s family): %s", m->title,
+	    m->name, mkc_family(m), m->intent ? m->intent : "");
+	(*n)++;
+}
+
+/*
+ * The seeds' strategies: the methods retrieval recommends for the task
+ * alone (no kernel yet: its tolerance and shapes are the evidence), then
+ * the knowledge's methods in their authored order, one per family, so no
+ * two seeds share a family.
+ */
+static int
+mkc_seed_strategies(void *arg, store *s, const Kclaw__TaskSpec *task,
+    uint32_t k, char (*out)[ORCH_STRATEGY_MAX], size_t *n)
+{
+	const kb *kn = mkc_knowledge(s);
+	const char *fam[ORCH_MAX_SEEDS];
+	memlt_evidence *ev = NULL;
+	memlt_result res;
+	int rv;
+
+	(void)arg;
+	*n = 0;
+	if (kn == NULL)
+		return 0;
+	if (k > ORCH_MAX_SEEDS)
+		k = ORCH_MAX_SEEDS;
+	memset(&res, 0, sizeof(res));
+	if ((rv = memlt_evidence_new(&ev)) != 0)
+		return rv;
+	if (task)
+		rv = memlt_evidence_add_task(ev, task);
+	/* Without a kernel few rules fire; what fires ranks first. */
+	if (rv == 0 && memlt_retrieve(s, kn, ev, NULL, &res) == 0)
+		for (size_t i = 0; i < res.nrecs; i++)
+			mkc_take(kb_method_find(kn, res.recs[i]->method), k,
+			    out, fam, n);
+	kc_clearerr();
+	for (size_t i = 0; rv == 0 && i < kn->nmethods; i++)
+		mkc_take(&kn->methods[i], k, out, fam, n);
+	memlt_result_free(&res);
+	memlt_evidence_free(ev);
+	return rv;
+}
+
+/* ------------------------------------------------------- warm starts */
+
+static int
+mkc_warm_start(void *arg, store *s, const char *task_id,
+    const Kclaw__TaskSpec *task, Kclaw__Candidate **best, char **from)
+{
+	double d;
+
+	(void)arg;
+	return memwarm_nearest(s, task_id, task, best, from, &d);
+}
+
+static int
+mkc_solved(void *arg, store *s, store_batch *b, const char *task_id,
+    const Kclaw__TaskSpec *task, const Kclaw__Candidate *best, double speedup)
+{
+	(void)arg;
+	return memwarm_put(s, b, task_id, task, best, speedup);
+}
+
 static const orch_memory_ops mkc_ops = {
     .name = "kc_memory",
     .retrieve = mkc_retrieve,
@@ -387,6 +473,9 @@ static const orch_memory_ops mkc_ops = {
     .learn = mkc_learn,
     .query = mkc_query,
     .lessons = mkc_lessons,
+    .seed_strategies = mkc_seed_strategies,
+    .warm_start = mkc_warm_start,
+    .solved = mkc_solved,
 };
 
 const orch_memory_ops *

@@ -99,7 +99,8 @@ orch_options_json(orch_options *opt, const char *path)
 	    {"retry_backoff_ms", 0, 36e5}, {"retry_backoff_max_ms", 0, 36e5},
 	    {"sm_count", 0, 1e5}, {"explore_share", 0, 1}, {"sol_stop", 0, 1},
 	    {"reference_check", 0, 1}, {"upload_idle_ms", 100, 864e5},
-	    {"upload_staged_bytes", 1 << 20, 1e15}};
+	    {"upload_staged_bytes", 1 << 20, 1e15},
+	    {"candidates_per_round", 1, ORCH_MAX_WAVE}, {"tune", 0, 1}};
 	double v[KC_ARRAY_LEN(keys)];
 	const cJSON *obj;
 	cJSON *root;
@@ -139,6 +140,8 @@ orch_options_json(orch_options *opt, const char *path)
 	v[20] = opt->reference_check;
 	v[21] = opt->upload_idle_ms;
 	v[22] = (double)opt->upload_staged_bytes;
+	v[23] = opt->defaults.candidates_per_round;
+	v[24] = opt->defaults.tune;
 	for (size_t i = 0; i < KC_ARRAY_LEN(keys); i++)
 		if (!orch_json_num(
 		        obj, keys[i].key, keys[i].lo, keys[i].hi, &v[i])) {
@@ -174,6 +177,8 @@ orch_options_json(orch_options *opt, const char *path)
 	opt->reference_check = (uint32_t)v[20];
 	opt->upload_idle_ms = (uint32_t)v[21];
 	opt->upload_staged_bytes = (uint64_t)v[22];
+	opt->defaults.candidates_per_round = (uint32_t)v[23];
+	opt->defaults.tune = (uint32_t)v[24];
 	rv = orch_options_role_timeouts(opt, obj, path);
 out:
 	cJSON_Delete(root);
@@ -579,6 +584,10 @@ orch_task_record(orch *o, const struct orch_task *t, Kclaw__TaskRecord *rec,
 	rec->last_agent_error_unix_ms = t->agent_error_ms;
 	rec->max_rounds = t->fsm.p.max_rounds;
 	rec->token_budget = t->fsm.p.token_budget;
+	rec->tune_candidates = t->fsm.tunes;
+	rec->tune_promotions = t->fsm.tune_promoted;
+	rec->best_from_tune = t->fsm.best && t->fsm.best_tuned;
+	rec->waves = t->fsm.waves;
 	/* Borrowed: orch_task_record_free leaves it to the task. */
 	rec->reference_check = t->refcheck;
 	if (orch_usage_record(t, rec) != 0)
@@ -924,10 +933,23 @@ orch_cand_hash(const Kclaw__Candidate *c, char out[65])
  * *staged gets a copy of the record (the transition's own records read it
  * before the batch is committed).
  */
+/* The key of the plan for an Optimizer job (or a Planner's): "plan", or
+ * "plan.<slot>" in a wave. */
+void
+orch_plan_key(const orch_fsm *f, uint32_t job, char *key, size_t sz)
+{
+	int slot = orch_fsm_wave_slot(f, job, false);
+
+	if (slot < 0)
+		snprintf(key, sz, "plan");
+	else
+		snprintf(key, sz, "plan.%d", slot);
+}
+
 static int
 orch_store_candidate(orch *o, struct orch_task *t, const orch_fsm *prev,
     const Kclaw__AgentReply *reply, const Kclaw__Candidate *cand, uint32_t n,
-    uint32_t reuse, Kclaw__CandidateRecord **staged)
+    uint32_t reuse, uint32_t job, Kclaw__CandidateRecord **staged)
 {
 	Kclaw__OptPlan *plan = NULL;
 	Kclaw__Diagnosis *diag = NULL;
@@ -937,9 +959,12 @@ orch_store_candidate(orch *o, struct orch_task *t, const orch_fsm *prev,
 	char parent[48] = "", b[16], id[48], hash[65], reused[48] = "";
 	int rv;
 
-	if (prev->state == ORCH_ST_OPTIMIZE)
+	if (prev->state == ORCH_ST_OPTIMIZE || prev->state == ORCH_ST_WAVE) {
+		char pk[24];
+		orch_plan_key(prev, job, pk, sizeof(pk));
 		plan = (Kclaw__OptPlan *)orch_task_aux_msg(
-		    o, t->id, "plan", &kclaw__opt_plan__descriptor);
+		    o, t->id, pk, &kclaw__opt_plan__descriptor);
+	}
 	if (prev->state == ORCH_ST_REPAIR)
 		diag = (Kclaw__Diagnosis *)orch_task_aux_msg(
 		    o, t->id, "diag", &kclaw__diagnosis__descriptor);
@@ -1076,7 +1101,7 @@ orch_store_input(orch *o, struct orch_task *t, const orch_fsm *prev,
 			rv = orch_store_candidate(o, t, prev, reply,
 			    reply->candidates[0],
 			    prev->seed_first + (in->job - prev->await_first), 0,
-			    staged);
+			    in->job, staged);
 		break;
 	case ORCH_IN_CANDIDATE:
 		/* Its number: the machine's next one before the answer (cur
@@ -1084,15 +1109,38 @@ orch_store_input(orch *o, struct orch_task *t, const orch_fsm *prev,
 		 * moved the machine on). */
 		if (in->n > 0)
 			rv = orch_store_candidate(o, t, prev, reply,
-			    reply->candidates[0], prev->next_cand, in->reuse,
+			    reply->candidates[0],
+			    orch_fsm_cand_of(prev, in->job), in->reuse, in->job,
 			    staged);
 		break;
 	case ORCH_IN_EVALUATED:
+	case ORCH_IN_TUNED:
 		if ((rv = orch_cand_get(o, t->id, in->cand, &r)) != 0)
 			break;
 		if (r->eval)
 			kclaw__eval_result__free_unpacked(r->eval, NULL);
 		r->eval = (Kclaw__EvalResult *)eval;
+		/* A sweep's candidate is the configuration it chose. */
+		if (in->kind == ORCH_IN_TUNED && eval->tuned_source &&
+		    *eval->tuned_source && r->candidate) {
+			char *src = strdup(eval->tuned_source);
+			char *plan = strdup(eval->tuned_plan);
+			char *cfg = strdup(eval->tuned_config);
+			if (src == NULL || plan == NULL || cfg == NULL) {
+				free(src);
+				free(plan);
+				free(cfg);
+				r->eval = NULL;
+				rv = KC_ENOMEM;
+				break;
+			}
+			free(r->candidate->source);
+			free(r->candidate->plan_json);
+			free(r->candidate->method);
+			r->candidate->source = src;
+			r->candidate->plan_json = plan;
+			r->candidate->method = cfg;
+		}
 		rv = orch_cand_put(o, t->id, in->cand, r);
 		r->eval = NULL;
 		break;
@@ -1122,9 +1170,12 @@ orch_store_input(orch *o, struct orch_task *t, const orch_fsm *prev,
 			r->methods = m;
 		}
 		break;
-	case ORCH_IN_PLANNED:
-		rv = orch_aux_put(o, t->id, "plan", &reply->plan->base);
+	case ORCH_IN_PLANNED: {
+		char pk[24];
+		orch_plan_key(prev, in->job, pk, sizeof(pk));
+		rv = orch_aux_put(o, t->id, pk, &reply->plan->base);
 		break;
+	}
 	case ORCH_IN_DIAGNOSED:
 		rv = orch_aux_put(o, t->id, "diag", &reply->diagnosis->base);
 		break;
@@ -1311,6 +1362,48 @@ orch_queue_import(orch *o, struct orch_task *t)
 	return 0;
 }
 
+/*
+ * The tune candidate a->cand of candidate a->aux: its source, its plan
+ * with the launch configuration declared tunable (tune.c), origin "tune";
+ * then its evaluation, job a->job, which the sandbox makes a sweep of.
+ */
+static int
+orch_tune_new(orch *o, struct orch_task *t, const orch_action *a)
+{
+	Kclaw__CandidateRecord *of = NULL, r = KCLAW__CANDIDATE_RECORD__INIT;
+	Kclaw__Candidate c = KCLAW__CANDIDATE__INIT;
+	orch_action eval = *a;
+	char id[48], parent[48], b[16], hash[65], *plan = NULL;
+	int rv;
+
+	if ((rv = orch_cand_get(o, t->id, a->aux, &of)) != 0)
+		return rv;
+	if ((rv = orch_tune_plan(of->candidate->plan_json, &plan)) != 0)
+		goto out;
+	orch_cand_id(a->cand, b);
+	snprintf(id, sizeof(id), "%s-%s", t->id, b);
+	orch_cand_id(a->aux, b);
+	snprintf(parent, sizeof(parent), "%s-%s", t->id, b);
+	c.id = id;
+	c.source = of->candidate->source;
+	c.plan_json = plan ? plan : of->candidate->plan_json;
+	c.parent_id = parent;
+	c.origin = "tune";
+	c.method = "tune";
+	c.round = t->fsm.round;
+	orch_cand_hash(&c, hash);
+	r.candidate = &c;
+	r.content_hash = hash;
+	if ((rv = orch_cand_put(o, t->id, a->cand, &r)) != 0)
+		goto out;
+	eval.kind = ORCH_ACT_EVAL;
+	rv = orch_job_new(o, t, &eval, true);
+out:
+	free(plan);
+	kclaw__candidate_record__free_unpacked(of, NULL);
+	return rv;
+}
+
 static int
 orch_run_action(orch *o, struct orch_task *t, const orch_fsm *prev,
     const orch_action *a, const Kclaw__EvalResult *eval, const char *detail,
@@ -1329,6 +1422,7 @@ orch_run_action(orch *o, struct orch_task *t, const orch_fsm *prev,
 		orch_import_cancel(o, t);
 		return 0;
 	case ORCH_ACT_IMPORT: return orch_queue_import(o, t);
+	case ORCH_ACT_TUNE: return orch_tune_new(o, t, a);
 	case ORCH_ACT_EVENT: break;
 	}
 	text[0] = '\0';
@@ -1342,7 +1436,13 @@ orch_run_action(orch *o, struct orch_task *t, const orch_fsm *prev,
 		snprintf(text, sizeof(text), "base %.4f ms", a->value);
 		break;
 	case KCLAW__EVENT_KIND__ROUND_FINISHED:
-		if (eval == NULL &&
+		if (a->round) /* one of a wave's rounds */
+			snprintf(text, sizeof(text), "round %u: %s", a->round,
+			    a->status == KCLAW__EVAL_STATUS__INTERNAL_ERROR
+			        ? "failed: no kernel (its job failed or "
+			          "answered none)"
+			        : orch_eval_status_name(a->status));
+		else if (eval == NULL &&
 		    a->status == KCLAW__EVAL_STATUS__INTERNAL_ERROR)
 			snprintf(text, sizeof(text), "round %u: failed: %.200s",
 			    t->fsm.round,
@@ -1374,6 +1474,8 @@ orch_run_action(orch *o, struct orch_task *t, const orch_fsm *prev,
 		return KC_ENOMEM;
 	ev->value = a->value;
 	ev->tokens = t->fsm.tokens;
+	if (a->event == KCLAW__EVENT_KIND__ROUND_FINISHED && a->round)
+		ev->round = a->round;
 	if (a->cand) {
 		orch_cand_id(a->cand, b);
 		snprintf(cid, sizeof(cid), "%s-%s", t->id, b);
@@ -1459,17 +1561,60 @@ orch_best_compile(orch *o, struct orch_task *t, const orch_input *in,
 		kclaw__candidate_record__free_unpacked(r, NULL);
 }
 
+/* A solved task leaves its best kernel, with the task's feature vector,
+ * for the warm starts of similar tasks (committed with its last
+ * transition); a task solved without it only loses the warm start. */
+static void
+orch_solved(orch *o, struct orch_task *t)
+{
+	const orch_memory_ops *m = o->opt.memory;
+	Kclaw__CandidateRecord *best = NULL;
+	Kclaw__TaskSpec *spec = NULL;
+
+	if (m->solved == NULL || t->fsm.best == 0)
+		return;
+	if (orch_spec_get(o, t->id, &spec) != 0 ||
+	    orch_cand_get(o, t->id, t->fsm.best, &best) != 0 ||
+	    best->candidate == NULL ||
+	    m->solved(o->opt.memory_arg, o->db, o->batch, t->id, spec,
+	        best->candidate, t->fsm.best_speedup) != 0) {
+		KC_WARN("task %s: its best kernel is not kept for warm starts "
+		        "(%s)",
+		    t->id, kc_lasterr());
+		kc_clearerr();
+	} else {
+		o->staged++;
+	}
+	if (best)
+		kclaw__candidate_record__free_unpacked(best, NULL);
+	if (spec)
+		kclaw__task_spec__free_unpacked(spec, NULL);
+}
+
+static void orch_commit(orch *o, bool sync);
+
 int
 orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
     const Kclaw__AgentReply *reply, const Kclaw__EvalResult *eval,
     const struct orch_msg *retrieved)
 {
 	orch_actions acts;
-	orch_fsm prev = t->fsm, next;
+	orch_fsm prev, next;
 	orch_input dup, counted;
 	Kclaw__CandidateRecord *staged = NULL;
 	uint64_t used = orch_usage_tokens(t);
 	int rv;
+
+	/* A second input of one task in a batch (a wave's answers arriving
+	 * together) reads what the first wrote, which is in the batch and
+	 * not yet in the store: that batch is committed first. */
+	if (t->batch_gen == o->batch_gen + 1) {
+		orch_commit(o, true);
+		if (store_batch_new(&o->batch) != 0)
+			return KC_ENOMEM;
+	}
+	t->batch_gen = o->batch_gen + 1;
+	prev = t->fsm;
 
 	/* The budget counts every call's tokens, failed ones too: whatever
 	 * the machine has not seen yet comes with this input. */
@@ -1517,6 +1662,8 @@ orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
 	if (orch_state_final(next.state) && !orch_state_final(prev.state)) {
 		t->finished_ms = kc_now_ms();
 		o->nactive--;
+		if (next.state == ORCH_ST_DONE)
+			orch_solved(o, t);
 		/* Its jobs are dropped, the reference check's too. */
 		if (t->refcheck &&
 		    t->refcheck->state ==
@@ -1566,6 +1713,10 @@ orch_params_from_spec(
 			    f->explore_share > 0 ? f->explore_share : 0;
 		if (f->sol_stop != 0)
 			p->sol_stop = f->sol_stop > 0 ? f->sol_stop : 0;
+		if (f->candidates_per_round)
+			p->candidates_per_round = f->candidates_per_round;
+		if (f->tune != 0)
+			p->tune = f->tune > 0;
 	}
 	if (spec->budget) {
 		const Kclaw__Budget *b = spec->budget;
@@ -2062,6 +2213,7 @@ orch_commit(orch *o, bool sync)
 	store_batch_free(o->batch);
 	o->batch = NULL;
 	o->staged = 0;
+	o->batch_gen++;
 	for (size_t i = 0; i < o->npending; i++) {
 		orch_publish(o, o->pending_events[i]);
 		kclaw__event__free_unpacked(o->pending_events[i], NULL);

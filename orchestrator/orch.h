@@ -20,6 +20,9 @@
 
 typedef struct orch orch;
 
+/* A seed's strategy, one line (orch_memory_ops.seed_strategies). */
+#define ORCH_STRATEGY_MAX 400
+
 /*
  * Short-term and long-term memory as the orchestrator uses them: a seam,
  * so the state machine's effects do not depend on how memory is kept.
@@ -83,6 +86,22 @@ typedef struct {
 	 * single free), *n 0 when there are none. May be NULL. */
 	int (*lessons)(void *arg, store *s, const char *task_id,
 	    const char *base_id, char ***lines, size_t *n);
+	/* Appended. Strategies for the k seeds of a task, each of its own
+	 * method family, best first, into out[0..*n) (*n <= k); the
+	 * orchestrator completes a short list with its own. May be NULL. */
+	int (*seed_strategies)(void *arg, store *s, const Kclaw__TaskSpec *task,
+	    uint32_t k, char (*out)[ORCH_STRATEGY_MAX], size_t *n);
+	/* The best kernel of the solved task most similar to task (by the
+	 * task's feature vector, orch_task_vector), other than task_id: *best
+	 * malloc'd (kclaw__candidate__free_unpacked), *from the task's name
+	 * (malloc'd); *best NULL when none. May be NULL. */
+	int (*warm_start)(void *arg, store *s, const char *task_id,
+	    const Kclaw__TaskSpec *task, Kclaw__Candidate **best, char **from);
+	/* Keeps a finished task's best kernel with its feature vector, for
+	 * warm_start (into b, committed with the transition). May be NULL. */
+	int (*solved)(void *arg, store *s, store_batch *b, const char *task_id,
+	    const Kclaw__TaskSpec *task, const Kclaw__Candidate *best,
+	    double speedup);
 } orch_memory_ops;
 
 const orch_memory_ops *orch_memory_basic(void);

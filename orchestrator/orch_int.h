@@ -73,9 +73,10 @@ struct orch_task {
 	char *name;
 	orch_fsm fsm;
 	uint64_t created_ms, finished_ms;
-	uint32_t running; /* its jobs running now: fair share */
-	const char *why;  /* during a JOB_FAILED input: what failed */
-	uint64_t served;  /* when it last got a worker: round robin */
+	uint32_t running;   /* its jobs running now: fair share */
+	uint64_t batch_gen; /* the batch its last transition went into, + 1 */
+	const char *why;    /* during a JOB_FAILED input: what failed */
+	uint64_t served;    /* when it last got a worker: round robin */
 	/* The task's own job retries and timeouts (FsmParams), else the
 	 * orchestrator's. */
 	uint32_t job_retries, agent_timeout_ms, eval_timeout_ms;
@@ -171,6 +172,7 @@ struct orch {
 	/* The cycle in progress. */
 	store_batch *batch;
 	unsigned staged;                        /* records in batch */
+	uint64_t batch_gen;                     /* batches committed */
 	struct orch_msg *loop_head, *loop_tail; /* inputs for the next cycle */
 	struct orch_reply *replies, **replies_tail;
 	Kclaw__Event **pending_events; /* published after the commit */
@@ -240,6 +242,12 @@ void orch_refcheck_done(
 uint32_t orch_job_retries(const orch *o, const struct orch_task *t);
 uint32_t orch_job_timeout_ms(const orch *o, const struct orch_job *j);
 /* A new job for an action (queued after the commit). */
+/* The plan of a correct kernel's tune candidate (tune.c): *out malloc'd,
+ * or NULL when the plan has nothing the sandbox could sweep. */
+int orch_tune_plan(const char *plan_json, char **out);
+/* The task aux key of the plan a Planner job gives or an Optimizer job
+ * applies: "plan", or "plan.<slot>" in a wave. */
+void orch_plan_key(const orch_fsm *f, uint32_t job, char *key, size_t sz);
 int orch_job_new(
     orch *o, struct orch_task *t, const orch_action *a, bool stage);
 void orch_job_id(const struct orch_task *t, uint32_t n, char *out, size_t sz);

@@ -402,6 +402,28 @@ orch_agent_result(orch *o, const Kclaw__AgentReply *r)
 		KC_ERROR("task %s: %s", t->id, kc_lasterr());
 }
 
+/* Whether a correct kernel can have a tune candidate: its plan has a
+ * launch configuration or tunables the sandbox can sweep, and it is no
+ * tune candidate itself. */
+static uint32_t
+orch_tunable(orch *o, const struct orch_task *t, uint32_t cand)
+{
+	Kclaw__CandidateRecord *r = NULL;
+	char *plan = NULL;
+	uint32_t yes = 0;
+
+	if (orch_cand_get(o, t->id, cand, &r) != 0) {
+		kc_clearerr();
+		return 0;
+	}
+	if (r->candidate && strcmp(r->candidate->origin, "tune") != 0 &&
+	    orch_tune_plan(r->candidate->plan_json, &plan) == 0 && plan)
+		yes = 1;
+	free(plan);
+	kclaw__candidate_record__free_unpacked(r, NULL);
+	return yes;
+}
+
 static void
 orch_eval_result(orch *o, const Kclaw__EvalResult *r)
 {
@@ -443,6 +465,10 @@ orch_eval_result(orch *o, const Kclaw__EvalResult *r)
 		return;
 	}
 	t = j->task;
+	if (t->fsm.tune_job && j->n == t->fsm.tune_job)
+		in.kind = ORCH_IN_TUNED;
+	else if (in.status == KCLAW__EVAL_STATUS__OK)
+		in.tunable = orch_tunable(o, t, j->cand);
 	orch_job_forget(o, j);
 	if (orch_task_input(o, t, &in, NULL, r, NULL) != 0)
 		KC_ERROR("task %s: %s", t->id, kc_lasterr());
@@ -635,6 +661,91 @@ orch_sched_process_died(orch *o, uint32_t pid)
 
 /* ------------------------------------------------------ job content */
 
+/* Strategies for seeds when the memory has none (or too few): one family
+ * each, the simplest first, so the first seed is the likeliest correct. */
+static const char *const orch_seed_fallback[] = {
+    "a simple coalesced kernel (memory family): one output element or row "
+    "per thread, threadIdx.x along the contiguous dimension",
+    "shared-memory tiling (reuse family): stage what a block reuses in "
+    "shared memory, synchronise, compute from it",
+    "vector loads and stores (bandwidth family): float4/half2 accesses with "
+    "a grid-stride loop and a scalar tail",
+    "warp primitives (warp family): __shfl_*_sync reductions, one warp per "
+    "row or tile, no shared-memory round trips",
+    "thread coarsening (compute family): several outputs per thread held in "
+    "registers, the inner loops unrolled",
+    "one fused pass (launch family): every step in a single kernel, each "
+    "input read once and each output written once",
+    "a persistent kernel (parallelism family): one block per SM looping "
+    "over work items",
+    "asynchronous copies (latency family): cp.async double buffering so "
+    "loads overlap computation",
+};
+
+/*
+ * What seeds a Generator job: its index among the task's k seeds (the
+ * Generator's job number in the task), a strategy of its own (the
+ * memory's, completed by orch_seed_fallback) and the other seeds'
+ * strategies, which it must not repeat; the last of several seeds adapts
+ * the best kernel of the most similar solved task, when there is one.
+ * strat and avoid are the caller's (they live until the job is packed).
+ */
+static int
+orch_build_seed(orch *o, struct orch_job *j, const Kclaw__TaskSpec *spec,
+    Kclaw__AgentJob *aj, char (*strat)[ORCH_STRATEGY_MAX], char **avoid)
+{
+	const orch_memory_ops *m = o->opt.memory;
+	uint32_t k = j->task->fsm.p.seeds, i;
+	size_t n = 0, f = 0;
+	int rv = 0;
+
+	if (k == 0 || k > ORCH_MAX_SEEDS)
+		k = k ? ORCH_MAX_SEEDS : 1;
+	i = j->key_n % k;
+	if (m->seed_strategies &&
+	    (rv = m->seed_strategies(
+	         o->opt.memory_arg, o->db, spec, k, strat, &n)) != 0) {
+		KC_WARN("task %s: no seed strategies from memory (%s)",
+		    j->task->id, kc_lasterr());
+		kc_clearerr();
+		n = 0;
+	}
+	for (; n < k; n++, f++)
+		snprintf(strat[n], ORCH_STRATEGY_MAX, "%s",
+		    orch_seed_fallback[f % KC_ARRAY_LEN(orch_seed_fallback)]);
+	if (k > 1 && i == k - 1 && m->warm_start) {
+		Kclaw__Candidate *w = NULL;
+		char *from = NULL;
+		if (m->warm_start(o->opt.memory_arg, o->db, j->task->id, spec,
+		        &w, &from) != 0) {
+			KC_WARN("task %s: no warm start (%s)", j->task->id,
+			    kc_lasterr());
+			kc_clearerr();
+		}
+		if (w != NULL &&
+		    (from != NULL || (from = strdup("")) != NULL)) {
+			aj->warm_start = w; /* freed by orch_build_job */
+			aj->warm_task = from;
+			snprintf(strat[i], ORCH_STRATEGY_MAX,
+			    "adapt the best kernel of the similar solved task "
+			    "%s (shown below) to this task",
+			    from);
+		} else {
+			if (w)
+				kclaw__candidate__free_unpacked(w, NULL);
+			free(from);
+		}
+	}
+	aj->seed_index = i;
+	aj->seeds = k;
+	aj->strategy = strat[i];
+	aj->avoid = avoid;
+	for (uint32_t x = 0; x < k; x++)
+		if (x != i)
+			avoid[aj->n_avoid++] = strat[x];
+	return rv;
+}
+
 static int
 orch_build_agent(orch *o, struct orch_job *j, Kclaw__TaskSpec *spec,
     Kclaw__AgentJob *aj, Kclaw__CandidateRecord **cand, char **text)
@@ -701,6 +812,7 @@ orch_build_job(orch *o, struct orch_job *j, uint8_t **buf, size_t *len)
 	Kclaw__OptPlan *plan = NULL;
 	Kclaw__Diagnosis *diag = NULL;
 	char jid[64], key[200], *text = NULL;
+	char strat[ORCH_MAX_SEEDS][ORCH_STRATEGY_MAX], *avoid[ORCH_MAX_SEEDS];
 	uint32_t timeout = orch_job_timeout_ms(o, j);
 	int rv;
 
@@ -741,13 +853,28 @@ orch_build_job(orch *o, struct orch_job *j, uint8_t **buf, size_t *len)
 		aj.replay_key = key;
 		if ((rv = orch_build_agent(o, j, spec, &aj, &cand, &text)) != 0)
 			goto out;
+		if (j->role == KCLAW__ROLE__GENERATOR &&
+		    (rv = orch_build_seed(o, j, spec, &aj, strat, avoid)) != 0)
+			goto out;
 		/* Binding screening: whether this round's Planner may leave
 		 * the retrieved methods (the state decides: PLAN awaits it). */
 		if (j->role == KCLAW__ROLE__PLANNER)
 			aj.explore = orch_fsm_explores(&t->fsm);
-		if (j->role == KCLAW__ROLE__OPTIMIZER)
+		if (j->role == KCLAW__ROLE__OPTIMIZER) {
+			char pk[24];
+			orch_plan_key(&t->fsm, j->n, pk, sizeof(pk));
 			aj.plan = plan = (Kclaw__OptPlan *)orch_task_aux_msg(
-			    o, t->id, "plan", &kclaw__opt_plan__descriptor);
+			    o, t->id, pk, &kclaw__opt_plan__descriptor);
+		}
+		/* A wave's Planner i plans the i-th retrieved method, so its
+		 * K candidates try K methods. */
+		if (j->role == KCLAW__ROLE__PLANNER && aj.n_methods > 0 &&
+		    orch_fsm_wave_slot(&t->fsm, j->n, false) >= 0)
+			aj.assigned_method =
+			    aj.methods[(size_t)orch_fsm_wave_slot(
+			                   &t->fsm, j->n, false) %
+			          aj.n_methods]
+			        ->method;
 		if (j->role == KCLAW__ROLE__REPAIRER)
 			aj.diagnosis = diag =
 			    (Kclaw__Diagnosis *)orch_task_aux_msg(o, t->id,
@@ -764,7 +891,11 @@ out:
 		kclaw__opt_plan__free_unpacked(plan, NULL);
 	if (diag)
 		kclaw__diagnosis__free_unpacked(diag, NULL);
-	free(aj.lessons); /* one block: orch_memory_ops.lessons */
+	free(aj.lessons);    /* one block: orch_memory_ops.lessons */
+	if (aj.warm_start) { /* orch_build_seed's */
+		kclaw__candidate__free_unpacked(aj.warm_start, NULL);
+		free(aj.warm_task);
+	}
 	free(text);
 	return rv;
 }

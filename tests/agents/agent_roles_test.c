@@ -1199,6 +1199,195 @@ test_job_vars_torch(void)
 	agent_vars_free(&vars);
 }
 
+/* --------------------------------------- diverse seeds, cacheable prompts */
+
+/* The whole prompt of logged request n: its messages' contents joined. */
+static char *
+logged_prompt(cJSON *log, int n)
+{
+	cJSON *body = cJSON_GetObjectItem(cJSON_GetArrayItem(log, n), "body");
+	cJSON *msgs = cJSON_GetObjectItem(body, "messages"), *m;
+	kc_str s = {0};
+
+	cJSON_ArrayForEach(m, msgs) KT_OK(
+	    kc_str_append(&s, cJSON_GetObjectItem(m, "content")->valuestring));
+	return kc_str_take(&s);
+}
+
+/* The share of b's bytes identical, from its start, to a's: what a
+ * provider's prefix cache serves of b after a. */
+static double
+prefix_share(const char *a, const char *b)
+{
+	size_t i = 0, n = strlen(b);
+
+	while (a[i] && a[i] == b[i])
+		i++;
+	return n ? (double)i / (double)n : 0;
+}
+
+/* The k seed jobs of a task as the orchestrator sends them (sched.c
+ * orch_build_seed): each its index, its strategy and the others' as the
+ * ones to avoid. */
+static const char *seed_strats[] = {
+    "Coalesce global memory accesses (coalesce_global_access, memory "
+    "family): one element per thread",
+    "Register blocking (register_blocking, compute family): several "
+    "outputs per thread",
+    "Tune the block size (tune_block_size, occupancy family): occupancy "
+    "first",
+};
+
+static void
+test_seed_prompts_differ(void)
+{
+	llm_client *c = http_client();
+	char *p[3], *avoid[3][2], key[64];
+	Kclaw__AgentReply *r;
+	cJSON *log;
+
+	kt_llm_script(&srv, kt_reply(ADD_REPLY), kt_reply(ADD4_REPLY),
+	    kt_reply(ADD_REPLY), NULL);
+	for (uint32_t i = 0; i < 3; i++) {
+		Kclaw__AgentJob j;
+		snprintf(key, sizeof(key), "vec_add/generator/%u", i);
+		j = job_for(KCLAW__ROLE__GENERATOR, key);
+		j.count = 1;
+		j.seed_index = i;
+		j.seeds = 3;
+		j.strategy = (char *)seed_strats[i];
+		for (uint32_t x = 0, n = 0; x < 3; x++)
+			if (x != i)
+				avoid[i][n++] = (char *)seed_strats[x];
+		j.avoid = avoid[i];
+		j.n_avoid = 2;
+		r = run(c, &j);
+		KT_ASSERT(r->ok);
+		kclaw__agent_reply__free_unpacked(r, NULL);
+	}
+	log = kt_llm_log(&srv);
+	KT_EQ_INT(cJSON_GetArraySize(log), 3);
+	for (int i = 0; i < 3; i++) {
+		char want[64];
+		p[i] = logged_prompt(log, i);
+		snprintf(want, sizeof(want), "## Your seed: %d of 3\n", i + 1);
+		KT_CONTAINS(p[i], want);
+		KT_CONTAINS(logged_msg(log, i, 1), seed_strats[i]);
+		KT_CONTAINS(logged_msg(log, i, 1), "do not repeat them");
+		KT_ASSERT(strstr(p[i], "{{") == NULL);
+	}
+	/* No two seed prompts of the task are equal, and each shares most
+	 * of its bytes with the one before (the task's part comes first). */
+	for (int i = 0; i < 3; i++)
+		for (int k = i + 1; k < 3; k++)
+			KT_ASSERT(strcmp(p[i], p[k]) != 0);
+	KT_ASSERT(prefix_share(p[0], p[1]) > 0.8);
+	KT_ASSERT(prefix_share(p[1], p[2]) > 0.8);
+	for (int i = 0; i < 3; i++)
+		free(p[i]);
+	cJSON_Delete(log);
+	llm_close(c);
+}
+
+/* A warm start: the seed shows the similar task's kernel to adapt. */
+static void
+test_seed_warm_start(void)
+{
+	llm_client *c = http_client();
+	Kclaw__AgentJob j =
+	    job_for(KCLAW__ROLE__GENERATOR, "vec_add/generator/2");
+	Kclaw__Candidate warm = KCLAW__CANDIDATE__INIT;
+	Kclaw__AgentReply *r;
+	cJSON *log;
+
+	warm.source = ADD4_SRC;
+	warm.plan_json = ADD4_PLAN;
+	j.count = 1;
+	j.seed_index = 2;
+	j.seeds = 3;
+	j.strategy = "adapt the best kernel of the similar solved task vec_sub";
+	j.warm_start = &warm;
+	j.warm_task = "vec_sub";
+	kt_llm_script(&srv, kt_reply(ADD_REPLY), NULL);
+	r = run(c, &j);
+	KT_ASSERT(r->ok);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	log = kt_llm_log(&srv);
+	KT_CONTAINS(logged_msg(log, 0, 1), "The best kernel of vec_sub");
+	KT_CONTAINS(logged_msg(log, 0, 1), ADD4_SRC);
+	KT_CONTAINS(logged_msg(log, 0, 1), ADD4_PLAN);
+	cJSON_Delete(log);
+	llm_close(c);
+}
+
+/*
+ * Prompts a provider can cache: a role's successive prompts on one task
+ * (the Planner's next round with a longer history and another screening
+ * mode, the Optimizer's next plan) share most of their bytes from the
+ * start, because the stable part (system text, the task's contract and
+ * reference, the base) comes first and what varies last.
+ */
+static void
+test_prompt_prefix_stable(void)
+{
+	llm_client *c = http_client();
+	Kclaw__AgentJob pj1 = planner_job("vec_add/planner/0");
+	Kclaw__AgentJob pj2 = planner_job("vec_add/planner/1");
+	Kclaw__AgentJob oj1 =
+	    job_for(KCLAW__ROLE__OPTIMIZER, "vec_add/optimizer/0");
+	Kclaw__AgentJob oj2 =
+	    job_for(KCLAW__ROLE__OPTIMIZER, "vec_add/optimizer/1");
+	Kclaw__OptPlan plan1 = KCLAW__OPT_PLAN__INIT,
+	               plan2 = KCLAW__OPT_PLAN__INIT;
+	char *s1[] = {"1. load float4", "2. quarter the grid"};
+	char *s2[] = {"1. one block per 2048 elements", "2. unroll by 8"};
+	Kclaw__AgentReply *r;
+	char *p[4];
+	cJSON *log;
+
+	pj1.round = 1;
+	pj2.round = 2;
+	pj2.explore = true;
+	pj2.opt_history = "round 1: smem_tiling -> slower (no reuse)\n"
+	                  "round 2: vectorize_memory -> 1.12x (below 1.3)";
+	plan1.method = "vectorize_memory";
+	plan1.steps = s1;
+	plan1.n_steps = 2;
+	plan2.method = "thread_coarsening";
+	plan2.steps = s2;
+	plan2.n_steps = 2;
+	oj1.base_kernel = oj2.base_kernel = &base;
+	oj1.base_eval = oj2.base_eval = &base_eval;
+	oj1.plan = &plan1;
+	oj2.plan = &plan2;
+	oj1.round = 1;
+	oj2.round = 2;
+	kt_llm_script(&srv, kt_reply(PLAN_OK), kt_reply(PLAN_OK),
+	    kt_reply(ADD4_REPLY), kt_reply(ADD4_REPLY), NULL);
+	r = run(c, &pj1);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	r = run(c, &pj2);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	r = run(c, &oj1);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	r = run(c, &oj2);
+	kclaw__agent_reply__free_unpacked(r, NULL);
+	log = kt_llm_log(&srv);
+	KT_EQ_INT(cJSON_GetArraySize(log), 4);
+	for (int i = 0; i < 4; i++)
+		p[i] = logged_prompt(log, i);
+	/* The system message is byte-identical across every role's calls
+	 * of the task but for the role's title. */
+	KT_EQ_STR(logged_msg(log, 0, 0), logged_msg(log, 1, 0));
+	KT_EQ_STR(logged_msg(log, 2, 0), logged_msg(log, 3, 0));
+	KT_ASSERT(prefix_share(p[0], p[1]) > 0.8);
+	KT_ASSERT(prefix_share(p[2], p[3]) > 0.8);
+	for (int i = 0; i < 4; i++)
+		free(p[i]);
+	cJSON_Delete(log);
+	llm_close(c);
+}
+
 int
 main(void)
 {
@@ -1225,6 +1414,9 @@ main(void)
 	KT_RUN(test_usage);
 	KT_RUN(test_context_window);
 	KT_RUN(test_job_vars_torch);
+	KT_RUN(test_seed_prompts_differ);
+	KT_RUN(test_seed_warm_start);
+	KT_RUN(test_prompt_prefix_stable);
 	kt_llm_stop(&srv);
 	return 0;
 }

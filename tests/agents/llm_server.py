@@ -3,7 +3,9 @@
 
 It is the test double at the process boundary between kclaw's agents and an
 LLM endpoint. It listens on 127.0.0.1 only, on a free port that it writes to
---port-file once it accepts connections.
+--port-file once it accepts connections; --latency S makes every chat reply
+take S seconds more, as a real model's does (tools/bench/
+parallel_candidates.sh).
 
 It emulates the providers kclaw talks to in the ways that matter to the
 client: OpenAI reasoning models refusing parameters, reasoning in separate
@@ -26,14 +28,19 @@ Control endpoints (used by the tests, never by kclaw):
                        without it, 404
                    "model_info": {"llama.context_length": 8192}
                        POST /api/show answers {"model_info": ...} (Ollama)
-                   "model": {"recordings": DIR, "faults": [...]}
-                       the model-like mode (below) instead of the actions
+                   "model": {"recordings": DIR, "faults": [...],
+                             "cycle": false}
+                       the model-like mode (below) instead of the actions;
+                       with "cycle", a job past the recordings gets the
+                       recording of its number modulo their count (a
+                       stand-in model that never runs out of replies)
   GET  /_log     the requests received since, as a JSON list: path (without
                  the query), query, authorization and api-key headers, body
   GET  /_model   the model-like mode's answers since the script: {"served":
                  [{"task", "role", "job", "try", "status", "fault",
                  "prompt_tokens", "completion_tokens", "reasoning_tokens",
-                 "cached_tokens"}, ...]}, in the order they were sent
+                 "cached_tokens", "prefix_share"}, ...]}, in the order they
+                 were sent
 
 Each request to .../chat/completions (any query string) consumes the next
 action:
@@ -89,8 +96,10 @@ gets the reply text DIR/<task>/<role>/<n>.txt (e.g. examples/recordings).
 A request repeats the job whose last answer was a fault (an HTTP retry, a
 re-ask after a malformed or cut-off reply), and so does one that goes on
 a conversation (more than two messages: the Planner asked again by binding
-screening, which gets the same reply); otherwise it starts the next job. The concurrent Generator jobs of a task share one prompt, so which of
-them gets which reply is the order of their calls. Faults:
+screening, which gets the same reply); otherwise it starts the next
+job. A Generator prompt that names its seed ("## Your seed: i of k") is
+job i - 1, so seed i gets the reply i - 1 whatever the order of the
+concurrent calls; one that names none takes the next job. Faults:
   {"task": T, "role": R, "job": n, "try": k, "name": N, "action": ACTION}
 answers try k (0: the first request) of that job with ACTION instead:
   an action of the list above (a 429 with Retry-After, a 5xx, a raw body,
@@ -105,9 +114,12 @@ answers try k (0: the first request) of that job with ACTION instead:
 Every answer's usage is counted from the request: prompt_tokens = the
 messages' characters / 4, completion_tokens = the content's / 4 plus the
 reasoning's, reasoning_tokens = the reasoning's / 4, cached_tokens = the
-first two messages' / 4 on a re-ask (a conversation the server has seen).
+characters the messages share from their start with the previous request
+of the same task and role, / 4 (a provider's prefix cache; /_model's
+prefix_share is that share of the prompt).
 """
 import argparse
+import glob
 import json
 import os
 import re
@@ -222,6 +234,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         with LOCK:
             model = STATE["opts"].get("model")
+        if LATENCY_S > 0:
+            time.sleep(LATENCY_S)
         if model is not None:
             self._model_reply(model, body)
             return
@@ -428,11 +442,19 @@ class Handler(BaseHTTPRequestHandler):
                 "message": "not an agent's request (no role or task)"}}))
             return
         task, role, head, chars, nmsgs = job
+        prompt = "".join(m.get("content") or "" for m in body["messages"]
+                         if isinstance(m, dict))
         with LOCK:
             st = STATE["model"].setdefault((task, role),
                                            {"next": 0, "pending": None,
                                             "tries": {}, "last": None})
-            if st["pending"] is not None:
+            seed = SEED_RE.search(body["messages"][1].get("content") or "")
+            if seed is not None and role == "generator":
+                # A seed's job is the seed the prompt names, however the
+                # concurrent Generator calls arrive: seed i gets i.txt.
+                n = int(seed.group(1)) - 1
+                st["next"] = max(st["next"], n + 1)
+            elif st["pending"] is not None:
                 n = st["pending"]
             elif nmsgs > 2 and st["last"] is not None:
                 # A conversation that goes on (the Planner asked again
@@ -458,6 +480,14 @@ class Handler(BaseHTTPRequestHandler):
                  "prompt_tokens": 0, "completion_tokens": 0,
                  "reasoning_tokens": 0, "cached_tokens": 0}
         path = os.path.join(model["recordings"], task, role, "%d.txt" % n)
+        if model.get("cycle") and not os.path.exists(path):
+            # A stand-in that answers for ever: past its recordings, the
+            # n-th job gets the recording n modulo their number.
+            have = sorted(glob.glob(os.path.join(
+                model["recordings"], task, role, "*.txt")))
+            if have:
+                path = os.path.join(model["recordings"], task, role,
+                                    "%d.txt" % (n % len(have)))
         try:
             with open(path) as f:
                 text = f.read()
@@ -510,7 +540,15 @@ class Handler(BaseHTTPRequestHandler):
         entry["reasoning_tokens"] = len(reasoning) // 4
         entry["completion_tokens"] = len(content) // 4 + (
             0 if "think" in (action or {}) else len(reasoning) // 4)
-        entry["cached_tokens"] = head // 4 if nmsgs > 2 else 0
+        # A provider's prompt cache: the bytes this request shares from
+        # its start with the previous request of the same task and role
+        # are served from the cache.
+        with LOCK:
+            prev = STATE["model"][(task, role)].get("prompt")
+            STATE["model"][(task, role)]["prompt"] = prompt
+        same = prefix_len(prev or "", prompt)
+        entry["prefix_share"] = same / len(prompt) if prompt else 0
+        entry["cached_tokens"] = same // 4
         self._model_log(entry)
         usage = {"prompt_tokens": entry["prompt_tokens"],
                  "completion_tokens": entry["completion_tokens"],
@@ -534,15 +572,35 @@ class Handler(BaseHTTPRequestHandler):
 
 ANTHROPIC_CACHE = set()
 
+
+def prefix_len(a, b):
+    """The length of the longest common prefix of a and b."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+SEED_RE = re.compile(r"^## Your seed: (\d+) of \d+$", re.M)
+
 ROLE_TITLES = {"Generator": "generator", "Feature Extractor": "feature",
                "Planner": "planner", "Optimizer": "optimizer",
                "Diagnoser": "diagnoser", "Repairer": "repairer"}
 
 
+LATENCY_S = 0.0
+
+
 def main():
+    global LATENCY_S
     ap = argparse.ArgumentParser()
     ap.add_argument("--port-file", required=True)
+    ap.add_argument("--latency", type=float, default=0.0,
+                    help="seconds every chat reply takes (a model's "
+                    "latency), on top of any scripted delay")
     args = ap.parse_args()
+    LATENCY_S = args.latency
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
     tmp = args.port_file + ".tmp"

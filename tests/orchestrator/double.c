@@ -18,6 +18,11 @@
  * n-th entry of seeds=, repair= and opt= (the last one repeats), so the
  * outcome never depends on which double answers.
  *
+ * tag= (any value): a seed's source also names its seed, strategy and
+ * warm start (dbl_tag_seed). launch= (any value): candidates' plans launch
+ * a 1-D kernel step (tunable); tune=<ms>: a tune candidate's sweep is OK
+ * at that median (dbl_tune).
+ *
  * A reference-only request (a task's reference check, EvalOptions.
  * reference_only) is answered by refcheck=: absent, OK with the ref= time
  * and every output of the task varying by 0.5; "outputs:<name>@<variation>
@@ -92,6 +97,48 @@ dbl_cand(const char *outcome)
 	return c;
 }
 
+/* tag= in the script: a seed's source says which seed it is, its
+ * strategy and its warm start ("KC:ok:2.0 seed 1 of 3: <strategy>
+ * [warm:<task>]"), as a Generator writes the kernel its prompt asks for;
+ * the sandbox double reads only the outcome before the space. */
+static void
+dbl_tag_seed(
+    const char *script, const Kclaw__AgentJob *job, Kclaw__Candidate *c)
+{
+	char tag[8], *src;
+	size_t n;
+
+	dbl_entry(script, "tag", 0, tag, sizeof(tag));
+	if (tag[0] == '\0' || job->seeds == 0)
+		return;
+	n = strlen(c->source) + strlen(job->strategy ? job->strategy : "") +
+	    (job->warm_task ? strlen(job->warm_task) : 0) + 64;
+	if ((src = malloc(n)) == NULL)
+		return;
+	snprintf(src, n, "%s seed %u of %u: %s%s%s", c->source,
+	    job->seed_index + 1, job->seeds, job->strategy ? job->strategy : "",
+	    job->warm_start ? " warm:" : "",
+	    job->warm_start && job->warm_task ? job->warm_task : "");
+	free(c->source);
+	c->source = src;
+}
+
+/* launch= in the script: candidates launch one 1-D kernel step, a plan
+ * whose launch configuration the orchestrator can tune. */
+static void
+dbl_launch_plan(const char *script, Kclaw__Candidate *c)
+{
+	char v[8];
+
+	dbl_entry(script, "launch", 0, v, sizeof(v));
+	if (v[0] == '\0')
+		return;
+	free(c->plan_json);
+	c->plan_json = strdup("{\"steps\": [{\"kernel\": \"k\", \"grid\": "
+	                      "[64, 1, 1], \"block\": [256, 1, 1], \"args\": "
+	                      "[\"x\", \"y\"]}]}");
+}
+
 static void
 dbl_agent(const Kclaw__AgentJob *job, Kclaw__AgentReply *r)
 {
@@ -117,6 +164,8 @@ dbl_agent(const Kclaw__AgentJob *job, Kclaw__AgentReply *r)
 		for (unsigned i = 0; i < job->count; i++) {
 			dbl_entry(script, "seeds", n + i, e, sizeof(e));
 			r->candidates[i] = dbl_cand(e);
+			dbl_tag_seed(script, job, r->candidates[i]);
+			dbl_launch_plan(script, r->candidates[i]);
 		}
 		break;
 	case KCLAW__ROLE__OPTIMIZER:
@@ -133,6 +182,7 @@ dbl_agent(const Kclaw__AgentJob *job, Kclaw__AgentReply *r)
 		r->n_candidates = 1;
 		r->candidates = calloc(1, sizeof(*r->candidates));
 		r->candidates[0] = dbl_cand(e);
+		dbl_launch_plan(script, r->candidates[0]);
 		break;
 	case KCLAW__ROLE__FEATURE:
 		r->n_features = 1;
@@ -271,6 +321,35 @@ dbl_refcheck(const Kclaw__TaskSpec *task, const char *script, bool no_compile,
 	r->message = strdup(text);
 }
 
+/* A tune candidate's sweep, as the sandbox answers one (the fastest
+ * configuration's result with its source, plan and name): OK at tune=
+ * ms with KC_BLOCK_0=512 when the plan declares the launch tunable the
+ * orchestrator adds, else WRONG_RESULT (no sweep to make). */
+static void
+dbl_tune(
+    const Kclaw__EvalRequest *req, const char *script, Kclaw__EvalResult *r)
+{
+	const char *plan = req->candidate->plan_json;
+	char ms[32];
+
+	dbl_entry(script, "tune", 0, ms, sizeof(ms));
+	if (plan == NULL || strstr(plan, "\"KC_BLOCK_0\"") == NULL || !*ms) {
+		r->status = KCLAW__EVAL_STATUS__WRONG_RESULT;
+		r->message = strdup("no tunable launch configuration to sweep");
+		return;
+	}
+	r->status = KCLAW__EVAL_STATUS__OK;
+	r->timing = malloc(sizeof(*r->timing));
+	kclaw__timing__init(r->timing);
+	r->timing->median_ms = atof(ms);
+	r->message = strdup("");
+	r->tuned_config = strdup("KC_BLOCK_0=512");
+	r->tuned_source = strdup(req->candidate->source);
+	r->tuned_plan = strdup("{\"steps\": [{\"kernel\": \"k\", \"grid\": "
+	                       "32, \"block\": 512, \"args\": [\"x\", "
+	                       "\"y\"]}]}");
+}
+
 static void
 dbl_eval(const Kclaw__EvalRequest *req, bool no_device, Kclaw__EvalResult *r)
 {
@@ -290,6 +369,11 @@ dbl_eval(const Kclaw__EvalRequest *req, bool no_device, Kclaw__EvalResult *r)
 	if (req->options && req->options->reference_only) {
 		dbl_refcheck(
 		    req->task, script, req->options->no_compile_baseline, r);
+		return;
+	}
+	if (req->candidate && req->candidate->origin &&
+	    strcmp(req->candidate->origin, "tune") == 0) {
+		dbl_tune(req, script, r);
 		return;
 	}
 	if (src && strncmp(src, "KC:ok:", 6) == 0) {

@@ -19,6 +19,8 @@
 #include "kc_err.h"
 #include "kc_test.h"
 #include "orch.h"
+#include "orch_int.h"
+#include "tunables.h"
 
 #define OK KCLAW__EVAL_STATUS__OK
 #define WRONG KCLAW__EVAL_STATUS__WRONG_RESULT
@@ -1099,21 +1101,347 @@ test_explore_rounds(void)
 	}
 }
 
-/* A state stored by the previous layout (KCF2: no explore_share,
- * sol_stop, best_sol) is migrated, the new parameters from the
- * defaults; anything else is refused. */
+/* ----------------------------------------------- candidates in parallel */
+
+/* FEATURES -> RETRIEVE -> WAVE with k = candidates_per_round: the k
+ * Planners at once, on the base. Returns the wave's first job. */
+static uint32_t
+fsm_to_wave(orch_fsm *f, uint32_t k)
+{
+	uint32_t j, w;
+
+	if (f->state == ORCH_ST_FEATURES) {
+		j = issued(ORCH_ACT_AGENT, KCLAW__ROLE__FEATURE);
+		step(f, in_n(ORCH_IN_FEATURES, j, 0));
+		step(f,
+		    in_job(ORCH_IN_RETRIEVED, find(ORCH_ACT_RETRIEVE, 0)->job));
+	}
+	KT_EQ_INT(f->state, ORCH_ST_WAVE);
+	KT_EQ_INT(count(ORCH_ACT_AGENT), k);
+	w = find(ORCH_ACT_AGENT, 0)->job;
+	for (uint32_t i = 0; i < k; i++) {
+		KT_EQ_INT(
+		    find(ORCH_ACT_AGENT, (int)i)->role, KCLAW__ROLE__PLANNER);
+		KT_EQ_INT(find(ORCH_ACT_AGENT, (int)i)->job, w + i);
+		KT_EQ_INT(find(ORCH_ACT_AGENT, (int)i)->cand, f->base);
+	}
+	KT_EQ_INT(f->wave_k, k);
+	return w;
+}
+
+/* Every slot of the wave planned and optimised (last slot first); each
+ * Optimizer is issued as its plan arrives and each evaluation as its
+ * kernel does, so the k calls overlap. */
+static void
+fsm_wave_kernels(orch_fsm *f, uint32_t w, uint32_t k)
+{
+	for (uint32_t i = k; i-- > 0;) {
+		step(f, in_n(ORCH_IN_PLANNED, w + i, 0));
+		KT_EQ_INT(f->state, ORCH_ST_WAVE);
+		KT_EQ_INT(
+		    issued(ORCH_ACT_AGENT, KCLAW__ROLE__OPTIMIZER), w + k + i);
+		KT_EQ_INT(find(ORCH_ACT_AGENT, 0)->cand, f->base);
+		/* Its replay key is its slot's, not its plan's arrival's. */
+		KT_EQ_INT(find(ORCH_ACT_AGENT, 0)->key_n, f->wave_opt_key + i);
+	}
+	for (uint32_t i = 0; i < k; i++) {
+		step(f, in_n(ORCH_IN_CANDIDATE, w + k + i, 1));
+		KT_EQ_INT(
+		    issued(ORCH_ACT_EVAL, KCLAW__ROLE__SANDBOX), w + 2 * k + i);
+		KT_EQ_INT(find(ORCH_ACT_EVAL, 0)->cand, f->wave_cand + i);
+		KT_EQ_INT(orch_fsm_cand_of(f, w + k + i), f->wave_cand + i);
+	}
+}
+
+/* K = 3 candidates in one round: the best of the round is promoted under
+ * the paper's rule, whatever the order of the results; each candidate is
+ * a round of its own in short-term memory. */
+static void
+test_wave_promotes_best(void)
+{
+	orch_fsm f = fsm_to_features(); /* base c2: 2.0 ms, speedup 2.0 */
+	uint32_t w, c;
+
+	f.p.candidates_per_round = 3;
+	w = fsm_to_wave(&f, 3);
+	c = f.wave_cand;
+	KT_EQ_INT(orch_fsm_wave_slot(&f, w + 7, false), 1);
+	KT_EQ_INT(orch_fsm_wave_slot(&f, c + 2, true), 2);
+	fsm_wave_kernels(&f, w, 3);
+	/* 1.2 ms (1.67x the base) and 1.4 ms (1.43x) both qualify; 1.8 ms
+	 * (1.11x, +0.22 speedup) does not. Results arrive 2, 0, 1. */
+	step(&f, in_eval(w + 8, OK, 1.2));
+	KT_EQ_INT(acts.n, 0);
+	ignored(&f, in_eval(w + 8, OK, 0.1)); /* a repeated result */
+	step(&f, in_eval(w + 6, OK, 1.8));
+	KT_EQ_INT(f.state, ORCH_ST_WAVE);
+	KT_EQ_INT(f.round, 0);
+	step(&f, in_eval(w + 7, OK, 1.4));
+	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
+	KT_EQ_INT(f.round, 3);
+	KT_EQ_INT(f.base, c + 2);
+	KT_EQ_INT(f.best, c + 2);
+	KT_ASSERT(f.base_ms == 1.2);
+	KT_EQ_INT(find_event(KCLAW__EVENT_KIND__BASE_PROMOTED)->cand, c + 2);
+	KT_EQ_INT(count(ORCH_ACT_RECORD), 3);
+	for (int i = 0; i < 3; i++) {
+		const orch_action *r = find(ORCH_ACT_RECORD, i);
+		KT_EQ_INT(r->cand, c + (uint32_t)i);
+		KT_EQ_INT(r->aux, 2); /* attempts on the old base */
+		KT_EQ_INT(r->round, (uint32_t)i + 1);
+	}
+	KT_NEAR(find(ORCH_ACT_RECORD, 0)->value, 2.0 / 1.8);
+	issued(ORCH_ACT_AGENT, KCLAW__ROLE__FEATURE);
+}
+
+/* A wave that promotes nothing plans the next on the same base; the
+ * round budget counts candidates, so the last wave is cut to what is
+ * left; a failed Planner job costs its slot's round only. */
+static void
+test_wave_budget_and_failures(void)
+{
+	orch_fsm f = fsm_to_features();
+	uint32_t w, k = 3;
+	orch_input failed = {.kind = ORCH_IN_JOB_FAILED};
+
+	f.p.candidates_per_round = 3;
+	f.p.max_rounds = 4;
+	w = fsm_to_wave(&f, k);
+	failed.job = w + 1; /* slot 1's Planner fails for good */
+	step(&f, failed);
+	step(&f, in_n(ORCH_IN_PLANNED, w, 0));
+	step(&f, in_n(ORCH_IN_PLANNED, w + 2, 0));
+	step(&f, in_n(ORCH_IN_CANDIDATE, w + 3, 1));
+	step(&f, in_n(ORCH_IN_CANDIDATE, w + 5, 0)); /* no kernel */
+	step(&f, in_eval(w + 6, OK, 1.9));
+	/* Nothing promoted: three rounds spent, one kernel judged. */
+	KT_EQ_INT(f.round, 3);
+	KT_EQ_INT(f.failed_rounds, 2);
+	KT_EQ_INT(f.base, 2);
+	KT_EQ_INT(count(ORCH_ACT_RECORD), 1);
+	KT_EQ_INT(f.waves, 2);
+	w = fsm_to_wave(&f, 1); /* one round left */
+	fsm_wave_kernels(&f, w, 1);
+	step(&f, in_eval(w + 2, OK, 1.0));
+	KT_EQ_INT(f.state, ORCH_ST_DONE);
+	KT_EQ_INT(f.stop, ORCH_STOP_ROUNDS);
+	KT_EQ_INT(f.best, f.wave_cand);
+}
+
+/* Under a token budget a wave takes what the tokens left pay for at the
+ * task's rate: 400 tokens over 3 seeds and 7 rounds is 40 a round, so
+ * the 100 left of 500 pay for 3 candidates of the 4 asked. */
+static void
+test_wave_token_budget(void)
+{
+	orch_fsm f = fsm_to_features();
+
+	f.p.candidates_per_round = 4;
+	f.p.token_budget = 500;
+	f.round = 7;
+	f.tokens = 300; /* the Feature Extractor's reply adds 100 */
+	fsm_to_wave(&f, 3);
+	KT_EQ_INT(f.tokens, 400);
+}
+
+/* A wave without a correct kernel repairs its most promising failure
+ * (a wrong result before a compile error), recorded under its round. */
+static void
+test_wave_repairs_best_failure(void)
+{
+	orch_fsm f = fsm_to_features();
+	uint32_t w, c;
+
+	f.p.candidates_per_round = 2;
+	w = fsm_to_wave(&f, 2);
+	c = f.wave_cand;
+	fsm_wave_kernels(&f, w, 2);
+	step(&f, in_eval(w + 4, COMPILE, 0));
+	step(&f, in_eval(w + 5, WRONG, 0));
+	KT_EQ_INT(f.state, ORCH_ST_DIAGNOSE);
+	KT_EQ_INT(f.cur, c + 1);
+	KT_EQ_INT(f.chain, c + 1);
+	KT_EQ_INT(f.chain_origin, ORCH_ORIGIN_OPT);
+	KT_EQ_INT(f.chain_round, 2);
+	KT_EQ_INT(
+	    issued(ORCH_ACT_AGENT, KCLAW__ROLE__DIAGNOSER), f.await_first);
+}
+
+/* ------------------------------------------------ the GPU while thinking */
+
+/*
+ * A correct kernel that can be tuned gets a tune candidate at once, beside
+ * the next agent job (the GPU sweeps while the model thinks); its result
+ * joins the next round's judgement as a candidate of its own and is
+ * promoted when it is the round's best under the rule.
+ */
+static void
+test_tune_candidate_promoted(void)
+{
+	orch_fsm f = fsm_new(1, 15);
+	orch_input in,
+	    tuned = {
+	        .kind = ORCH_IN_TUNED, .status = OK, .ms = 1.4, .ref_ms = 4.0};
+	uint32_t g, e, t;
+	const orch_action *x;
+
+	f.p.tune = 1;
+	g = fsm_start(&f);
+
+	step(&f, in_n(ORCH_IN_SEEDS, g, 1));
+	e = find(ORCH_ACT_EVAL, 0)->job;
+	in = in_eval(e, OK, 2.0);
+	in.tunable = 1;
+	step(&f, in);
+	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
+	KT_EQ_INT(f.base, 1);
+	x = find(ORCH_ACT_TUNE, 0);
+	KT_ASSERT(x != NULL);
+	KT_EQ_INT(x->aux, 1); /* the tune of the seed */
+	KT_EQ_INT(x->cand, f.tune_cand);
+	KT_EQ_INT(x->job, f.tune_job);
+	issued(ORCH_ACT_AGENT, KCLAW__ROLE__FEATURE); /* beside it */
+	KT_EQ_INT(f.tunes, 1);
+	t = f.tune_cand;
+	/* The sweep answers while the Feature Extractor thinks; another
+	 * job's number is not it. */
+	tuned.job = f.tune_job + 100;
+	ignored(&f, tuned);
+	tuned.job = f.tune_job;
+	step(&f, tuned);
+	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
+	KT_EQ_INT(f.best, t); /* already the task's best */
+	KT_EQ_INT(f.best_tuned, 1);
+	KT_EQ_INT(f.base, 1); /* promoted with the next round */
+	ignored(&f, tuned);   /* a repeated result */
+	/* The round's kernel (1.9 ms) does not qualify; the tune (1.4 ms,
+	 * 1.43x the base) does and becomes the base. */
+	step(&f, in_n(ORCH_IN_FEATURES, f.await_first, 0));
+	step(&f, in_job(ORCH_IN_RETRIEVED, f.await_first));
+	e = fsm_optimize_round(&f);
+	step(&f, in_eval(e, OK, 1.9));
+	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
+	KT_EQ_INT(f.base, t);
+	KT_ASSERT(f.base_ms == 1.4);
+	KT_EQ_INT(f.tune_promoted, 1);
+	KT_EQ_INT(find_event(KCLAW__EVENT_KIND__BASE_PROMOTED)->cand, t);
+	/* The round's kernel was not tunable: no new tune. */
+	KT_ASSERT(find(ORCH_ACT_TUNE, 0) == NULL);
+	KT_EQ_INT(f.tune_cand, 0);
+}
+
+/* A tune that fails for good, or is slower than the round's kernel,
+ * changes nothing; one tune at a time. */
+static void
+test_tune_failed_or_slower(void)
+{
+	orch_fsm f = fsm_new(1, 15);
+	orch_input in, failed = {.kind = ORCH_IN_JOB_FAILED};
+	uint32_t g, e;
+
+	f.p.tune = 1;
+	g = fsm_start(&f);
+
+	step(&f, in_n(ORCH_IN_SEEDS, g, 1));
+	in = in_eval(find(ORCH_ACT_EVAL, 0)->job, OK, 2.0);
+	in.tunable = 1;
+	step(&f, in);
+	failed.job = f.tune_job;
+	step(&f, failed);
+	KT_EQ_INT(f.tune_job, 0);
+	KT_EQ_INT(f.tune_cand, 0);
+	KT_EQ_INT(f.state, ORCH_ST_FEATURES);
+	/* The next round's tunable kernel (1.0 ms, promoted) gets one. */
+	step(&f, in_n(ORCH_IN_FEATURES, f.await_first, 0));
+	step(&f, in_job(ORCH_IN_RETRIEVED, f.await_first));
+	e = fsm_optimize_round(&f);
+	in = in_eval(e, OK, 1.0);
+	in.tunable = 1;
+	step(&f, in);
+	KT_EQ_INT(f.base, f.next_cand - 1);
+	KT_ASSERT(find(ORCH_ACT_TUNE, 0) != NULL);
+	KT_EQ_INT(find(ORCH_ACT_TUNE, 0)->cand, ORCH_TUNE_CAND_FIRST + 1);
+	KT_EQ_INT(find(ORCH_ACT_TUNE, 0)->aux, f.base);
+	KT_EQ_INT(f.tunes, 2);
+	step(&f, in_n(ORCH_IN_FEATURES, f.await_first, 0));
+	step(&f,
+	    (orch_input){.kind = ORCH_IN_TUNED,
+	        .job = f.tune_job,
+	        .status = OK,
+	        .ms = 1.1,
+	        .ref_ms = 4.0});
+	step(&f, in_job(ORCH_IN_RETRIEVED, f.await_first));
+	e = fsm_optimize_round(&f);
+	in = in_eval(e, OK, 0.95);
+	in.tunable = 1;
+	step(&f, in);
+	/* Neither qualifies over the 1.0 ms base; the slower tune is spent
+	 * and the round's kernel gets the next one. */
+	KT_EQ_INT(f.state, ORCH_ST_PLAN);
+	KT_EQ_INT(f.tune_promoted, 0);
+	KT_EQ_INT(f.tunes, 3);
+	KT_EQ_INT(find(ORCH_ACT_TUNE, 0)->aux, f.cur);
+}
+
+/* The tune candidate's plan (orchestrator/tune.c): a 1-D step's block
+ * becomes KC_BLOCK_0 over its own size first and 128..1024, its grid the
+ * expression that covers the same 16384 threads; the sandbox's expansion
+ * (common/tunables.h) gives the four launches. A 2-D launch, dynamic
+ * shared memory or a plan of no kernel step has nothing to sweep. */
+static void
+test_tune_plan(void)
+{
+	char *out = NULL;
+	kc_tune_config *c;
+	size_t n;
+
+	KT_OK(orch_tune_plan("{\"steps\": [{\"kernel\": \"k\", \"grid\": [64, "
+	                     "1, 1], \"block\": [256, 1, 1], \"args\": "
+	                     "[\"x\"]}]}",
+	    &out));
+	KT_ASSERT(out != NULL);
+	KT_CONTAINS(out, "\"KC_BLOCK_0\":[256,128,512,1024]");
+	KT_CONTAINS(
+	    out, "\"grid\":\"(16384 + $KC_BLOCK_0 - 1) / $KC_BLOCK_0\"");
+	KT_OK(kc_tune_expand(
+	    "extern \"C\" __global__ void k(float *x) {}", out, &c, &n));
+	KT_EQ_INT(n, 4);
+	KT_CONTAINS(c[2].plan_json, "\"grid\":32");
+	KT_CONTAINS(c[2].plan_json, "\"block\":512");
+	kc_tune_free(c, n);
+	free(out);
+	KT_OK(orch_tune_plan("{\"steps\": [{\"kernel\": \"k\", \"grid\": [8, "
+	                     "8, 1], \"block\": [16, 16, 1], \"args\": []}]}",
+	    &out));
+	KT_ASSERT(out == NULL);
+	KT_OK(orch_tune_plan("{\"steps\": [{\"kernel\": \"k\", \"grid\": [8, "
+	                     "1, 1], \"block\": [128, 1, 1], \"shared_bytes\": "
+	                     "4096, \"args\": []}]}",
+	    &out));
+	KT_ASSERT(out == NULL);
+	KT_OK(orch_tune_plan("{\"steps\": []}", &out));
+	KT_ASSERT(out == NULL);
+}
+
+/* States stored by the previous layouts (KCF3: no candidates_per_round
+ * and no wave; KCF2: neither, nor explore_share, sol_stop, best_sol) are
+ * migrated, the new parameters from the defaults (one candidate per
+ * round: a task under way keeps its numbering); anything else is
+ * refused. */
 static void
 test_load_previous_layout(void)
 {
 	orch_fsm f = fsm_to_features(), g;
 	orch_params d;
-	unsigned char old[ORCH_FSM_KCF2_SIZE];
-	size_t head = offsetof(orch_fsm, p) + sizeof(orch_params) - 16;
+	unsigned char old[ORCH_FSM_KCF2_SIZE], old3[ORCH_FSM_KCF3_SIZE];
+	size_t head3 = offsetof(orch_fsm, p) + sizeof(orch_params) - 8;
+	size_t head = head3 - 16;
 	uint32_t magic = ORCH_FSM_MAGIC_KCF2;
 
 	orch_params_default(&d);
 	d.explore_share = 0.5;
 	d.sol_stop = 0.7;
+	d.candidates_per_round = 4;
 	f.best_sol = 0; /* KCF2 did not know it */
 	memcpy(old, &f, head);
 	memcpy(old + head, &f.round, sizeof(old) - head);
@@ -1122,16 +1450,29 @@ test_load_previous_layout(void)
 	KT_EQ_INT(g.magic, ORCH_FSM_MAGIC);
 	KT_NEAR(g.p.explore_share, 0.5);
 	KT_NEAR(g.p.sol_stop, 0.7);
+	KT_EQ_INT(g.p.candidates_per_round, 1);
 	f.p.explore_share = 0.5;
 	f.p.sol_stop = 0.7;
 	KT_ASSERT(memcmp(&f, &g, sizeof(f)) == 0);
-	/* This layout loads as it is. */
+	/* KCF3: the parameters it had are kept. */
 	f.best_sol = 0.25;
+	f.p.explore_share = 0.1;
+	memcpy(old3, &f, head3);
+	memcpy(old3 + head3, &f.round, sizeof(old3) - head3);
+	magic = ORCH_FSM_MAGIC_KCF3;
+	memcpy(old3, &magic, sizeof(magic));
+	KT_ASSERT(orch_fsm_load(old3, sizeof(old3), &d, &g));
+	KT_EQ_INT(g.magic, ORCH_FSM_MAGIC);
+	KT_NEAR(g.p.explore_share, 0.1);
+	KT_NEAR(g.best_sol, 0.25);
+	KT_ASSERT(memcmp(&f, &g, sizeof(f)) == 0);
+	/* This layout loads as it is. */
 	KT_ASSERT(orch_fsm_load(&f, sizeof(f), &d, &g));
 	KT_ASSERT(memcmp(&f, &g, sizeof(f)) == 0);
 	/* Wrong sizes or magics are refused. */
 	KT_ASSERT(!orch_fsm_load(&f, sizeof(f) - 8, &d, &g));
 	KT_ASSERT(!orch_fsm_load(old, sizeof(old) - 8, &d, &g));
+	KT_ASSERT(!orch_fsm_load(old3, sizeof(old3) - 8, &d, &g));
 	magic = 0x12345678;
 	memcpy(old, &magic, sizeof(magic));
 	KT_ASSERT(!orch_fsm_load(old, sizeof(old), &d, &g));
@@ -1340,6 +1681,13 @@ main(void)
 	KT_RUN(test_sol_stop);
 	KT_RUN(test_explore_rounds);
 	KT_RUN(test_load_previous_layout);
+	KT_RUN(test_wave_promotes_best);
+	KT_RUN(test_wave_budget_and_failures);
+	KT_RUN(test_wave_repairs_best_failure);
+	KT_RUN(test_wave_token_budget);
+	KT_RUN(test_tune_candidate_promoted);
+	KT_RUN(test_tune_failed_or_slower);
+	KT_RUN(test_tune_plan);
 	KT_RUN(test_cancel_everywhere);
 	KT_RUN(test_seed_eval_failed);
 	KT_RUN(test_ignored_inputs);
