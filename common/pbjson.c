@@ -41,6 +41,14 @@ kc_json_lower(char *s)
 	return s;
 }
 
+char *
+kc_json_upper(char *s)
+{
+	for (char *c = s; c && *c; c++)
+		*c = (char)toupper((unsigned char)*c);
+	return s;
+}
+
 static bool
 pbjson_ends(const char *s, const char *suffix)
 {

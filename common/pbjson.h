@@ -35,5 +35,8 @@ cJSON *kc_pb_to_json_public(const ProtobufCMessage *m);
 char *kc_pb_to_json_public_text(const ProtobufCMessage *m);
 /* s lower-cased in place; returns s. */
 char *kc_json_lower(char *s);
+/* s upper-cased in place (a public enum name back to the .proto's, as
+ * a filter's "done" for the API's "DONE"); returns s. */
+char *kc_json_upper(char *s);
 
 #endif
