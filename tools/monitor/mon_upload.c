@@ -40,7 +40,6 @@ struct mon_upload {
 	mon *m;
 	struct mon_conn *c;
 	uint64_t len;
-	bool expect_continue;
 	char task_id[80];
 	char dir[64];
 	bus_client *api;
@@ -358,8 +357,11 @@ mon_upload_main(void *arg)
 
 	snprintf(tar, sizeof(tar), "%s/upload.tar", u->dir);
 	snprintf(unpacked, sizeof(unpacked), "%s/bundle", u->dir);
-	if (u->expect_continue &&
-	    mon_conn_write(u->c, cont, sizeof(cont) - 1) != 0)
+	/* Sent whether or not the client asked (clients must take a 1xx they
+	 * did not expect): it also tells the connection guard that this
+	 * connection was answered, so a long upload is not taken for a
+	 * stalled request. */
+	if (mon_conn_write(u->c, cont, sizeof(cont) - 1) != 0)
 		goto out;
 	if ((rv = mon_upload_body(u, tar)) != 0) {
 		KC_WARN("dashboard: upload: %s", kc_lasterr());
@@ -424,8 +426,12 @@ mon_upload_start(mon *m, nng_aio *aio)
 	}
 	u->m = m;
 	u->len = strtoull(cl, &end, 10);
-	u->expect_continue =
-	    expect != NULL && strcasecmp(expect, "100-continue") == 0;
+	if (expect != NULL && strcasecmp(expect, "100-continue") != 0) {
+		free(u);
+		mon_http_error_h(aio, 417,
+		    "only 'Expect: 100-continue' is understood", close_hdr);
+		return;
+	}
 	if (end == NULL || *end != '\0' || u->len == 0 ||
 	    u->len > MON_UPLOAD_MAX) {
 		snprintf(msg, sizeof(msg),

@@ -449,11 +449,26 @@ mon_event_main(void *arg)
 {
 	mon *m = arg;
 	bool synced = false;
+	uint64_t beat = kc_mono_ms();
 
 	while (!m->stop) {
 		char *topic;
 		void *data;
 		size_t len;
+
+		/* A quiet WebSocket still carries a message now and then, or
+		 * the connection guard takes it for an idle connection. */
+		if (m->ws_open && kc_mono_ms() - beat >= MON_WS_BEAT_MS) {
+			static const char ka[] = "{\"keepalive\":true}";
+			nng_msg *msg;
+			beat = kc_mono_ms();
+			if (nng_msg_alloc(&msg, 0) == 0) {
+				nng_msg_append(msg, ka, sizeof(ka) - 1);
+				if (nng_sendmsg(
+				        m->ws_pub, msg, NNG_FLAG_NONBLOCK) != 0)
+					nng_msg_free(msg);
+			}
+		}
 
 		if (!synced) {
 			synced = mon_catch_up(m) == 0;
@@ -1745,7 +1760,8 @@ mon_start(mon **out, const mon_opts *o)
 	    (rv = bus_client_open(&m->http_api, o->api_url, 0)) != 0 ||
 	    (rv = bus_sub_open(&m->sub, o->events_url, 0)) != 0 ||
 	    (rv = bus_sub_subscribe(m->sub, "")) != 0 ||
-	    (rv = mon_http_start(m, o->http_url)) != 0) {
+	    (rv = mon_http_start(m, o->http_url)) != 0 ||
+	    (rv = mon_guard_start(m)) != 0) {
 		mon_stop(m);
 		return rv;
 	}
@@ -1782,6 +1798,7 @@ mon_stop(mon *m)
 			nng_aio_abort(c->aio, NNG_ECLOSED);
 	}
 	pthread_mutex_unlock(&m->mu);
+	mon_guard_stop(m);
 	/* The HTTP thread answers what is queued before it exits; only then
 	 * may the server go. */
 	if (m->threads_started) {

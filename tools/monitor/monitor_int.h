@@ -28,6 +28,16 @@
  * connection); one more is answered 503. */
 #define MON_MAX_UPLOADS 2
 #define MON_MAX_STREAMS 16
+/* The connection guard (mon_guard.c): how often it looks, how long a
+ * connection may take to send its first request's headers, how long one
+ * may send and receive nothing, how many may wait for their first request
+ * and how many there may be in all. */
+#define MON_GUARD_MS 200
+#define MON_HEADER_MS 10000
+#define MON_IDLE_MS 60000
+#define MON_MAX_PENDING 64
+#define MON_MAX_CONNS 256
+#define MON_WS_BEAT_MS 20000 /* a WebSocket keepalive message */
 /* A hijacked connection (upload, stream) that takes no bytes, or sends
  * none while its body is read, for this long is closed. */
 #define MON_IO_TIMEOUT_MS 10000
@@ -89,8 +99,9 @@ struct mon {
 		const char *ctype;
 	} assets[3];
 
-	pthread_t event_thread, http_thread;
-	bool threads_started;
+	pthread_t event_thread, http_thread, guard_thread;
+	bool threads_started, guard_started;
+	uint64_t guard_closed; /* connections the guard shut down */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	pthread_cond_t ev_cv;   /* broadcast on every new event (streams) */
@@ -147,6 +158,11 @@ void mon_conn_end(struct mon_conn *c);
  * calls mon_thread_done(m) last. */
 int mon_thread_spawn(mon *m, void *(*fn)(void *), void *arg);
 void mon_thread_done(mon *m);
+
+/* The connection guard's thread: started once the server serves,
+ * stopped (joined) after m->stop is set. */
+int mon_guard_start(mon *m);
+void mon_guard_stop(mon *m);
 
 /* POST /api/tasks: on an NNG thread, after the Host and token checks. */
 void mon_upload_start(mon *m, nng_aio *aio);

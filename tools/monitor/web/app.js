@@ -356,6 +356,7 @@ function connect() {
     const text = typeof m.data === "string" ? m.data : new TextDecoder().decode(m.data);
     let ev;
     try { ev = JSON.parse(text); } catch (e) { return; }
+    if (!ev.seq) return; // the server's keepalive
     if (ev.seq > state.lastSeq + 1) await catchUp();
     onEvent(ev);
   };
