@@ -84,7 +84,7 @@ async function refreshHealth() {
     const h = await api("/api/health");
     $("health").textContent = `v${h.version} · ${h.tasks_active} active / ${h.tasks_total} tasks · seq ${h.last_seq}`;
     $("procs").tBodies[0].innerHTML = (h.processes || []).map((p) =>
-      `<tr><td>${esc(p.name)}</td><td>${p.pid}</td><td>${esc(p.state)}</td><td>${p.restarts}</td></tr>`).join("");
+      `<tr><td>${esc(p.name)}</td><td>${p.pid}</td><td>${esc(up(p.state))}</td><td>${p.restarts}</td></tr>`).join("");
   } catch (e) {
     $("health").textContent = "orchestrator unreachable: " + e.message;
   }
