@@ -108,4 +108,22 @@ with tempfile.TemporaryDirectory() as d:
     open(os.path.join(d, "task.json"), "w").write('{"name": "x"')
     e = expect_raises(BadRequest, t.submit, d)
     assert "task.json" in e.message, e.message
+# A tensors bundle: its .npy files go up by content (PutBlob) and the
+# stored spec names them by hash.
+with tempfile.TemporaryDirectory() as d:
+    subprocess.run([sys.executable, os.path.join(src, "tests", "cli", "mknpy.py"), d], check=True)
+    open(os.path.join(d, "task.json"), "w").write(json.dumps({
+        "name": "double", "tensors": [
+            {"name": "x", "kind": "input", "dtype": "f32", "shape": [4]},
+            {"name": "y", "kind": "output", "dtype": "f32", "shape": [4]}],
+        "tolerance": {"atol": 1e-6, "rtol": 1e-5, "max_rel_norm": 1e-5},
+        "reference": {"kind": "tensors", "baseline_ms": 1.0, "sets": [
+            {"seed": 1, "inputs": {"x": "x.npy"}, "expected": {"y": "y.npy"}}]}}))
+    tb = t.submit(d)
+    ref = t.result(tb)["task"]["spec"]["reference"]
+    x = ref["sets"][0]["inputs"][0]
+    import hashlib
+    assert x["blob"] == hashlib.sha256(open(os.path.join(d, "x.npy"), "rb").read()).hexdigest(), x
+    assert x["path"] is None, x
+    t.cancel(tb)
 print("client test ok:", len(evs), "events,", len(names), "files")

@@ -8,7 +8,8 @@
 #     (identical to `kclaw result --out`), the report (identical to `kclaw
 #     report --json`), events with catch-up and as a stream, errors as
 #     exceptions; and on a second kclawd with a token: refused without it,
-#     submit a bundle folder, wait with progress while it is cancelled.
+#     submit a bundle folder, wait with progress while it is cancelled, a
+#     tensors bundle whose .npy files go up by content.
 #  3. the shell example of docs/api.md (curl), run as written.
 set -u
 B="$KCLAW_BIN"
