@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kc_util.h"
+
 static char *
 pbjson_base64(const uint8_t *p, size_t n)
 {
@@ -33,11 +35,73 @@ pbjson_base64(const uint8_t *p, size_t n)
 
 static cJSON *pbjson_message(const ProtobufCMessage *m, bool pub);
 
+/* The length of the valid UTF-8 sequence at p (n bytes left), 0 if none:
+ * no overlong forms, surrogates or code points past U+10FFFF. */
+static size_t
+pbjson_utf8_len(const unsigned char *p, size_t n)
+{
+	size_t len = p[0] < 0x80           ? 1
+	    : p[0] >= 0xC2 && p[0] <= 0xDF ? 2
+	    : p[0] >= 0xE0 && p[0] <= 0xEF ? 3
+	    : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4
+	                                   : 0;
+
+	if (len == 0 || len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++)
+		if ((p[i] & 0xC0) != 0x80)
+			return 0;
+	if ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] > 0x9F) ||
+	    (p[0] == 0xF0 && p[1] < 0x90) || (p[0] == 0xF4 && p[1] > 0x8F))
+		return 0;
+	return len;
+}
+
+/*
+ * A JSON string item for s, whose bytes need not be UTF-8 (a description
+ * or a plan from a task file): a byte that does not start a valid
+ * sequence becomes U+FFFD, so what is printed is always valid JSON.
+ */
+static cJSON *
+pbjson_string(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t n = strlen(s), i = 0, k;
+	kc_str out = {0};
+	cJSON *j;
+
+	while (i < n && (k = pbjson_utf8_len(p + i, n - i)) != 0)
+		i += k;
+	if (i == n)
+		return cJSON_CreateString(s);
+	kc_str_appendn(&out, s, i);
+	while (i < n) {
+		if ((k = pbjson_utf8_len(p + i, n - i)) != 0) {
+			kc_str_appendn(&out, s + i, k);
+			i += k;
+		} else {
+			kc_str_append(&out, "\xEF\xBF\xBD");
+			i++;
+		}
+	}
+	j = out.buf ? cJSON_CreateString(out.buf) : NULL;
+	kc_str_free(&out);
+	return j;
+}
+
 char *
 kc_json_lower(char *s)
 {
 	for (char *c = s; c && *c; c++)
 		*c = (char)tolower((unsigned char)*c);
+	return s;
+}
+
+char *
+kc_json_upper(char *s)
+{
+	for (char *c = s; c && *c; c++)
+		*c = (char)toupper((unsigned char)*c);
 	return s;
 }
 
@@ -123,7 +187,7 @@ pbjson_value(const ProtobufCFieldDescriptor *f, const void *p, bool pub)
 		cJSON *j;
 		if (pub && (s == NULL || *s == '\0'))
 			return cJSON_CreateNull();
-		j = cJSON_CreateString(s ? s : "");
+		j = pbjson_string(s ? s : "");
 		if (pub && j != NULL && pbjson_text_enum(f))
 			kc_json_lower(j->valuestring);
 		return j;

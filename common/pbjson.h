@@ -3,8 +3,10 @@
  * protobuf-c's descriptors. Field names are the .proto names; enums are
  * their value names ("OK", "WRONG_RESULT"); bytes are base64; 64-bit
  * integers are JSON numbers (exact up to 2^53, which sequence numbers and
- * byte counts stay below). kc_pb_to_json is the dashboard's HTTP API and
- * event stream; kc_pb_to_json_public, below, every `kclaw --json`.
+ * byte counts stay below). kc_pb_to_json is the raw form for logs of the
+ * GPU suites; kc_pb_to_json_public, below, is the one public convention:
+ * every `kclaw --json`, the HTTP API (/api/, its event stream and the
+ * dashboard's WebSocket, docs/api.md).
  */
 #ifndef KC_PBJSON_H
 #define KC_PBJSON_H
@@ -35,5 +37,8 @@ cJSON *kc_pb_to_json_public(const ProtobufCMessage *m);
 char *kc_pb_to_json_public_text(const ProtobufCMessage *m);
 /* s lower-cased in place; returns s. */
 char *kc_json_lower(char *s);
+/* s upper-cased in place (a public enum name back to the .proto's, as
+ * a filter's "done" for the API's "DONE"); returns s. */
+char *kc_json_upper(char *s);
 
 #endif

@@ -37,6 +37,8 @@ check_compiles() {
 	fi
 	python3 -m py_compile "$d/model_new.py" 2>"$H/py.log" ||
 		fail "$d/model_new.py: $(cat "$H/py.log")"
+	python3 "$KCLAW_SRC/tests/cli/model_new_check.py" "$d/model_new.py" >"$H/py.log" 2>&1 ||
+		fail "$d/model_new.py is not the operator it should be: $(cat "$H/py.log")"
 	for f in kernel.cu plan.json result.json history.json launcher.h \
 		launcher.c main.c model_new.py README.md; do
 		[ -s "$d/$f" ] || fail "$d/$f is missing or empty"

@@ -142,11 +142,34 @@ test_public_convention(void)
 	free(text);
 }
 
+/* Text from task files need not be UTF-8; the JSON printed always is. */
+static void
+test_invalid_utf8(void)
+{
+	Kclaw__TaskRecord t = KCLAW__TASK_RECORD__INIT;
+	char *text;
+	cJSON *j;
+
+	t.id = "t1";
+	t.error =
+	    "bad \xff byte, cut \xe2\x82, overlong \xc0\xaf, ok \xe2\x82\xac";
+	text = kc_pb_to_json_public_text(&t.base);
+	KT_ASSERT(text != NULL);
+	j = cJSON_Parse(text);
+	KT_ASSERT(j != NULL);
+	KT_EQ_STR(cJSON_GetObjectItem(j, "error")->valuestring,
+	    "bad \xef\xbf\xbd byte, cut \xef\xbf\xbd\xef\xbf\xbd, overlong "
+	    "\xef\xbf\xbd\xef\xbf\xbd, ok \xe2\x82\xac");
+	cJSON_Delete(j);
+	free(text);
+}
+
 int
 main(void)
 {
 	KT_RUN(test_eval_result);
 	KT_RUN(test_bytes_and_repeated_scalars);
 	KT_RUN(test_public_convention);
+	KT_RUN(test_invalid_utf8);
 	return 0;
 }

@@ -69,11 +69,11 @@ wait $NODE || fail "browser test failed"
 
 curl -sf "http://127.0.0.1:$PORT/metrics" | grep -q 'kclaw_tasks{state="CANCELLED"} 1' ||
 	fail "/metrics does not count the cancelled task"
-curl -sf "http://127.0.0.1:$PORT/api/tasks/$TASK" | grep -q '"state":"CANCELLED"' ||
+curl -sf "http://127.0.0.1:$PORT/api/tasks/$TASK" | grep -q '"state":"cancelled"' ||
 	fail "/api/tasks/ID does not show CANCELLED"
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/api/tasks/nosuchtask")
 [ "$code" = 404 ] || fail "unknown task gives $code, not 404"
-curl -sf "http://127.0.0.1:$((PORT + 1))/api/tasks/$TASK" | grep -q '"state":"CANCELLED"' ||
+curl -sf "http://127.0.0.1:$((PORT + 1))/api/tasks/$TASK" | grep -q '"state":"cancelled"' ||
 	fail "the standalone monitor does not show CANCELLED"
 i=0
 until curl -sf "http://127.0.0.1:$((PORT + 1))/metrics" | grep -q 'kclaw_tasks{state="CANCELLED"} 1'; do

@@ -132,8 +132,9 @@ grep -qi "^Content-Disposition: attachment; filename=\"kclaw-$TASK-kernel.cu\"" 
 	fail "kernel.cu is not an attachment: $(cat "$H/hdr")"
 curl -sf -o "$H/plan.json" "$A/api/result/$TASK/plan.json" || fail "plan.json"
 curl -sf -o "$H/kernel.tar" "$A/api/result/$TASK/kernel.tar" || fail "kernel.tar"
+"$B/kclaw" --home "$H/home" result "$TASK" --out "$H/out" >/dev/null || fail "kclaw result --out"
 python3 - "$H" "$TASK" <<'PY' || fail "downloads differ from Result"
-import json, sys, tarfile
+import json, os, sys, tarfile
 h, task = sys.argv[1], sys.argv[2]
 b = json.load(open(f"{h}/result.json"))["best"]
 src, plan = b["candidate"]["source"], b["candidate"]["plan_json"]
@@ -144,14 +145,18 @@ assert "__global__" in src
 assert open(f"{h}/kernel.cu").read() == src
 assert open(f"{h}/plan.json").read() == plan
 json.loads(plan)
+# kernel.tar: what `kclaw result --out` writes, file for file.
+out = f"{h}/out"
+files = sorted(os.listdir(out))
+assert "model_new.py" in files and "launcher.c" in files, files
 with tarfile.open(f"{h}/kernel.tar") as t:
     names = t.getnames()
-    assert names == [f"kclaw-{task}/kernel.cu", f"kclaw-{task}/plan.json"], names
-    assert t.extractfile(names[0]).read().decode() == src
-    assert t.extractfile(names[1]).read().decode() == plan
+    assert sorted(names) == [f"kclaw-{task}/{f}" for f in files], (names, files)
+    for f in files:
+        assert t.extractfile(f"kclaw-{task}/{f}").read() == open(f"{out}/{f}", "rb").read(), f
 PY
 code=$(curl -s -o "$H/err.json" -w '%{http_code}' "$A/api/result/$TASK/nosuch.txt")
-[ "$code" = 404 ] && grep -q "kernel.cu, plan.json or kernel.tar" "$H/err.json" ||
+[ "$code" = 404 ] && grep -q '"code":"not_found"' "$H/err.json" ||
 	fail "an unknown download gives $code: $(cat "$H/err.json")"
 code=$(curl -s -o /dev/null -w '%{http_code}' "$A/api/result/nosuchtask/kernel.cu")
 [ "$code" = 404 ] || fail "an unknown task's download gives $code"

@@ -1042,6 +1042,9 @@ test_addresses(void)
 	KT_ASSERT(chdir(cwd) == 0);
 }
 
+/* A header line every http_status request carries (NULL: none). */
+static const char *http_auth;
+
 /* Sends an HTTP request to the dashboard; its status code (0: none). */
 static int
 http_status(const char *host, const char *origin, const char *path, bool ws)
@@ -1057,9 +1060,9 @@ http_status(const char *host, const char *origin, const char *path, bool ws)
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	KT_ASSERT(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
 	snprintf(req, sizeof(req),
-	    "GET %s HTTP/1.1\r\nHost: %s\r\n%s%s%s%s\r\n", path, host,
-	    origin ? "Origin: " : "", origin ? origin : "",
-	    origin ? "\r\n" : "",
+	    "GET %s HTTP/1.1\r\nHost: %s\r\n%s%s%s%s%s\r\n", path, host,
+	    http_auth ? http_auth : "", origin ? "Origin: " : "",
+	    origin ? origin : "", origin ? "\r\n" : "",
 	    ws ? "Upgrade: websocket\r\nConnection: Upgrade\r\n"
 	         "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
 	         "Sec-WebSocket-Version: 13\r\n"
@@ -1085,10 +1088,25 @@ test_dashboard(void)
 
 	snprintf(self, sizeof(self), "127.0.0.1:%d", h_ports[2]);
 	snprintf(other, sizeof(other), "http://127.0.0.1:%d", h_ports[2] + 7);
-	for (int i = 0; i < 100 && http_status(self, NULL, "/", false) != 200;
+	for (int i = 0; i < 100 && http_status(self, NULL, "/", false) != 303;
 	     i++)
 		kc_sleep_ms(50);
+	/* With a token, nothing without it: the page goes to the login,
+	 * the API, /metrics and the WebSocket refuse. */
+	http_auth = NULL;
+	KT_EQ_INT(http_status(self, NULL, "/", false), 303);
+	KT_EQ_INT(http_status(self, NULL, "/app.js", false), 401);
+	KT_EQ_INT(http_status(self, NULL, "/api/health", false), 401);
+	KT_EQ_INT(http_status(self, NULL, "/api/tasks", false), 401);
+	KT_EQ_INT(http_status(self, NULL, "/metrics", false), 401);
+	KT_EQ_INT(http_status(self, NULL, "/login", false), 200);
+	KT_EQ_INT(http_status(self, NULL, "/ws", true), -101);
+	http_auth = "Authorization: Bearer s3cret-tokem\r\n";
+	KT_EQ_INT(http_status(self, NULL, "/api/health", false), 401);
+	KT_EQ_INT(http_status(self, NULL, "/ws", true), -101);
+	http_auth = "Authorization: Bearer s3cret-token\r\n";
 	KT_EQ_INT(http_status(self, NULL, "/api/health", false), 200);
+	KT_EQ_INT(http_status(self, NULL, "/metrics", false), 200);
 	KT_EQ_INT(http_status(self, NULL, "/", false), 200);
 	/* DNS rebinding: the attacker's name in Host. */
 	KT_EQ_INT(
@@ -1105,6 +1123,7 @@ test_dashboard(void)
 	char own[80];
 	snprintf(own, sizeof(own), "http://%s", self);
 	KT_EQ_INT(http_status(self, own, "/ws", true), 101);
+	http_auth = NULL;
 	health_ms("s3cret-token", 1000);
 }
 

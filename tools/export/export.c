@@ -529,7 +529,15 @@ kx_readme(const char *dir, const Kclaw__ResultResponse *r,
 	    "through the CUDA driver with ctypes on PyTorch's current\n  "
 	    "stream; it needs PyTorch with CUDA and libnvrtc (the CUDA "
 	    "toolkit, or the\n  nvidia-cuda-nvrtc wheel PyTorch installs), "
-	    "nothing else.%s\n",
+	    "nothing else.%s\n"
+	    "  The kernel is a PyTorch operator, `model_new.KERNEL_OP` "
+	    "(torch.library,\n  `torch.ops.kclaw.k_<task>_<hash>`, with a fake "
+	    "implementation), so ModelNew\n  works eagerly, under "
+	    "torch.compile (one node, no graph break) and inside a\n  CUDA "
+	    "graph capture (call it once before capturing: the first call "
+	    "compiles).\n  Inputs of other shapes, dtypes, strides or "
+	    "devices than the verified ones run\n  the task's PyTorch Model "
+	    "instead, with one warning (other references raise).\n",
 	    has_matmul ? ", matmul steps through cuBLASLt" : "",
 	    has_matmul ? " -lcublasLt" : "",
 	    has_matmul ? " Matmul steps run through\n  torch.matmul "

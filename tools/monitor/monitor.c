@@ -3,6 +3,7 @@
  * Prometheus metrics. See monitor.h.
  */
 #include "monitor.h"
+#include "monitor_int.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -15,88 +16,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "api.h"
 #include "bus.h"
+#include "client.h"
+#include "export/export.h"
 #include "kc_err.h"
 #include "kc_log.h"
 #include "kc_util.h"
 #include "monitor_assets.h"
 #include "pbjson.h"
-
-#define MON_API_TIMEOUT_MS 5000
+#include "report.h"
 
 /* Upper bounds (seconds) of the evaluation duration histogram's buckets. */
-static const double mon_lat_buckets[] = {
+static const double mon_lat_buckets[MON_NBUCKETS] = {
     0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
-#define MON_NBUCKETS (sizeof(mon_lat_buckets) / sizeof(mon_lat_buckets[0]))
-#define MON_NROLES 8
-#define MON_NSTATUS 16
-#define MON_NKINDS 32
 
 struct mon_task {
 	char id[40];
 	char state[32];
-};
-
-struct mon_proc {
-	char name[64];
-	uint64_t restarts;
-};
-
-struct mon_metrics {
-	uint64_t events[MON_NKINDS];
-	uint64_t rounds;
-	uint64_t evals[MON_NSTATUS];
-	uint64_t lat_bucket[MON_NBUCKETS];
-	uint64_t lat_count;
-	double lat_sum;
-	uint64_t llm_replies[MON_NROLES];
-	double llm_seconds[MON_NROLES];
-	struct mon_task *tasks;
-	size_t ntasks, cap_tasks;
-	struct mon_proc procs[64];
-	size_t nprocs;
-	uint64_t last_seq;
-	uint64_t gaps_recovered;
-};
-
-/* LLM usage per role summed over the task records (failed and re-asked
- * calls included), as of the last List that answered. */
-struct mon_usage {
-	uint64_t prompt, completion, reasoning, cached;
-	uint64_t calls, failed_calls;
-	double usd; /* of the calls whose model has a price */
-};
-
-struct mon {
-	bus_client *api;      /* used by the event thread */
-	bus_client *http_api; /* used by the HTTP thread */
-	bus_sub *sub;
-	nng_socket ws_pub;
-	bool ws_open;
-	nng_http_server *http;
-	char token[128];
-	char host[256], port[16]; /* the address served, for Host checks */
-	struct mon_asset {
-		mon *m;
-		const unsigned char *data;
-		size_t len;
-		const char *ctype;
-	} assets[3];
-
-	pthread_t event_thread, http_thread;
-	bool threads_started;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool stop;
-	nng_aio **queue; /* HTTP requests waiting for the HTTP thread */
-	size_t nqueue, cap_queue;
-
-	struct mon_metrics m;
-	kc_config cfg; /* prices (kclaw.json) */
-	struct mon_usage usage[MON_NROLES];
-	bool usage_known, priced[MON_NROLES];
 };
 
 /* ------------------------------------------------------------ metrics */
@@ -465,8 +404,10 @@ mon_event(mon *m, const Kclaw__Event *e)
 		return; /* already seen (catch-up overlaps live events) */
 	}
 	mon_account(&m->m, e);
+	pthread_cond_broadcast(&m->ev_cv);
 	pthread_mutex_unlock(&m->mu);
-	if (m->ws_open && (json = kc_pb_to_json_text(&e->base)) != NULL) {
+	if (m->ws_open &&
+	    (json = kc_pb_to_json_public_text(&e->base)) != NULL) {
 		nng_msg *msg;
 		if (nng_msg_alloc(&msg, 0) == 0) {
 			nng_msg_append(msg, json, strlen(json));
@@ -509,11 +450,26 @@ mon_event_main(void *arg)
 {
 	mon *m = arg;
 	bool synced = false;
+	uint64_t beat = kc_mono_ms();
 
 	while (!m->stop) {
 		char *topic;
 		void *data;
 		size_t len;
+
+		/* A quiet WebSocket still carries a message now and then, or
+		 * the connection guard takes it for an idle connection. */
+		if (m->ws_open && kc_mono_ms() - beat >= MON_WS_BEAT_MS) {
+			static const char ka[] = "{\"keepalive\":true}";
+			nng_msg *msg;
+			beat = kc_mono_ms();
+			if (nng_msg_alloc(&msg, 0) == 0) {
+				nng_msg_append(msg, ka, sizeof(ka) - 1);
+				if (nng_sendmsg(
+				        m->ws_pub, msg, NNG_FLAG_NONBLOCK) != 0)
+					nng_msg_free(msg);
+			}
+		}
 
 		if (!synced) {
 			synced = mon_catch_up(m) == 0;
@@ -543,14 +499,13 @@ mon_event_main(void *arg)
 
 /* --------------------------------------------------------------- HTTP */
 
-/* A response of len bytes; a download (attachment named file) when file is
- * not NULL. */
+/* A response with extra headers hdrs (name, value pairs, NULL-ended; may
+ * be NULL). */
 static void
-mon_http_respond_n(nng_aio *aio, uint16_t status, const char *ctype,
-    const void *body, size_t len, const char *file)
+mon_http_reply(nng_aio *aio, uint16_t status, const char *ctype,
+    const void *body, size_t len, const char *const *hdrs)
 {
 	nng_http_res *res;
-	char disp[160];
 
 	if (nng_http_res_alloc(&res) != 0) {
 		nng_aio_finish(aio, NNG_ENOMEM);
@@ -559,14 +514,28 @@ mon_http_respond_n(nng_aio *aio, uint16_t status, const char *ctype,
 	nng_http_res_set_status(res, status);
 	nng_http_res_set_header(res, "Content-Type", ctype);
 	nng_http_res_set_header(res, "Cache-Control", "no-store");
-	if (file != NULL) {
-		snprintf(
-		    disp, sizeof(disp), "attachment; filename=\"%s\"", file);
-		nng_http_res_set_header(res, "Content-Disposition", disp);
-	}
-	nng_http_res_copy_data(res, body, len);
+	for (size_t i = 0; hdrs != NULL && hdrs[i] != NULL; i += 2)
+		nng_http_res_set_header(res, hdrs[i], hdrs[i + 1]);
+	/* NNG leaves Content-Length out of an empty body, and a client
+	 * would wait for the connection to close. */
+	if (len == 0)
+		nng_http_res_set_header(res, "Content-Length", "0");
+	else
+		nng_http_res_copy_data(res, body, len);
 	nng_aio_set_output(aio, 0, res);
 	nng_aio_finish(aio, 0);
+}
+
+void
+mon_http_respond_n(nng_aio *aio, uint16_t status, const char *ctype,
+    const void *body, size_t len, const char *file)
+{
+	char disp[160];
+	const char *hdrs[] = {"Content-Disposition", disp, NULL};
+
+	snprintf(disp, sizeof(disp), "attachment; filename=\"%s\"",
+	    file ? file : "");
+	mon_http_reply(aio, status, ctype, body, len, file ? hdrs : NULL);
 }
 
 static void
@@ -634,45 +603,126 @@ mon_req_ok(const mon *m, nng_http_req *req)
 	    mon_origin_ok(nng_http_req_get_header(req, "Origin"), host);
 }
 
-static void
-mon_http_error(nng_aio *aio, uint16_t status, const char *msg)
+/* The CLI's exit codes (docs/cli.md), by name, as the error documents of
+ * `kclaw --json` give them. */
+static const char *
+mon_err_code(uint16_t status, int *exit_code)
 {
-	cJSON *j = cJSON_CreateObject();
-	char *t;
-
-	cJSON_AddStringToObject(j, "error", msg);
-	t = cJSON_PrintUnformatted(j);
-	mon_http_respond(aio, status, "application/json", t ? t : "{}");
-	free(t);
-	cJSON_Delete(j);
+	switch (status) {
+	case 400:
+	case 405:
+	case 411:
+	case 413: *exit_code = 2; return "usage";
+	case 404: *exit_code = 3; return "not_found";
+	case 502:
+	case 503:
+	case 504: *exit_code = 4; return "unreachable";
+	case 501: *exit_code = 5; return "not_implemented";
+	default: *exit_code = 1; return "failed";
+	}
 }
 
-/* Reads "name=value" from the query string of uri into out. */
-static bool
-mon_query(const char *uri, const char *name, char *out, size_t n)
+char *
+mon_error_json(uint16_t status, const char *msg)
 {
-	const char *q = strchr(uri, '?');
+	cJSON *j = cJSON_CreateObject(), *e;
+	int code;
+	char *t;
+
+	e = cJSON_AddObjectToObject(j, "error");
+	cJSON_AddStringToObject(e, "code", mon_err_code(status, &code));
+	cJSON_AddNumberToObject(e, "exit", code);
+	cJSON_AddStringToObject(e, "message", msg);
+	t = cJSON_PrintUnformatted(j);
+	cJSON_Delete(j);
+	return t;
+}
+
+void
+mon_http_error_h(
+    nng_aio *aio, uint16_t status, const char *msg, const char *const *hdrs)
+{
+	char *t = mon_error_json(status, msg);
+
+	mon_http_reply(aio, status, "application/json", t ? t : "{}",
+	    t ? strlen(t) : 2, hdrs);
+	free(t);
+}
+
+void
+mon_http_error(nng_aio *aio, uint16_t status, const char *msg)
+{
+	mon_http_error_h(aio, status, msg, NULL);
+}
+
+uint16_t
+mon_err_status(int rv)
+{
+	switch (rv) {
+	case KC_ENOENT: return 404;
+	case KC_EINVAL: return 400;
+	case KC_EPERM: return 403;
+	case KC_ENOTSUP: return 501;
+	case KC_ENOMEM: return 500;
+	case KC_ETIMEDOUT: return 504;
+	default: return 502;
+	}
+}
+
+static int
+mon_hex(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0'
+	    : c >= 'a' && c <= 'f'  ? c - 'a' + 10
+	    : c >= 'A' && c <= 'F'  ? c - 'A' + 10
+	                            : -1;
+}
+
+/* Percent-decodes s[0..n) ('+' is a space, as forms send it) into out. */
+static void
+mon_urldecode(const char *s, size_t n, char *out, size_t cap)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < n && o + 1 < cap; i++) {
+		if (s[i] == '%' && i + 2 < n + 0 && mon_hex(s[i + 1]) >= 0 &&
+		    mon_hex(s[i + 2]) >= 0) {
+			out[o++] =
+			    (char)(mon_hex(s[i + 1]) * 16 + mon_hex(s[i + 2]));
+			i += 2;
+		} else {
+			out[o++] = s[i] == '+' ? ' ' : s[i];
+		}
+	}
+	out[o] = '\0';
+}
+
+/* "name=value" in a form or query string q (without its '?'). */
+static bool
+mon_form_get(const char *q, const char *name, char *out, size_t n)
+{
 	size_t nl = strlen(name);
 
-	while (q != NULL) {
-		q++;
+	while (q != NULL && *q != '\0') {
+		size_t len = strcspn(q, "&");
 		if (strncmp(q, name, nl) == 0 && q[nl] == '=') {
-			size_t i = 0;
-			q += nl + 1;
-			while (q[i] && q[i] != '&' && i + 1 < n) {
-				out[i] = q[i];
-				i++;
-			}
-			out[i] = '\0';
+			mon_urldecode(q + nl + 1, len - nl - 1, out, n);
 			return true;
 		}
-		q = strchr(q, '&');
+		q = q[len] ? q + len + 1 : NULL;
 	}
 	return false;
 }
 
-/* Task ids travel in paths: accept only what ids are made of. */
-static bool
+bool
+mon_query(const char *uri, const char *name, char *out, size_t n)
+{
+	const char *q = strchr(uri, '?');
+
+	return q != NULL && mon_form_get(q + 1, name, out, n);
+}
+
+bool
 mon_valid_id(const char *id)
 {
 	size_t n = strlen(id);
@@ -685,6 +735,173 @@ mon_valid_id(const char *id)
 			return false;
 	return true;
 }
+
+/* ----------------------------------------------------- authentication */
+
+/* a == b, in a time that depends on their lengths only. */
+static bool
+mon_secret_equal(const char *a, const char *b)
+{
+	size_t na = strlen(a), nb = strlen(b);
+	unsigned char d = na != nb;
+
+	for (size_t i = 0; i < na; i++)
+		d |= (unsigned char)(a[i] ^ b[i % (nb ? nb : 1)]);
+	return d == 0 && nb > 0;
+}
+
+/*
+ * Whether a request may see the dashboard: always without a token; with
+ * one, an `Authorization: Bearer TOKEN` header (scripts, Prometheus) or
+ * the session cookie the login page sets. The cookie holds a hash of the
+ * token, not the token, so it does not open the NNG API.
+ */
+static bool
+mon_auth_headers(const mon *m, const char *authz, const char *cookie)
+{
+	const char *p;
+	char val[80];
+	size_t n;
+
+	if (m->token[0] == '\0')
+		return true;
+	if (authz != NULL && strncasecmp(authz, "Bearer ", 7) == 0 &&
+	    mon_secret_equal(authz + 7, m->token))
+		return true;
+	for (p = cookie; p != NULL && *p != '\0';) {
+		while (*p == ' ' || *p == ';')
+			p++;
+		n = strcspn(p, ";");
+		if (strncmp(p, "kclaw_session=", 14) == 0 &&
+		    n - 14 < sizeof(val)) {
+			memcpy(val, p + 14, n - 14);
+			val[n - 14] = '\0';
+			if (mon_secret_equal(val, m->session))
+				return true;
+		}
+		p += n;
+	}
+	return false;
+}
+
+static bool
+mon_authed(const mon *m, nng_http_req *req)
+{
+	return mon_auth_headers(m,
+	    nng_http_req_get_header(req, "Authorization"),
+	    nng_http_req_get_header(req, "Cookie"));
+}
+
+static const char mon_login_page[] =
+    "<!doctype html><html><head><meta charset=\"utf-8\"><title>kclaw "
+    "login</title><style>body{font:15px system-ui,sans-serif;margin:4em "
+    "auto;max-width:28em}input{font:inherit;width:100%%;margin:.4em 0;"
+    "padding:.4em}</style></head><body><h1>kclaw</h1><p>This dashboard "
+    "asks for the deployment's token (<code>token</code> in kclaw.json, "
+    "or <code>KCLAW_TOKEN</code>).</p>%s<form method=\"post\" "
+    "action=\"/login\"><input type=\"password\" name=\"token\" "
+    "autocomplete=\"current-password\" autofocus placeholder=\"token\">"
+    "<input type=\"submit\" value=\"Log in\"></form></body></html>";
+
+static void
+mon_login_form(nng_aio *aio, uint16_t status, const char *note)
+{
+	char page[2048];
+
+	snprintf(page, sizeof(page), mon_login_page, note);
+	mon_http_reply(
+	    aio, status, "text/html; charset=utf-8", page, strlen(page), NULL);
+}
+
+/*
+ * GET /login: the form. POST /login with the token (a form field `token`,
+ * or JSON {"token": ...}): the session cookie, and back to the dashboard.
+ * POST /logout: the cookie cleared.
+ */
+static void
+mon_login(mon *m, nng_aio *aio, nng_http_req *req, bool logout)
+{
+	const char *method = nng_http_req_get_method(req);
+	char cookie[160], token[160] = "", *body = NULL;
+	void *data;
+	size_t len;
+	const char *hdrs[] = {"Set-Cookie", cookie, "Location", "/", NULL};
+
+	if (logout) {
+		if (strcmp(method, "POST") != 0) {
+			mon_http_error(aio, 405, "POST /logout");
+			return;
+		}
+		snprintf(cookie, sizeof(cookie),
+		    "kclaw_session=; Path=/; Max-Age=0; HttpOnly; "
+		    "SameSite=Strict");
+		hdrs[3] = "/login";
+		mon_http_reply(aio, 303, "text/plain", "", 0, hdrs);
+		return;
+	}
+	if (strcmp(method, "GET") == 0) {
+		if (m->token[0] == '\0') {
+			snprintf(cookie, sizeof(cookie), "kclaw_session=");
+			mon_http_reply(aio, 303, "text/plain", "", 0, hdrs + 2);
+			return;
+		}
+		mon_login_form(aio, 200, "");
+		return;
+	}
+	if (strcmp(method, "POST") != 0) {
+		mon_http_error(aio, 405, "GET or POST /login");
+		return;
+	}
+	nng_http_req_get_data(req, &data, &len);
+	if ((body = malloc(len + 1)) == NULL) {
+		nng_aio_finish(aio, NNG_ENOMEM);
+		return;
+	}
+	memcpy(body, data, len);
+	body[len] = '\0';
+	if (len > 0 && body[0] == '{') {
+		cJSON *j = cJSON_Parse(body);
+		cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "token");
+		if (cJSON_IsString(t))
+			kc_strlcpy(token, t->valuestring, sizeof(token));
+		cJSON_Delete(j);
+	} else {
+		mon_form_get(body, "token", token, sizeof(token));
+	}
+	free(body);
+	if (m->token[0] != '\0' && !mon_secret_equal(token, m->token)) {
+		KC_WARN("dashboard: a login with a wrong token");
+		mon_login_form(aio, 401,
+		    "<p><b>That is not the deployment's token.</b></p>");
+		return;
+	}
+	snprintf(cookie, sizeof(cookie),
+	    "kclaw_session=%s; Path=/; HttpOnly; SameSite=Strict", m->session);
+	mon_http_reply(aio, 303, "text/plain", "", 0, hdrs);
+}
+
+/* A request without the token: a browser's page goes to the login form;
+ * everything else is told 401 in JSON (text for /metrics). */
+static void
+mon_refuse_unauthed(nng_aio *aio, const char *path)
+{
+	static const char *const www[] = {
+	    "WWW-Authenticate", "Bearer realm=\"kclaw\"", NULL};
+	static const char *const login[] = {"Location", "/login", NULL};
+	static const char msg[] =
+	    "this dashboard asks for the deployment's token: log in at "
+	    "/login, or send the header 'Authorization: Bearer TOKEN'";
+
+	if (strcmp(path, "/") == 0 || strncmp(path, "/task", 5) == 0)
+		mon_http_reply(aio, 303, "text/plain", "", 0, login);
+	else if (strcmp(path, "/metrics") == 0)
+		mon_http_reply(aio, 401, "text/plain; charset=utf-8", msg,
+		    sizeof(msg) - 1, www);
+	else
+		mon_http_error_h(aio, 401, msg, www);
+}
+
+/* ------------------------------------------------------------ the API */
 
 /* Adds "cost_usd" to a task record's JSON and to each of its usage
  * entries: the USD at the configured prices, null where a model has no
@@ -710,11 +927,12 @@ mon_json_cost(const mon *m, cJSON *j, const Kclaw__TaskRecord *rec)
 	    all ? cJSON_CreateNumber(total) : cJSON_CreateNull());
 }
 
-/* An API answer as JSON text, with the cost in every task record. */
+/* An API answer as JSON text in the convention of `kclaw --json`
+ * (kc_pb_to_json_public), with the cost in every task record. */
 static char *
 mon_api_json(const mon *m, const ProtobufCMessage *resp)
 {
-	cJSON *j = kc_pb_to_json(resp), *t;
+	cJSON *j = kc_pb_to_json_public(resp), *t;
 	char *text;
 
 	if (j == NULL)
@@ -734,7 +952,8 @@ mon_api_json(const mon *m, const ProtobufCMessage *resp)
 		    ? ((const Kclaw__StatusResponse *)resp)->task
 		    : ((const Kclaw__ResultResponse *)resp)->task;
 		if (rec != NULL &&
-		    (t = cJSON_GetObjectItemCaseSensitive(j, "task")) != NULL)
+		    (t = cJSON_GetObjectItemCaseSensitive(j, "task")) != NULL &&
+		    cJSON_IsObject(t))
 			mon_json_cost(m, t, rec);
 	}
 	text = cJSON_PrintUnformatted(j);
@@ -744,10 +963,10 @@ mon_api_json(const mon *m, const ProtobufCMessage *resp)
 
 /* One file of a ustar archive: header, data, padding to 512 bytes. */
 static void
-mon_tar_add(kc_str *s, const char *name, const char *data, uint64_t mtime)
+mon_tar_add(
+    kc_str *s, const char *name, const char *data, size_t n, uint64_t mtime)
 {
 	unsigned char h[512];
-	size_t n = strlen(data);
 	unsigned sum = 0;
 	static const char zero[512];
 
@@ -774,135 +993,281 @@ mon_tar_add(kc_str *s, const char *name, const char *data, uint64_t mtime)
 		kc_str_appendn(s, zero, 512 - n % 512);
 }
 
-/* The best kernel of a Result as kernel.cu, plan.json or a tar of both in
- * a folder kclaw-ID/. */
+/* The files `kclaw result --out` writes (tools/export/export.h), which
+ * /api/result/ID/FILE serves one by one and kernel.tar all together. */
+static const char *const mon_export_files[] = {"kernel.cu", "plan.json",
+    "result.json", "history.json", "launcher.h", "launcher.c", "main.c",
+    "model_new.py", "README.md"};
+
+static const char *
+mon_export_ctype(const char *file)
+{
+	size_t n = strlen(file);
+
+	if (n > 5 && strcmp(file + n - 5, ".json") == 0)
+		return "application/json";
+	if (n > 3 && strcmp(file + n - 3, ".md") == 0)
+		return "text/markdown; charset=utf-8";
+	return "text/plain; charset=utf-8";
+}
+
+/*
+ * The best kernel of a Result as one of the export's files, or as
+ * kernel.tar: every file in a folder kclaw-ID/, the same files as `kclaw
+ * result ID --out DIR` writes (the exporter writes them into a private
+ * temporary folder, removed afterwards).
+ */
 static void
 mon_download(nng_aio *aio, const Kclaw__ResultResponse *r, const char *file)
 {
-	const Kclaw__CandidateRecord *b = r->best;
 	const char *id = r->task && r->task->id ? r->task->id : "task";
-	const char *source, *plan;
-	char name[160];
+	uint64_t mtime = r->task ? r->task->finished_unix_ms / 1000 : 0;
+	char dir[] = "/tmp/kclaw-export-XXXXXX", path[512], name[200];
+	bool tar = strcmp(file, "kernel.tar") == 0;
+	kc_str s = {0};
+	static const char end[1024];
+	int rv;
 
-	if (b == NULL || b->candidate == NULL) {
+	if (r->best == NULL || r->best->candidate == NULL) {
 		mon_http_error(aio, 404,
 		    "the task has no correct kernel (yet): nothing to "
 		    "download");
 		return;
 	}
-	/* A candidate with tunables was measured in its tuned configuration:
-	 * that source and plan are the ones verified (as kclaw result
-	 * --out writes them). */
-	source = b->candidate->source ? b->candidate->source : "";
-	plan = b->candidate->plan_json ? b->candidate->plan_json : "";
-	if (b->eval && b->eval->tuned_source && *b->eval->tuned_source &&
-	    b->eval->tuned_plan && *b->eval->tuned_plan) {
-		source = b->eval->tuned_source;
-		plan = b->eval->tuned_plan;
+	if (mkdtemp(dir) == NULL) {
+		mon_http_error(aio, 500, "cannot make a temporary folder");
+		return;
 	}
-	if (strcmp(file, "kernel.cu") == 0) {
-		snprintf(name, sizeof(name), "kclaw-%s-kernel.cu", id);
-		mon_http_respond_n(aio, 200, "text/plain; charset=utf-8",
-		    source, strlen(source), name);
-	} else if (strcmp(file, "plan.json") == 0) {
-		snprintf(name, sizeof(name), "kclaw-%s-plan.json", id);
-		mon_http_respond_n(
-		    aio, 200, "application/json", plan, strlen(plan), name);
-	} else {
-		kc_str s = {0};
-		static const char end[1024];
-		uint64_t mtime = r->task ? r->task->finished_unix_ms / 1000 : 0;
-		snprintf(name, sizeof(name), "kclaw-%s/kernel.cu", id);
-		mon_tar_add(&s, name, source, mtime);
-		snprintf(name, sizeof(name), "kclaw-%s/plan.json", id);
-		mon_tar_add(&s, name, plan, mtime);
-		kc_str_appendn(&s, end, sizeof(end));
-		if (s.buf == NULL) {
-			mon_http_error(aio, 500, "out of memory");
+	if ((rv = kc_export_result(dir, r)) != 0) {
+		mon_http_error(aio, mon_err_status(rv), kc_lasterr());
+		goto out;
+	}
+	for (size_t i = 0; i < KC_ARRAY_LEN(mon_export_files); i++) {
+		const char *f = mon_export_files[i];
+		char *data;
+		size_t len;
+		if (!tar && strcmp(f, file) != 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, f);
+		if (kc_read_file(path, (size_t)64 << 20, &data, &len) != 0) {
+			kc_clearerr();
+			continue; /* not written for this kernel */
+		}
+		if (tar) {
+			snprintf(name, sizeof(name), "kclaw-%s/%s", id, f);
+			mon_tar_add(&s, name, data, len, mtime);
+		} else {
+			snprintf(name, sizeof(name), "kclaw-%s-%s", id, f);
+			mon_http_respond_n(
+			    aio, 200, mon_export_ctype(f), data, len, name);
+		}
+		free(data);
+		if (!tar)
+			goto out;
+	}
+	if (!tar) {
+		mon_http_error(aio, 404, "the export has no such file");
+		goto out;
+	}
+	kc_str_appendn(&s, end, sizeof(end));
+	if (s.buf == NULL) {
+		mon_http_error(aio, 500, "out of memory");
+		goto out;
+	}
+	snprintf(name, sizeof(name), "kclaw-%s.tar", id);
+	mon_http_respond_n(aio, 200, "application/x-tar", s.buf, s.len, name);
+out:
+	kc_str_free(&s);
+	for (size_t i = 0; i < KC_ARRAY_LEN(mon_export_files); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, mon_export_files[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
+/* GET /api/report?tasks=ID,ID&by=level: `kclaw report --json` (the same
+ * code, tools/cli_report.c). */
+static void
+mon_report(mon *m, nng_aio *aio, const char *uri)
+{
+	char list[2048] = "", by[16] = "", *ids[64], *save = NULL, *text = NULL;
+	orch_client c;
+	size_t n = 0, len = 0;
+	FILE *f;
+	int rv;
+
+	mon_query(uri, "tasks", list, sizeof(list));
+	mon_query(uri, "by", by, sizeof(by));
+	if (by[0] != '\0' && strcmp(by, "level") != 0) {
+		mon_http_error(aio, 400, "by= takes only 'level'");
+		return;
+	}
+	for (char *t = strtok_r(list, ",", &save); t != NULL;
+	     t = strtok_r(NULL, ",", &save)) {
+		if (!mon_valid_id(t) || n == KC_ARRAY_LEN(ids)) {
+			mon_http_error(aio, 400,
+			    "tasks= takes at most 64 task ids, "
+			    "comma-separated");
 			return;
 		}
-		snprintf(name, sizeof(name), "kclaw-%s.tar", id);
-		mon_http_respond_n(
-		    aio, 200, "application/x-tar", s.buf, s.len, name);
-		kc_str_free(&s);
+		ids[n++] = t;
 	}
+	memset(&c, 0, sizeof(c));
+	c.cfg = m->cfg;
+	c.bus = m->http_api;
+	if ((f = open_memstream(&text, &len)) == NULL) {
+		mon_http_error(aio, 500, "out of memory");
+		return;
+	}
+	rv = cli_report_print_by(&c, ids, n, true, by[0] != '\0', f);
+	fclose(f);
+	if (rv != 0)
+		mon_http_error(aio, mon_err_status(rv), kc_lasterr());
+	else
+		mon_http_respond_n(
+		    aio, 200, "application/json", text, len, NULL);
+	free(text);
+}
+
+/*
+ * The paths and methods served, as docs/openapi.json describes them
+ * (tests/monitor/openapi_test.py compares the two): {id} is a task id,
+ * {file} one of the export's files.
+ */
+enum mon_op {
+	MON_PAGE,
+	MON_SCRIPT,
+	MON_TASK_PAGE,
+	MON_LOGIN_FORM,
+	MON_LOGIN,
+	MON_LOGOUT,
+	MON_METRICS,
+	MON_WS,
+	MON_HEALTH,
+	MON_LIST,
+	MON_SUBMIT,
+	MON_STATUS,
+	MON_CANCEL,
+	MON_RESULT,
+	MON_RESULT_FILE,
+	MON_REPORT,
+	MON_EVENTS,
+	MON_EVENTS_STREAM,
+};
+
+static const struct mon_route {
+	const char *method, *path;
+	enum mon_op op;
+} mon_routes[] = {
+    {"GET", "/", MON_PAGE},
+    {"GET", "/app.js", MON_SCRIPT},
+    {"GET", "/task/{id}", MON_TASK_PAGE},
+    {"GET", "/login", MON_LOGIN_FORM},
+    {"POST", "/login", MON_LOGIN},
+    {"POST", "/logout", MON_LOGOUT},
+    {"GET", "/metrics", MON_METRICS},
+    {"GET", "/ws", MON_WS},
+    {"GET", "/api/health", MON_HEALTH},
+    {"GET", "/api/tasks", MON_LIST},
+    {"POST", "/api/tasks", MON_SUBMIT},
+    {"GET", "/api/tasks/{id}", MON_STATUS},
+    {"POST", "/api/tasks/{id}/cancel", MON_CANCEL},
+    {"GET", "/api/result/{id}", MON_RESULT},
+    {"GET", "/api/result/{id}/{file}", MON_RESULT_FILE},
+    {"GET", "/api/report", MON_REPORT},
+    {"GET", "/api/events", MON_EVENTS},
+    {"GET", "/api/events/stream", MON_EVENTS_STREAM},
+};
+
+/* Whether path fits the template t; {id} and {file} go to id and file. */
+static bool
+mon_route_match(const char *t, const char *path, char *id, char *file)
+{
+	while (*t != '\0') {
+		if (*t == '{') {
+			bool is_id = strncmp(t, "{id}", 4) == 0;
+			size_t n = strcspn(path, "/");
+			char *out = is_id ? id : file;
+			if (n == 0 || n >= 80)
+				return false;
+			memcpy(out, path, n);
+			out[n] = '\0';
+			path += n;
+			t += is_id ? 4 : 6;
+			continue;
+		}
+		if (*t++ != *path++)
+			return false;
+	}
+	return *path == '\0';
 }
 
 static void
-mon_http_api(mon *m, nng_aio *aio, const char *uri)
+mon_api_call(mon *m, nng_aio *aio, enum mon_op op, const char *id,
+    const char *file, const char *uri)
 {
-	char path[256], id[80] = "", buf[32];
-	const char *method, *file = NULL;
+	const char *method;
 	ProtobufCMessage *req, *resp = NULL;
 	const ProtobufCMessageDescriptor *rd;
 	Kclaw__HealthRequest hr = KCLAW__HEALTH_REQUEST__INIT;
 	Kclaw__ListRequest lr = KCLAW__LIST_REQUEST__INIT;
 	Kclaw__StatusRequest sr = KCLAW__STATUS_REQUEST__INIT;
+	Kclaw__CancelRequest cr = KCLAW__CANCEL_REQUEST__INIT;
 	Kclaw__ResultRequest rr = KCLAW__RESULT_REQUEST__INIT;
 	Kclaw__EventsRequest er = KCLAW__EVENTS_REQUEST__INIT;
+	char buf[32], task[80] = "", state[32] = "";
 	int rv;
 
-	snprintf(path, sizeof(path), "%.*s", (int)strcspn(uri, "?"), uri);
-	if (strcmp(path, "/api/health") == 0) {
+	switch (op) {
+	case MON_HEALTH:
 		method = "Health", req = &hr.base;
 		rd = &kclaw__health_response__descriptor;
-	} else if (strcmp(path, "/api/tasks") == 0) {
+		break;
+	case MON_LIST:
 		method = "List", req = &lr.base;
 		rd = &kclaw__list_response__descriptor;
-	} else if (sscanf(path, "/api/tasks/%79s", id) == 1) {
-		method = "Status", req = &sr.base, sr.task_id = id;
+		if (mon_query(uri, "state", state, sizeof(state)))
+			lr.state = kc_json_upper(state);
+		if (mon_query(uri, "limit", buf, sizeof(buf)))
+			lr.limit = (uint32_t)strtoul(buf, NULL, 10);
+		break;
+	case MON_STATUS:
+		method = "Status", req = &sr.base, sr.task_id = (char *)id;
 		rd = &kclaw__status_response__descriptor;
-	} else if (strncmp(path, "/api/result/", 12) == 0 && path[12] != '\0') {
-		/* /api/result/ID or /api/result/ID/FILE (a download) */
-		const char *p = path + 12, *slash = strchr(p, '/');
-		size_t n = slash ? (size_t)(slash - p) : strlen(p);
-		snprintf(id, sizeof(id), "%.*s", (int)(n < 79 ? n : 79), p);
-		if (n >= sizeof(id))
-			id[0] = '!'; /* too long: refused below */
-		if (slash != NULL) {
-			file = slash + 1;
-			if (strcmp(file, "kernel.cu") != 0 &&
-			    strcmp(file, "plan.json") != 0 &&
-			    strcmp(file, "kernel.tar") != 0) {
-				mon_http_error(aio, 404,
-				    "no such download: use "
-				    "/api/result/ID/kernel.cu, plan.json or "
-				    "kernel.tar");
-				return;
-			}
-		}
-		method = "Result", req = &rr.base, rr.task_id = id;
+		break;
+	case MON_CANCEL:
+		method = "Cancel", req = &cr.base, cr.task_id = (char *)id;
+		rd = &kclaw__cancel_response__descriptor;
+		break;
+	case MON_RESULT:
+	case MON_RESULT_FILE:
+		method = "Result", req = &rr.base, rr.task_id = (char *)id;
 		rd = &kclaw__result_response__descriptor;
-	} else if (strcmp(path, "/api/events") == 0) {
+		break;
+	case MON_EVENTS:
 		method = "Events", req = &er.base;
 		rd = &kclaw__events_response__descriptor;
 		if (mon_query(uri, "since", buf, sizeof(buf)))
 			er.since_seq = strtoull(buf, NULL, 10);
 		if (mon_query(uri, "limit", buf, sizeof(buf)))
 			er.limit = (uint32_t)strtoul(buf, NULL, 10);
-		if (mon_query(uri, "task", id, sizeof(id)))
-			er.task_id = id;
-	} else {
-		mon_http_error(aio, 404,
-		    "no such API path; see /api/health, "
-		    "/api/tasks, /api/events");
-		return;
-	}
-	if (id[0] != '\0' && !mon_valid_id(id)) {
-		mon_http_error(aio, 400, "bad task id");
-		return;
+		if (mon_query(uri, "task", task, sizeof(task))) {
+			if (!mon_valid_id(task)) {
+				mon_http_error(aio, 400, "bad task id");
+				return;
+			}
+			er.task_id = task;
+		}
+		break;
+	default: mon_http_error(aio, 500, "not an API call"); return;
 	}
 	rv = kc_api_call(
 	    m->http_api, method, req, m->token, MON_API_TIMEOUT_MS, rd, &resp);
 	if (rv != 0) {
-		mon_http_error(aio,
-		    rv == KC_ENOENT       ? 404
-		        : rv == KC_EINVAL ? 400
-		                          : 502,
-		    kc_lasterr());
+		mon_http_error(aio, mon_err_status(rv), kc_lasterr());
 		return;
 	}
-	if (file != NULL) {
+	if (op == MON_RESULT_FILE) {
 		mon_download(aio, (const Kclaw__ResultResponse *)resp, file);
 		protobuf_c_message_free_unpacked(resp, NULL);
 		return;
@@ -915,6 +1280,79 @@ mon_http_api(mon *m, nng_aio *aio, const char *uri)
 	}
 	mon_http_respond(aio, 200, "application/json", t);
 	free(t);
+}
+
+/* Routes one authenticated request of /api/ or /metrics; on the HTTP
+ * thread. */
+static void
+mon_http_api(mon *m, nng_aio *aio, nng_http_req *req, const char *uri)
+{
+	const char *method = nng_http_req_get_method(req);
+	char path[256], id[80] = "", file[80] = "", allow[64] = "";
+	const struct mon_route *r = NULL;
+
+	snprintf(path, sizeof(path), "%.*s", (int)strcspn(uri, "?"), uri);
+	for (size_t i = 0; i < KC_ARRAY_LEN(mon_routes); i++) {
+		const struct mon_route *x = &mon_routes[i];
+		if (strncmp(x->path, "/api/", 5) != 0 &&
+		    strcmp(x->path, "/metrics") != 0)
+			continue;
+		if (!mon_route_match(x->path, path, id, file))
+			continue;
+		if (strcmp(x->method, method) == 0)
+			r = x;
+		else
+			snprintf(allow + strlen(allow),
+			    sizeof(allow) - strlen(allow), "%s%s",
+			    allow[0] ? ", " : "", x->method);
+	}
+	if (r == NULL && allow[0] != '\0') {
+		const char *hdrs[] = {"Allow", allow, NULL};
+		char msg[128];
+		snprintf(msg, sizeof(msg), "%s takes %s", path, allow);
+		mon_http_error_h(aio, 405, msg, hdrs);
+		return;
+	}
+	if (r == NULL) {
+		mon_http_error(aio, 404,
+		    "no such API path; docs/api.md lists them (/api/health, "
+		    "/api/tasks, /api/events, ...)");
+		return;
+	}
+	if (id[0] != '\0' && !mon_valid_id(id)) {
+		mon_http_error(
+		    aio, 400, "bad task id: 1-64 letters, digits, '-' or '_'");
+		return;
+	}
+	if (r->op == MON_RESULT_FILE) {
+		bool known = strcmp(file, "kernel.tar") == 0;
+		for (size_t i = 0; i < KC_ARRAY_LEN(mon_export_files); i++)
+			known |= strcmp(file, mon_export_files[i]) == 0;
+		if (!known) {
+			mon_http_error(aio, 404,
+			    "no such download: use /api/result/ID/kernel.tar "
+			    "or one of its files (kernel.cu, plan.json, "
+			    "result.json, history.json, launcher.h, "
+			    "launcher.c, main.c, model_new.py, README.md)");
+			return;
+		}
+	}
+	switch (r->op) {
+	case MON_METRICS: {
+		char *t = mon_metrics_text(m);
+		mon_http_respond(aio, 200,
+		    "text/plain; version=0.0.4; charset=utf-8", t ? t : "");
+		free(t);
+		break;
+	}
+	case MON_REPORT: mon_report(m, aio, uri); break;
+	case MON_EVENTS_STREAM: mon_stream_start(m, aio, uri); break;
+	case MON_SUBMIT:
+		/* Served by its own handler, before any body is read. */
+		mon_http_error(aio, 500, "submit took the wrong handler");
+		break;
+	default: mon_api_call(m, aio, r->op, id, file, uri); break;
+	}
 }
 
 static void *
@@ -935,34 +1373,39 @@ mon_http_main(void *arg)
 		pthread_mutex_unlock(&m->mu);
 		nng_http_req *req = nng_aio_get_input(aio, 0);
 		const char *uri = nng_http_req_get_uri(req);
-		if (m->stop) {
+		if (m->stop)
 			mon_http_error(aio, 503, "shutting down");
-		} else if (strncmp(uri, "/metrics", 8) == 0) {
-			char *t = mon_metrics_text(m);
-			mon_http_respond(aio, 200,
-			    "text/plain; version=0.0.4; charset=utf-8",
-			    t ? t : "");
-			free(t);
-		} else {
-			mon_http_api(m, aio, uri);
-		}
+		else
+			mon_http_api(m, aio, req, uri);
 		pthread_mutex_lock(&m->mu);
 	}
 	pthread_mutex_unlock(&m->mu);
 	return NULL;
 }
 
+static const char mon_bad_host[] =
+    "Host or Origin is not this dashboard's; open it as "
+    "http://127.0.0.1:PORT/ (or the host it serves)";
+
 /* On an NNG thread: never blocks, only queues. */
 static void
 mon_http_cb(nng_aio *aio)
 {
 	nng_http_handler *h = nng_aio_get_input(aio, 1);
+	nng_http_req *req = nng_aio_get_input(aio, 0);
 	mon *m = nng_http_handler_get_data(h);
+	const char *uri = nng_http_req_get_uri(req);
 
-	if (!mon_req_ok(m, nng_aio_get_input(aio, 0))) {
-		mon_http_error(aio, 403,
-		    "Host or Origin is not this dashboard's; open it as "
-		    "http://127.0.0.1:PORT/ (or the host it serves)");
+	if (!mon_req_ok(m, req)) {
+		mon_http_error(aio, 403, mon_bad_host);
+		return;
+	}
+	if (strncmp(uri, "/login", 6) == 0 || strncmp(uri, "/logout", 7) == 0) {
+		mon_login(m, aio, req, strncmp(uri, "/logout", 7) == 0);
+		return;
+	}
+	if (!mon_authed(m, req)) {
+		mon_refuse_unauthed(aio, uri);
 		return;
 	}
 	pthread_mutex_lock(&m->mu);
@@ -987,15 +1430,44 @@ mon_http_cb(nng_aio *aio)
 	pthread_mutex_unlock(&m->mu);
 }
 
+/* POST /api/tasks: the token is checked on the headers, before a byte of
+ * the archive is read (mon_upload_start reads it). */
+static void
+mon_submit_cb(nng_aio *aio)
+{
+	nng_http_handler *h = nng_aio_get_input(aio, 1);
+	nng_http_req *req = nng_aio_get_input(aio, 0);
+	mon *m = nng_http_handler_get_data(h);
+	static const char *const close_hdr[] = {"Connection", "close", NULL};
+
+	if (!mon_req_ok(m, req)) {
+		mon_http_error_h(aio, 403, mon_bad_host, close_hdr);
+		return;
+	}
+	if (!mon_authed(m, req)) {
+		static const char *const hdrs[] = {"WWW-Authenticate",
+		    "Bearer realm=\"kclaw\"", "Connection", "close", NULL};
+		mon_http_error_h(aio, 401,
+		    "submitting asks for the deployment's token: send the "
+		    "header 'Authorization: Bearer TOKEN'",
+		    hdrs);
+		return;
+	}
+	mon_upload_start(m, aio);
+}
+
 static int
-mon_add_handler(mon *m, const char *path, bool tree)
+mon_add_handler(mon *m, const char *path, const char *method, bool tree,
+    void (*cb)(nng_aio *), size_t maxbody)
 {
 	nng_http_handler *h;
 	int nrv;
 
-	if ((nrv = nng_http_handler_alloc(&h, path, mon_http_cb)) != 0)
+	if ((nrv = nng_http_handler_alloc(&h, path, cb)) != 0)
 		return nrv;
 	nng_http_handler_set_data(h, m, NULL);
+	nng_http_handler_set_method(h, method);
+	nng_http_handler_collect_body(h, maxbody > 0, maxbody);
 	if (tree)
 		nng_http_handler_set_tree(h);
 	if ((nrv = nng_http_server_add_handler(m->http, h)) != 0)
@@ -1003,18 +1475,21 @@ mon_add_handler(mon *m, const char *path, bool tree)
 	return nrv;
 }
 
-/* The embedded page and script, behind the same Host check. */
+/* The embedded page and script, behind the same Host and token checks. */
 static void
 mon_static_cb(nng_aio *aio)
 {
 	const struct mon_asset *a =
 	    nng_http_handler_get_data(nng_aio_get_input(aio, 1));
+	nng_http_req *req = nng_aio_get_input(aio, 0);
 	nng_http_res *res;
 
-	if (!mon_req_ok(a->m, nng_aio_get_input(aio, 0))) {
-		mon_http_error(aio, 403,
-		    "Host or Origin is not this dashboard's; open it as "
-		    "http://127.0.0.1:PORT/ (or the host it serves)");
+	if (!mon_req_ok(a->m, req)) {
+		mon_http_error(aio, 403, mon_bad_host);
+		return;
+	}
+	if (!mon_authed(a->m, req)) {
+		mon_refuse_unauthed(aio, nng_http_req_get_uri(req));
 		return;
 	}
 	if (nng_http_res_alloc(&res) != 0) {
@@ -1022,6 +1497,7 @@ mon_static_cb(nng_aio *aio)
 		return;
 	}
 	nng_http_res_set_header(res, "Content-Type", a->ctype);
+	nng_http_res_set_header(res, "Cache-Control", "no-store");
 	nng_http_res_copy_data(res, a->data, a->len);
 	nng_aio_set_output(aio, 0, res);
 	nng_aio_finish(aio, 0);
@@ -1047,21 +1523,28 @@ mon_add_static(mon *m, int slot, const char *path, bool tree,
 	return nrv;
 }
 
-/* A WebSocket upgrade passes the same Host and Origin checks: a page of
- * another site may open ws://127.0.0.1:PORT/ws, but its Origin says so. */
+/* A WebSocket upgrade passes the same Host, Origin and token checks: a
+ * page of another site may open ws://127.0.0.1:PORT/ws, but its Origin
+ * says so; a browser sends the login's cookie with the upgrade. */
 static void
 mon_ws_pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
 	mon *m = arg;
-	char *host = NULL, *origin = NULL;
+	char *host = NULL, *origin = NULL, *authz = NULL, *cookie = NULL;
 
 	(void)ev;
 	nng_pipe_get_string(p, NNG_OPT_WS_REQUEST_HEADER "Host", &host);
 	nng_pipe_get_string(p, NNG_OPT_WS_REQUEST_HEADER "Origin", &origin);
-	if (!mon_host_ok(m, host) || !mon_origin_ok(origin, host))
+	nng_pipe_get_string(
+	    p, NNG_OPT_WS_REQUEST_HEADER "Authorization", &authz);
+	nng_pipe_get_string(p, NNG_OPT_WS_REQUEST_HEADER "Cookie", &cookie);
+	if (!mon_host_ok(m, host) || !mon_origin_ok(origin, host) ||
+	    !mon_auth_headers(m, authz, cookie))
 		nng_pipe_close(p);
 	nng_strfree(host);
 	nng_strfree(origin);
+	nng_strfree(authz);
+	nng_strfree(cookie);
 }
 
 static int
@@ -1091,6 +1574,9 @@ mon_http_start(mon *m, const char *http_url)
 	if (nrv != 0)
 		return kc_seterr(KC_EBUS, "monitor: HTTP server on %s: %s",
 		    http_url, nng_strerror(nrv));
+	/* Bodies: the login's form is small, API requests other than a
+	 * submit carry none; a submit's archive is streamed to disk after
+	 * the token was checked (mon_upload.c). */
 	if ((nrv = mon_add_static(m, 0, "/", false, mon_asset_index_html,
 	         mon_asset_index_html_len, "text/html; charset=utf-8")) != 0 ||
 	    (nrv = mon_add_static(m, 1, "/app.js", false, mon_asset_app_js,
@@ -1098,8 +1584,16 @@ mon_http_start(mon *m, const char *http_url)
 	        0 ||
 	    (nrv = mon_add_static(m, 2, "/task", true, mon_asset_index_html,
 	         mon_asset_index_html_len, "text/html; charset=utf-8")) != 0 ||
-	    (nrv = mon_add_handler(m, "/api", true)) != 0 ||
-	    (nrv = mon_add_handler(m, "/metrics", false)) != 0)
+	    (nrv = mon_add_handler(m, "/api", NULL, true, mon_http_cb, 4096)) !=
+	        0 ||
+	    (nrv = mon_add_handler(
+	         m, "/api/tasks", "POST", false, mon_submit_cb, 0)) != 0 ||
+	    (nrv = mon_add_handler(
+	         m, "/metrics", "GET", false, mon_http_cb, 4096)) != 0 ||
+	    (nrv = mon_add_handler(
+	         m, "/login", NULL, false, mon_http_cb, 4096)) != 0 ||
+	    (nrv = mon_add_handler(
+	         m, "/logout", NULL, false, mon_http_cb, 4096)) != 0)
 		return kc_seterr(
 		    KC_EBUS, "monitor: handlers: %s", nng_strerror(nrv));
 	/* The WebSocket PUB shares the HTTP server's port: NNG finds the
@@ -1118,6 +1612,126 @@ mon_http_start(mon *m, const char *http_url)
 	return 0;
 }
 
+/* ------------------------------------------------ hijacked connections */
+
+int
+mon_conn_take(mon *m, nng_aio *aio, struct mon_conn **out)
+{
+	struct mon_conn *c;
+
+	if ((c = calloc(1, sizeof(*c))) == NULL)
+		return KC_ENOMEM;
+	if (nng_aio_alloc(&c->aio, NULL, NULL) != 0) {
+		free(c);
+		return KC_ENOMEM;
+	}
+	c->m = m;
+	c->conn = nng_aio_get_input(aio, 2);
+	c->req = nng_aio_get_input(aio, 0);
+	nng_http_hijack(c->conn);
+	pthread_mutex_lock(&m->mu);
+	c->next = m->conns;
+	m->conns = c;
+	pthread_mutex_unlock(&m->mu);
+	/* No response: the server lets go of the connection. */
+	nng_aio_finish(aio, 0);
+	*out = c;
+	return 0;
+}
+
+int
+mon_conn_write(struct mon_conn *c, const void *data, size_t len)
+{
+	nng_iov iov = {.iov_buf = (void *)data, .iov_len = len};
+
+	if (len == 0)
+		return 0;
+	nng_aio_set_iov(c->aio, 1, &iov);
+	nng_aio_set_timeout(c->aio, MON_IO_TIMEOUT_MS);
+	nng_http_conn_write_all(c->conn, c->aio);
+	nng_aio_wait(c->aio);
+	return nng_aio_result(c->aio);
+}
+
+int
+mon_conn_read(struct mon_conn *c, void *buf, size_t cap, size_t *got)
+{
+	nng_iov iov = {.iov_buf = buf, .iov_len = cap};
+	int nrv;
+
+	nng_aio_set_iov(c->aio, 1, &iov);
+	nng_aio_set_timeout(c->aio, MON_IO_TIMEOUT_MS);
+	nng_http_conn_read(c->conn, c->aio);
+	nng_aio_wait(c->aio);
+	if ((nrv = nng_aio_result(c->aio)) != 0)
+		return nrv;
+	*got = nng_aio_count(c->aio);
+	return 0;
+}
+
+int
+mon_conn_respond(
+    struct mon_conn *c, uint16_t status, const char *ctype, const char *body)
+{
+	char head[256];
+	int n, nrv;
+
+	n = snprintf(head, sizeof(head),
+	    "HTTP/1.1 %u %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+	    "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+	    status, status < 300 ? "OK" : "Error", ctype, strlen(body));
+	if ((nrv = mon_conn_write(c, head, (size_t)n)) != 0)
+		return nrv;
+	return mon_conn_write(c, body, strlen(body));
+}
+
+void
+mon_conn_end(struct mon_conn *c)
+{
+	mon *m = c->m;
+
+	pthread_mutex_lock(&m->mu);
+	for (struct mon_conn **p = &m->conns; *p != NULL; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	pthread_mutex_unlock(&m->mu);
+	nng_aio_free(c->aio);
+	nng_http_conn_close(c->conn);
+	nng_http_req_free(c->req);
+	free(c);
+}
+
+/* A thread that serves a hijacked connection starts and ends through
+ * these, so mon_stop can wait for every one. */
+int
+mon_thread_spawn(mon *m, void *(*fn)(void *), void *arg)
+{
+	pthread_t t;
+
+	pthread_mutex_lock(&m->mu);
+	m->nthreads++;
+	pthread_mutex_unlock(&m->mu);
+	if (pthread_create(&t, NULL, fn, arg) != 0) {
+		mon_thread_done(m);
+		return KC_ENOMEM;
+	}
+	pthread_detach(t);
+	return 0;
+}
+
+void
+mon_thread_done(mon *m)
+{
+	pthread_mutex_lock(&m->mu);
+	m->nthreads--;
+	pthread_cond_broadcast(&m->conn_cv);
+	pthread_mutex_unlock(&m->mu);
+}
+
+/* ------------------------------------------------------------- start */
+
 int
 mon_start(mon **out, const mon_opts *o)
 {
@@ -1128,14 +1742,27 @@ mon_start(mon **out, const mon_opts *o)
 		return KC_ENOMEM;
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_cond_init(&m->cv, NULL);
+	pthread_cond_init(&m->ev_cv, NULL);
+	pthread_cond_init(&m->conn_cv, NULL);
 	kc_strlcpy(m->token, o->token ? o->token : "", sizeof(m->token));
+	kc_strlcpy(m->api_url, o->api_url, sizeof(m->api_url));
 	if (o->config != NULL)
 		m->cfg = *o->config;
+	kc_strlcpy(m->cfg.token, m->token, sizeof(m->cfg.token));
+	/* The login cookie: a hash of the token, so it cannot be replayed
+	 * as the NNG API's token. */
+	{
+		kc_str s = {0};
+		kc_str_printf(&s, "kclaw-dashboard-session\n%s", m->token);
+		kc_sha256_hex(s.buf ? s.buf : "", s.len, m->session);
+		kc_str_free(&s);
+	}
 	if ((rv = bus_client_open(&m->api, o->api_url, 0)) != 0 ||
 	    (rv = bus_client_open(&m->http_api, o->api_url, 0)) != 0 ||
 	    (rv = bus_sub_open(&m->sub, o->events_url, 0)) != 0 ||
 	    (rv = bus_sub_subscribe(m->sub, "")) != 0 ||
-	    (rv = mon_http_start(m, o->http_url)) != 0) {
+	    (rv = mon_http_start(m, o->http_url)) != 0 ||
+	    (rv = mon_guard_start(m)) != 0) {
 		mon_stop(m);
 		return rv;
 	}
@@ -1162,7 +1789,17 @@ mon_stop(mon *m)
 	pthread_mutex_lock(&m->mu);
 	m->stop = true;
 	pthread_cond_broadcast(&m->cv);
+	pthread_cond_broadcast(&m->ev_cv);
+	/* Uploads and streams end at their next read or write. */
+	for (struct mon_conn *c = m->conns; c != NULL; c = c->next)
+		nng_aio_abort(c->aio, NNG_ECLOSED);
+	while (m->nthreads > 0) {
+		pthread_cond_wait(&m->conn_cv, &m->mu);
+		for (struct mon_conn *c = m->conns; c != NULL; c = c->next)
+			nng_aio_abort(c->aio, NNG_ECLOSED);
+	}
 	pthread_mutex_unlock(&m->mu);
+	mon_guard_stop(m);
 	/* The HTTP thread answers what is queued before it exits; only then
 	 * may the server go. */
 	if (m->threads_started) {
@@ -1184,6 +1821,8 @@ mon_stop(mon *m)
 	free(m->queue);
 	free(m->m.tasks);
 	pthread_cond_destroy(&m->cv);
+	pthread_cond_destroy(&m->ev_cv);
+	pthread_cond_destroy(&m->conn_cv);
 	pthread_mutex_destroy(&m->mu);
 	free(m);
 }

@@ -17,10 +17,14 @@ const fmtUsd = (c) => (typeof c === "number" ? "$" + c.toFixed(c > 0 && c < 1 ? 
 const up = (s) => String(s ?? "").toUpperCase();
 const FINAL = new Set(["DONE", "FAILED", "CANCELLED"]);
 
+// Errors come as the CLI's --json prints them: {"error": {"code", "exit",
+// "message"}}. Without the deployment's token the API answers 401: the
+// login page sets the cookie and comes back.
 async function api(path) {
   const r = await fetch(path, { cache: "no-store" });
+  if (r.status === 401) { location.href = "/login"; throw new Error("log in first"); }
   const j = await r.json();
-  if (!r.ok) throw new Error(j.error || r.statusText);
+  if (!r.ok) throw new Error((j.error && j.error.message) || r.statusText);
   return j;
 }
 
@@ -80,7 +84,7 @@ async function refreshHealth() {
     const h = await api("/api/health");
     $("health").textContent = `v${h.version} · ${h.tasks_active} active / ${h.tasks_total} tasks · seq ${h.last_seq}`;
     $("procs").tBodies[0].innerHTML = (h.processes || []).map((p) =>
-      `<tr><td>${esc(p.name)}</td><td>${p.pid}</td><td>${esc(p.state)}</td><td>${p.restarts}</td></tr>`).join("");
+      `<tr><td>${esc(p.name)}</td><td>${p.pid}</td><td>${esc(up(p.state))}</td><td>${p.restarts}</td></tr>`).join("");
   } catch (e) {
     $("health").textContent = "orchestrator unreachable: " + e.message;
   }
@@ -164,9 +168,10 @@ function facts(t, best) {
       `reasoning ${fmtInt(sum("reasoning_tokens"))}, cached ${fmtInt(sum("cached_tokens"))}; ${fmtInt(sum("calls"))} calls)</span>`],
     ["cost", "Cost", typeof t.cost_usd === "number" ? fmtUsd(t.cost_usd) : (u.length ? `– <span class="muted">(a model without a price: add it to "prices" in kclaw.json)</span>` : "–")],
     ["download", "Best kernel", best && best.candidate ? [
-      `<a href="/api/result/${esc(t.id)}/kernel.tar" download>kernel.tar</a> (kernel.cu + plan.json)`,
+      `<a href="/api/result/${esc(t.id)}/kernel.tar" download>kernel.tar</a> (what <code>kclaw result --out</code> writes: kernel, plan, C launcher, model_new.py, README)`,
       `<a href="/api/result/${esc(t.id)}/kernel.cu" download>kernel.cu</a>`,
-      `<a href="/api/result/${esc(t.id)}/plan.json" download>plan.json</a>`].join(" · ") +
+      `<a href="/api/result/${esc(t.id)}/plan.json" download>plan.json</a>`,
+      `<a href="/api/result/${esc(t.id)}/model_new.py" download>model_new.py</a>`].join(" · ") +
       ` <span class="muted">or: kclaw result ${esc(t.id)} --out DIR</span>` : "no correct kernel"],
     ["time", "Submitted", t.created_unix_ms ? new Date(t.created_unix_ms).toISOString().replace("T", " ").slice(0, 19) + " UTC" +
       (t.finished_unix_ms ? `, ended after ${((t.finished_unix_ms - t.created_unix_ms) / 1000).toFixed(1)} s` : "") : "–"],
@@ -351,6 +356,7 @@ function connect() {
     const text = typeof m.data === "string" ? m.data : new TextDecoder().decode(m.data);
     let ev;
     try { ev = JSON.parse(text); } catch (e) { return; }
+    if (!ev.seq) return; // the server's keepalive
     if (ev.seq > state.lastSeq + 1) await catchUp();
     onEvent(ev);
   };
