@@ -80,7 +80,7 @@ typedef struct {
 	double tolerance;      /* 0: the bundle's */
 	const char *precision; /* "strict", "warn", "loose" */
 	unsigned agents, gpus, timeout_s;
-	bool json, keep, dry_run, started, tty;
+	bool json, keep, dry_run, started, tty, compare;
 	kb_problem *p;
 	size_t n;
 	FILE *progress;
@@ -117,7 +117,7 @@ kb_usage(FILE *f)
 	    "[--gpus N]\n"
 	    "                         [--timeout-s N] [--converter FILE] "
 	    "[--dry-run] [--json]\n"
-	    "                         [--keep]\n\n"
+	    "                         [--compare] [--keep]\n\n"
 	    "Optimises the problems of a KernelBench checkout (KB_DIR holds "
 	    "level1/, level2/,\nlevel3/, or KernelBench/level1/ ...) through "
 	    "the service of the home: converts\nthem in one Python process "
@@ -153,6 +153,8 @@ kb_usage(FILE *f)
 	    "would be converted)\n"
 	    "  --json            the report as JSON on stdout; progress on "
 	    "stderr\n"
+	    "  --compare         published figures beside the report "
+	    "(kclaw report --compare)\n"
 	    "  --keep            leave a service this command started "
 	    "running\n\n"
 	    "Exit codes: 0 every task ended (failed ones included); 1 nothing "
@@ -339,7 +341,7 @@ static int
 kb_find_converter(kb_run *r, const char *given)
 {
 	const char *env = getenv("KCLAW_KB2BUNDLE");
-	char cand[PATH_MAX];
+	char cand[PATH_MAX], file[PATH_MAX + 16];
 
 	if (given == NULL && env != NULL && *env)
 		given = env;
@@ -349,9 +351,12 @@ kb_find_converter(kb_run *r, const char *given)
 			    "the converter %s does not exist", given);
 		return 0;
 	}
-	if (kc_share_dir("kernelbench/kb2bundle.py", cand, sizeof(cand)) == 0 &&
-	    realpath(cand, r->converter) != NULL)
-		return 0;
+	if (kc_share_dir("kernelbench", cand, sizeof(cand)) == 0) {
+		snprintf(file, sizeof(file), "%s/kb2bundle.py", cand);
+		if (realpath(file, r->converter) != NULL)
+			return 0;
+	}
+	kc_clearerr();
 	return kc_seterr(KC_ENOENT,
 	    "cannot find kb2bundle.py under share/kclaw/kernelbench beside "
 	    "this kclaw; give --converter FILE or set KCLAW_KB2BUNDLE");
@@ -931,7 +936,7 @@ kb_report(kb_run *r, orch_client *c)
 {
 	char **ids, path[PATH_MAX + 16];
 	size_t n = 0;
-	cli_report_opts o = {.by_level = true};
+	cli_report_opts o = {.by_level = true, .compare = r->compare};
 	FILE *f;
 	int rv = 0;
 
@@ -975,7 +980,7 @@ kb_print_plan(const kb_run *r)
 		bool ready = kb_bundle_ready(&r->p[i]);
 		convert += !ready;
 		printf("L%-5u %-16s %-9s %s\n", r->p[i].level, r->p[i].id,
-		    ready ? "converted" : "to do", r->p[i].rel);
+		    ready ? "converted" : "missing", r->p[i].rel);
 	}
 	printf("%zu problem(s); %zu to convert unless the service already "
 	       "has their tasks; rounds %s, tolerance %s, precision %s\n",
@@ -1029,6 +1034,8 @@ kb_parse(kb_run *r, int argc, char **argv, const char **kb_dir,
 			r->keep = true;
 		} else if (strcmp(a, "--dry-run") == 0) {
 			r->dry_run = true;
+		} else if (strcmp(a, "--compare") == 0) {
+			r->compare = true;
 		} else if (v == NULL && a[0] == '-') {
 			return kb_bad("an option without its value", a);
 		} else if (strcmp(a, "--home") == 0) {
@@ -1160,8 +1167,7 @@ cli_kernelbench(int argc, char **argv)
 		code = CLI_FAIL;
 		goto out;
 	}
-	if ((rv = kb_find_converter(&r, converter)) != 0 ||
-	    (rv = kc_config_prepare(&cfg)) != 0) {
+	if ((rv = kb_find_converter(&r, converter)) != 0) {
 		code = cli_fail("kernelbench", rv);
 		goto out;
 	}
@@ -1186,7 +1192,8 @@ cli_kernelbench(int argc, char **argv)
 			    r.converter, *r.conv_torch ? r.conv_torch : "?");
 			break;
 		}
-	if ((rv = kb_start(&r, &cfg, &c)) != 0) {
+	if ((rv = kc_config_prepare(&cfg)) != 0 ||
+	    (rv = kb_start(&r, &cfg, &c)) != 0) {
 		code = cli_fail("kernelbench", rv);
 		goto out;
 	}
@@ -1208,7 +1215,7 @@ cli_kernelbench(int argc, char **argv)
 		int wr;
 		kc_clearerr();
 		if (kb_refresh(&r, &c) == 0)
-			kb_progress(&r, true);
+			kb_progress(&r, false);
 		if ((wr = kb_write_run(&r)) != 0 ||
 		    (wr = kb_report(&r, &c)) != 0)
 			code = cli_fail("kernelbench", wr);
