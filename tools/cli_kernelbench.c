@@ -416,7 +416,8 @@ kb_conv_start(kb_run *r)
 	free(line);
 	if (!cJSON_IsTrue(cJSON_GetObjectItem(o, "ready"))) {
 		cJSON *why = cJSON_GetObjectItem(o, "error");
-		rv = kc_seterr(KC_ENODEV, "the converter cannot convert: %s",
+		rv = kc_seterr(KC_ENODEV,
+		    "the converter (%s) cannot convert: %s", r->converter,
 		    cJSON_IsString(why) ? why->valuestring
 		                        : "it did not say it was ready");
 	} else if (cJSON_IsString(cJSON_GetObjectItem(o, "torch"))) {

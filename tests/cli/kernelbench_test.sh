@@ -101,7 +101,7 @@ if python3 -c 'import torch' 2>/dev/null; then
 	echo "PyTorch is installed here: the refusal is not checked"
 else
 	[ $rc -eq 1 ] || fail "no PyTorch must exit 1, not $rc: $(cat "$T/err")"
-	grep -q "the converter cannot convert: PyTorch is not installed for .*KCLAW_PYTHON" "$T/err" ||
+	grep -q "the converter ($SRC/tools/kernelbench/kb2bundle.py) cannot convert: PyTorch is not installed for .*KCLAW_PYTHON" "$T/err" ||
 		fail "no PyTorch: $(cat "$T/err")"
 	[ ! -e "$T/h0/run" ] || fail "a service was started without PyTorch"
 fi
