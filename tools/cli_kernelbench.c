@@ -84,8 +84,8 @@ typedef struct {
 	kb_problem *p;
 	size_t n;
 	FILE *progress;
-	uint64_t t0, first_submit_ms;
-	double convert_s; /* the converter's whole life */
+	uint64_t t0, watch_ms; /* when watching began */
+	double convert_s;      /* the converter's whole life */
 	size_t nconverted, nconvert_failed;
 	/* The converter process. */
 	pid_t conv_pid;
@@ -601,7 +601,7 @@ kb_refresh(kb_run *r, orch_client *c)
 		snprintf(p->state, sizeof(p->state), "%s", t->state);
 		if (!p->final && kb_final_state(t->state)) {
 			p->final = true;
-			p->ended_here = r->first_submit_ms != 0;
+			p->ended_here = r->watch_ms != 0;
 		}
 	}
 	kclaw__list_response__free_unpacked(resp, NULL);
@@ -646,8 +646,6 @@ kb_submit(kb_run *r, orch_client *c, kb_problem *p)
 		p->phase = KB_SUBMITTED;
 		snprintf(p->state, sizeof(p->state), "SUBMITTED");
 		kclaw__submit_response__free_unpacked(resp, NULL);
-		if (r->first_submit_ms == 0)
-			r->first_submit_ms = kc_mono_ms();
 	} else {
 		snprintf(p->error, sizeof(p->error), "not submitted: %s",
 		    kc_lasterr());
@@ -703,11 +701,11 @@ kb_eta(const kb_run *r, const kb_count *k, const kb_count *all, char *buf,
 		snprintf(buf, n, "0s");
 		return;
 	}
-	if (all->ended_here == 0 || r->first_submit_ms == 0) {
+	if (all->ended_here == 0 || r->watch_ms == 0) {
 		snprintf(buf, n, "-");
 		return;
 	}
-	elapsed = (double)(kc_mono_ms() - r->first_submit_ms) / 1000;
+	elapsed = (double)(kc_mono_ms() - r->watch_ms) / 1000;
 	s = elapsed / (double)all->ended_here * (double)left;
 	if (s >= 3600)
 		snprintf(
@@ -1200,6 +1198,8 @@ cli_kernelbench(int argc, char **argv)
 	}
 	open = true;
 	if ((rv = kb_refresh(&r, &c)) == 0) {
+		/* The ETA's rate counts the tasks that end from here on. */
+		r.watch_ms = kc_mono_ms();
 		kb_count k;
 		kb_count_level(&r, 0, &k);
 		if (k.total - k.waiting > 0)

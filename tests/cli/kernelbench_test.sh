@@ -238,6 +238,14 @@ grep -q "^CUDA Agent  *L3  *-  *92.0%" "$T/run3.out" || fail "--compare: $(cat "
 grep -q "^\[4\] KernelBench leaderboard" "$T/run3.out" || fail "--compare notes"
 grep -q "^kclaw  *all  *75.0%  *50.0%  *1.82x  *4.08x  *\[0\]$" "$T/run3.out" ||
 	fail "--compare kclaw row: $(cat "$T/run3.out")"
+# On a terminal: a bar per level, redrawn in place.
+if command -v script >/dev/null 2>&1; then
+	TERM=xterm script -qec "'$K' --home '$H' kernelbench '$T/kb' $ARGS --keep" /dev/null \
+		>"$T/tty.out" 2>&1 || fail "the run on a terminal exited $?: $(cat "$T/tty.out")"
+	grep -q "L1   \[####################\]   3/3   done 1 failed 2 running 0 eta 0s" "$T/tty.out" ||
+		fail "no bar on a terminal: $(cat "$T/tty.out")"
+	grep -q "^kernelbench: L1" "$T/tty.out" && fail "lines on a terminal: $(cat "$T/tty.out")"
+fi
 "$K" --home "$H" report --by level --json $(python3 -c '
 import json, sys
 print(" ".join(p["task_id"] for p in json.load(open(sys.argv[1]))["problems"] if p["state"] != "not_run"))' "$T/out/run.json") \
