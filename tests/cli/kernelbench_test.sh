@@ -113,7 +113,7 @@ KB_STANDIN_LOG="$T/conv.log" KB_STANDIN_HOLD=1_Delta.py KB_STANDIN_HOLD_FILE="$T
 RUN=$!
 i=0
 until [ -e "$T/held" ]; do
-	i=$((i + 1)); [ $i -gt 400 ] && fail "the converter never reached Delta: $(cat "$T/run1.out")"
+	i=$((i + 1)); [ $i -gt 1200 ] && fail "the converter never reached Delta: $(cat "$T/run1.out")"
 	kill -0 "$RUN" 2>/dev/null || fail "kernelbench exited early: $(cat "$T/run1.out")"
 	sleep 0.05
 done
