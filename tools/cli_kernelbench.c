@@ -85,7 +85,7 @@ typedef struct {
 	size_t n;
 	FILE *progress;
 	uint64_t t0, watch_ms; /* when watching began */
-	double convert_s;      /* the converter's whole life */
+	double convert_s;      /* first conversion to last */
 	size_t nconverted, nconvert_failed;
 	/* The converter process. */
 	pid_t conv_pid;
@@ -1222,9 +1222,20 @@ cli_kernelbench(int argc, char **argv)
 			code = cli_fail("kernelbench", wr);
 	}
 	if (code == CLI_OK) {
-		size_t ran = 0;
-		for (size_t i = 0; i < r.n; i++)
+		size_t ran = 0, left = 0;
+		for (size_t i = 0; i < r.n; i++) {
 			ran += r.p[i].phase == KB_SUBMITTED;
+			left += r.p[i].phase == KB_PLANNED;
+		}
+		if (left > 0) {
+			fprintf(stderr,
+			    "kclaw kernelbench: %zu problem(s) not submitted "
+			    "yet "
+			    "(--timeout-s); run the same command again to "
+			    "resume\n",
+			    left);
+			code = CLI_FAIL;
+		}
 		if (ran == 0) {
 			fprintf(stderr,
 			    "kclaw kernelbench: nothing ran: no problem became "
