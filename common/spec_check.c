@@ -489,10 +489,11 @@ kc_spec_check(const Kclaw__TaskSpec *spec)
 		    spec->trials, KC_SPEC_MAX_TRIALS);
 	if (spec->precision != NULL && *spec->precision &&
 	    strcmp(spec->precision, "strict") != 0 &&
-	    strcmp(spec->precision, "warn") != 0)
+	    strcmp(spec->precision, "warn") != 0 &&
+	    strcmp(spec->precision, "loose") != 0)
 		return kc_seterr(KC_EINVAL,
-		    "spec: precision '%.40s' is unknown; use \"strict\" or "
-		    "\"warn\"",
+		    "spec: precision '%.40s' is unknown; use \"strict\", "
+		    "\"warn\" or \"loose\"",
 		    spec_shown(spec->precision));
 	return spec_check_reference(spec);
 }

@@ -1463,9 +1463,23 @@ orch_run_action(orch *o, struct orch_task *t, const orch_fsm *prev,
 	case KCLAW__EVENT_KIND__TASK_FINISHED:
 	case KCLAW__EVENT_KIND__TASK_CANCELLED: {
 		char *e = orch_task_error(t, detail);
+		size_t len;
 		snprintf(text, sizeof(text), "%s: %s (best speedup %.3fx)",
 		    orch_state_name(t->fsm.state), e ? e : "", a->value);
 		free(e);
+		/* The reference check named an output a constant could pass:
+		 * the result says so, whatever the kernel did. */
+		if (t->refcheck && t->refcheck->n_degenerate > 0 &&
+		    (len = strlen(text)) < sizeof(text)) {
+			const Kclaw__DegenerateOutput *d =
+			    t->refcheck->degenerate[0];
+			snprintf(text + len, sizeof(text) - len,
+			    "; degenerate problem: %s varies %.3g between "
+			    "input "
+			    "sets, the tolerance admits %.3g%s",
+			    d->name, d->variation, d->admits,
+			    t->refcheck->n_degenerate > 1 ? " (and more)" : "");
+		}
 		break;
 	}
 	default: break;

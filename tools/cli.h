@@ -70,6 +70,9 @@ int cli_json_end(int code);
 void cli_json_print(FILE *out, const char *text);
 int cli_json_print_obj(FILE *out, cJSON *o);
 void cli_json_stream(void);
+/* Runs this kclaw binary with args (NULL-terminated, at most 14), its
+ * stdout to /dev/null; returns its exit status (kclaw up --detach). */
+int cli_self(const char *const *args);
 /* stderr itself, for progress that is no error (kclaw main's). */
 FILE *cli_stderr_raw(void);
 /* Adds s to o under k, null when s is NULL or empty. */
@@ -87,5 +90,6 @@ int cli_eval(int argc, char **argv);
 int cli_memory(int argc, char **argv);
 int cli_report(int argc, char **argv);
 int cli_main_job(int argc, char **argv);
+int cli_kernelbench(int argc, char **argv);
 
 #endif

@@ -392,8 +392,8 @@ main_packed_env(const main_job *m)
 /* ---------------------------------------------------------- the service */
 
 /* Runs this binary with args; its stdout goes to /dev/null. */
-static int
-main_self(const char *const *args)
+int
+cli_self(const char *const *args)
 {
 	char exe[PATH_MAX];
 	const char *argv[16];
@@ -488,7 +488,7 @@ main_start(main_job *m, const kc_config *cfg, orch_client *c)
 		args[n++] = agents;
 	}
 	args[n] = NULL;
-	if ((code = main_self(args)) != 0)
+	if ((code = cli_self(args)) != 0)
 		return kc_seterr(KC_ETIMEDOUT,
 		    "`kclaw up` failed (exit %d); see %s/run/up.log", code,
 		    m->home);
@@ -520,7 +520,7 @@ main_shutdown(main_job *m)
 
 	if (!m->started || m->keep)
 		return;
-	if (main_self(args) == 0)
+	if (cli_self(args) == 0)
 		fprintf(m->progress, "kclaw main: service stopped\n");
 	else
 		fprintf(m->progress,

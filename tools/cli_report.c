@@ -38,22 +38,38 @@ typedef struct {
 	char *name;
 	char *state;
 	char *error;
+	char *degenerate; /* "degenerate problem: ..." or NULL */
+	char *precision;  /* the spec's policy ("" = warn) */
 	double ref_ms, best_ms, compile_ms;
 	double speedup, vs_compile; /* 0: unknown */
+	/* The best kernel's speedup over eager at its own (lower) precision,
+	 * EvalResult.speedup_matched_precision; 0: not measured. */
+	double matched;
+	double atol, rtol, max_rel_norm; /* the spec's tolerance; -1: none */
 	uint32_t rounds;
 	uint32_t repairs;
 	uint64_t tokens;
-	uint64_t created;
+	uint64_t created, finished;
 	Kclaw__RoleUsage **usage; /* copies: models malloc'd */
 	size_t nusage;
 } rep_row;
 
-/* The figures over a set of tasks: all of them, or one level's. */
+/* The figures over a set of tasks: all of them, or one level's. Degenerate
+ * problems are left out of every figure but their count. */
 typedef struct {
 	char level[16]; /* "L1", ..., "other"; "" for all */
 	size_t tasks, success, fast[REP_NFAST], known_compile, fast1_compile;
 	/* over successful tasks; vs compile over those where it is known */
 	double mean, geomean, mean_compile, geomean_compile;
+	/* fast_p over torch.compile, over all tasks (KernelBench's form) */
+	size_t fast_compile[REP_NFAST];
+	/* geometric means over every task, a failure counted as 1.0x; over
+	 * torch.compile every task but the correct ones without its time */
+	double geomean_all, geomean_compile_all;
+	size_t degenerate, matched;
+	uint64_t tokens;
+	double cost_usd, wall_s, task_wall_s;
+	bool priced;
 } rep_set;
 
 static bool
@@ -81,6 +97,8 @@ rep_row_free(rep_row *r)
 	free(r->name);
 	free(r->state);
 	free(r->error);
+	free(r->degenerate);
+	free(r->precision);
 	rep_usage_free(r->usage, r->nusage);
 }
 
@@ -168,6 +186,33 @@ rep_list(orch_client *c, char ***ids, size_t *n)
 	return rv;
 }
 
+/* "degenerate problem: out varies 3e-09 between input sets, the tolerance
+ * admits 0.01: a constant could pass" from the task's reference check. */
+static int
+rep_degenerate_reason(const Kclaw__ReferenceCheck *rc, char **out)
+{
+	kc_str s = {0};
+
+	kc_str_append(&s, "degenerate problem: ");
+	for (size_t i = 0; i < rc->n_degenerate; i++) {
+		const Kclaw__DegenerateOutput *d = rc->degenerate[i];
+		if (d->variation_unknown)
+			kc_str_printf(&s,
+			    "%s%s varies less than the tolerance "
+			    "admits (%.3g)",
+			    i ? "; " : "", d->name, d->admits);
+		else
+			kc_str_printf(&s,
+			    "%s%s varies %.3g between input sets, the "
+			    "tolerance admits %.3g",
+			    i ? "; " : "", d->name, d->variation, d->admits);
+	}
+	kc_str_append(&s, ": a constant could pass");
+	if ((*out = kc_str_take(&s)) == NULL)
+		return KC_ENOMEM;
+	return 0;
+}
+
 static int
 rep_fetch(orch_client *c, const char *id, rep_row *r)
 {
@@ -195,6 +240,23 @@ rep_fetch(orch_client *c, const char *id, rep_row *r)
 	r->rounds = t->round;
 	r->tokens = t->tokens;
 	r->created = t->created_unix_ms;
+	r->finished = t->finished_unix_ms;
+	r->precision = rep_dup(t->spec ? t->spec->precision : "");
+	r->atol = r->rtol = r->max_rel_norm = -1;
+	if (t->spec && t->spec->tolerance) {
+		r->atol = t->spec->tolerance->atol;
+		r->rtol = t->spec->tolerance->rtol;
+		r->max_rel_norm = t->spec->tolerance->max_rel_norm;
+	}
+	if (t->reference_check && t->reference_check->n_degenerate > 0 &&
+	    (rv = rep_degenerate_reason(t->reference_check, &r->degenerate)) !=
+	        0) {
+		kclaw__result_response__free_unpacked(resp, NULL);
+		return rv;
+	}
+	if (*t->best_id && resp->best && resp->best->eval &&
+	    resp->best->eval->speedup_matched_precision > 0)
+		r->matched = resp->best->eval->speedup_matched_precision;
 	/* A best kernel exists only for a task that found a correct one.
 	 * The record's speedups were measured in the best kernel's own
 	 * evaluation; older records have only the times. */
@@ -226,7 +288,7 @@ rep_fetch(orch_client *c, const char *id, rep_row *r)
 		    strcmp(h->candidate->origin, "repairer") == 0)
 			r->repairs++;
 	}
-	if (!r->id || !r->name || !r->state || !r->error ||
+	if (!r->id || !r->name || !r->state || !r->error || !r->precision ||
 	    r->nusage != t->n_usage)
 		rv = KC_ENOMEM;
 	kclaw__result_response__free_unpacked(resp, NULL);
@@ -279,59 +341,118 @@ rep_cmp_level(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static bool rep_usage_total(
+    const kc_config *cfg, Kclaw__RoleUsage *const *u, size_t n, double *usd);
+
+/* The speedup over eager a report counts: at matched precision where the
+ * sandbox measured it (a kernel in lower precision than its task's), else
+ * against the task's own precision. */
+static double
+rep_eager(const rep_row *r)
+{
+	return r->matched > 0 ? r->matched : r->speedup;
+}
+
+static bool
+rep_correct(const rep_row *r)
+{
+	return strcmp(r->state, "DONE") == 0 && r->speedup > 0;
+}
+
 /*
- * The figures over the tasks of level (NULL: all of them). A task succeeds
- * when it is DONE with a correct kernel that has a speedup; fast_p counts
- * those at least p times as fast as the reference, over all tasks
- * (KernelBench's fast_p). Means are over successful tasks; the ones over
- * torch.compile over the successful tasks where its time is known.
+ * The figures over the tasks of level (NULL: all of them), degenerate
+ * problems counted apart and left out of the rest. A task is correct when
+ * it is DONE with a correct kernel that has a speedup; fast_p counts those
+ * at least p times as fast as the baseline, over all tasks (KernelBench's
+ * fast_p). Means and the "correct" geometric means are over the correct
+ * tasks (over torch.compile: those where its time is known); the "all"
+ * geometric means count every other task as 1.0x.
  */
 static void
-rep_summarize(const rep_row *rows, size_t n, const char *level, rep_set *s)
+rep_summarize(const kc_config *cfg, const rep_row *rows, size_t n,
+    const char *level, rep_set *s)
 {
-	double sum = 0, logs = 0, sum_c = 0, logs_c = 0;
+	double sum = 0, logs = 0, sum_c = 0, logs_c = 0, one;
+	uint64_t first = 0, last = 0;
+	size_t all_c = 0;
+	bool used = false;
 	char lv[16];
 
 	memset(s, 0, sizeof(*s));
+	s->priced = true;
 	if (level)
 		kc_strlcpy(s->level, level, sizeof(s->level));
 	for (size_t i = 0; i < n; i++) {
 		const rep_row *r = &rows[i];
+		double e;
 		if (level) {
 			rep_level(r->name, lv, sizeof(lv));
 			if (strcmp(lv, level) != 0)
 				continue;
 		}
-		s->tasks++;
-		if (strcmp(r->state, "DONE") != 0 || !(r->speedup > 0))
+		s->tokens += r->tokens;
+		if (r->nusage) {
+			s->priced &=
+			    rep_usage_total(cfg, r->usage, r->nusage, &one);
+			s->cost_usd += one;
+			used = true;
+		}
+		if (r->created && (first == 0 || r->created < first))
+			first = r->created;
+		if (r->finished > last)
+			last = r->finished;
+		if (r->finished > r->created && r->created)
+			s->task_wall_s +=
+			    (double)(r->finished - r->created) / 1000;
+		if (r->degenerate) {
+			s->degenerate++;
 			continue;
+		}
+		s->tasks++;
+		if (!rep_correct(r)) {
+			all_c++;
+			continue;
+		}
+		e = rep_eager(r);
 		s->success++;
-		sum += r->speedup;
-		logs += log(r->speedup);
+		s->matched += r->matched > 0;
+		sum += e;
+		logs += log(e);
 		for (size_t k = 0; k < REP_NFAST; k++)
-			if (r->speedup >= rep_fast_p[k])
+			if (e >= rep_fast_p[k])
 				s->fast[k]++;
 		if (r->vs_compile > 0) {
 			s->known_compile++;
+			all_c++;
 			sum_c += r->vs_compile;
 			logs_c += log(r->vs_compile);
-			if (r->vs_compile >= 1)
-				s->fast1_compile++;
+			for (size_t k = 0; k < REP_NFAST; k++)
+				if (r->vs_compile >= rep_fast_p[k])
+					s->fast_compile[k]++;
 		}
 	}
+	s->fast1_compile = s->fast_compile[0];
+	s->priced &= used;
+	if (last > first && first)
+		s->wall_s = (double)(last - first) / 1000;
 	if (s->success) {
 		s->mean = sum / (double)s->success;
 		s->geomean = exp(logs / (double)s->success);
 	}
+	if (s->tasks)
+		s->geomean_all = exp(logs / (double)s->tasks);
 	if (s->known_compile) {
 		s->mean_compile = sum_c / (double)s->known_compile;
 		s->geomean_compile = exp(logs_c / (double)s->known_compile);
 	}
+	if (all_c)
+		s->geomean_compile_all = exp(logs_c / (double)all_c);
 }
 
 /* The figures per level present in rows, in level order; *out malloc'd. */
 static int
-rep_levels(const rep_row *rows, size_t n, rep_set **out, size_t *nout)
+rep_levels(const kc_config *cfg, const rep_row *rows, size_t n, rep_set **out,
+    size_t *nout)
 {
 	rep_set *sets;
 	char lv[16];
@@ -345,7 +466,7 @@ rep_levels(const rep_row *rows, size_t n, rep_set **out, size_t *nout)
 		for (size_t j = 0; j < k && !seen; j++)
 			seen = strcmp(sets[j].level, lv) == 0;
 		if (!seen)
-			rep_summarize(rows, n, lv, &sets[k++]);
+			rep_summarize(cfg, rows, n, lv, &sets[k++]);
 	}
 	qsort(sets, k, sizeof(*sets), rep_cmp_level);
 	*out = sets;
@@ -533,7 +654,192 @@ typedef struct {
 	Kclaw__RoleUsage **usage; /* the set's, per role and model */
 	size_t nusage;
 	const kc_config *cfg;
+	const cli_report_opts *opts;
+	char tolerance[160]; /* the tasks' tolerance, or "mixed: ..." */
+	char precision[160]; /* their precision policy, said in words */
 } rep_report;
+
+/* ------------------------------------------------- published figures */
+
+/*
+ * Published KernelBench figures for --compare, each with the conditions it
+ * was measured under as far as its source says them. Only figures found in
+ * the cited text are given; a cell a source does not give is -1 and shows
+ * as "-". (docs/kernelbench.md "Comparing with published figures" gives the
+ * sources in full.)
+ */
+typedef struct {
+	const char *who, *level;
+	double pass, fast1_compile, geomean_compile, mean_eager; /* -1: - */
+	int note;
+} rep_published;
+
+static const rep_published rep_pub[] = {
+    {"CUDA Agent", "L1", -1, 1.00, -1, -1, 1},
+    {"CUDA Agent", "L2", -1, 1.00, -1, -1, 1},
+    {"CUDA Agent", "L3", -1, 0.92, -1, -1, 1},
+    {"CUDA Agent (project page)", "all", 0.988, 0.968, 2.11, -1, 2},
+    {"CUDA Agent (project page)", "L3", 0.94, 0.90, 1.52, -1, 2},
+    {"CudaForge (OpenAI-o3)", "all", 0.976, -1, -1, 1.68, 3},
+    {"KernelBench leaderboard", "-", -1, -1, -1, -1, 4},
+};
+
+static const char *const rep_pub_note[] = {
+    "",
+    "arXiv 2602.24286v1 (CUDA Agent, 27 Feb 2026), abstract: \"100%, 100%, "
+    "and 92%\n     faster rate over torch.compile on KernelBench Level-1, "
+    "Level-2, and Level-3\". Table 1's\n     other columns, tolerance, "
+    "precision, timer and attempts: not verified here.",
+    "cuda-agent.github.io as summarised by a secondary source "
+    "(insights.marvin-42.com,\n     6 Mar 2026): pass rate, faster-than-"
+    "compile rate, geomean over torch.compile;\n     NOT VERIFIED against "
+    "the paper (its Level-3 faster rate, 90%, differs from the\n     "
+    "abstract's 92%); which problems the geomean covers is not stated.",
+    "arXiv 2511.01884v2 (CudaForge), abstract: 97.6% correct, \"an average "
+    "1.68\n     speedup over PyTorch baselines\" (a mean over eager, not a "
+    "geomean), OpenAI-o3,\n     Levels 1-3; 2.27x with more rounds; "
+    "tolerance, precision and timer: not verified.",
+    "KernelBench leaderboard (github.com/AffectionateCurry/KernelBench-"
+    "Leaderboard):\n     geomean over the correctly solved problems only, "
+    "one sample per problem, H100\n     via Modal; NO FIGURES could be "
+    "sourced, so none are shown.",
+};
+
+static void
+rep_cell(char *buf, size_t n, double v, bool pct)
+{
+	if (v < 0)
+		snprintf(buf, n, "-");
+	else if (pct)
+		snprintf(buf, n, "%.1f%%", 100 * v);
+	else
+		snprintf(buf, n, "%.2fx", v);
+}
+
+static void
+rep_print_compare(const rep_report *rp, FILE *out)
+{
+	char c[4][32];
+
+	fprintf(out,
+	    "\npublished figures beside kclaw's (conditions in the notes; "
+	    "compare like with like):\n");
+	fprintf(out, "%-28s %-6s %8s %10s %10s %10s  %s\n", "who", "level",
+	    "pass", "fast_1 tc", "geo tc", "mean eager", "note");
+	for (size_t i = 0; i <= rp->nlevels; i++) {
+		const rep_set *s;
+		if (rp->levels == NULL && i < rp->nlevels)
+			continue;
+		s = i < rp->nlevels ? &rp->levels[i] : &rp->set;
+		rep_cell(
+		    c[0], sizeof(c[0]), rep_share(s->success, s->tasks), true);
+		rep_cell(c[1], sizeof(c[1]),
+		    s->tasks ? rep_share(s->fast_compile[0], s->tasks) : -1,
+		    true);
+		rep_cell(c[2], sizeof(c[2]),
+		    s->known_compile ? s->geomean_compile : -1, false);
+		rep_cell(c[3], sizeof(c[3]), s->success ? s->mean : -1, false);
+		fprintf(out, "%-28s %-6s %8s %10s %10s %10s  %s\n", "kclaw",
+		    i < rp->nlevels ? s->level : "all", c[0], c[1], c[2], c[3],
+		    "[0]");
+	}
+	for (size_t i = 0; i < sizeof(rep_pub) / sizeof(rep_pub[0]); i++) {
+		const rep_published *p = &rep_pub[i];
+		char note[8];
+		rep_cell(c[0], sizeof(c[0]), p->pass, true);
+		rep_cell(c[1], sizeof(c[1]), p->fast1_compile, true);
+		rep_cell(c[2], sizeof(c[2]), p->geomean_compile, false);
+		rep_cell(c[3], sizeof(c[3]), p->mean_eager, false);
+		snprintf(note, sizeof(note), "[%d]", p->note);
+		fprintf(out, "%-28s %-6s %8s %10s %10s %10s  %s\n", p->who,
+		    p->level, c[0], c[1], c[2], c[3], note);
+	}
+	fprintf(out,
+	    "[0] kclaw: %s; %s; timer: device events around every timed run, "
+	    "L2 flushed\n     between runs, median; geo tc over the correct "
+	    "problems; attempts: the\n     round budget of each task; "
+	    "degenerate problems left out.\n",
+	    rp->tolerance, rp->precision);
+	for (size_t i = 1; i < sizeof(rep_pub_note) / sizeof(rep_pub_note[0]);
+	     i++)
+		fprintf(out, "[%zu] %s\n", i, rep_pub_note[i]);
+}
+
+static int
+rep_compare_json(cJSON *root)
+{
+	cJSON *arr = cJSON_AddArrayToObject(root, "published");
+
+	if (arr == NULL)
+		return KC_ENOMEM;
+	for (size_t i = 0; i < sizeof(rep_pub) / sizeof(rep_pub[0]); i++) {
+		const rep_published *p = &rep_pub[i];
+		cJSON *o = cJSON_CreateObject();
+		if (o == NULL || !cJSON_AddItemToArray(arr, o)) {
+			cJSON_Delete(o);
+			return KC_ENOMEM;
+		}
+		cJSON_AddStringToObject(o, "who", p->who);
+		cJSON_AddStringToObject(o, "level", p->level);
+		rep_json_num(o, "pass_rate", p->pass, p->pass >= 0);
+		rep_json_num(o, "fast_1_vs_torch_compile", p->fast1_compile,
+		    p->fast1_compile >= 0);
+		rep_json_num(o, "geomean_vs_torch_compile", p->geomean_compile,
+		    p->geomean_compile >= 0);
+		rep_json_num(
+		    o, "mean_vs_eager", p->mean_eager, p->mean_eager >= 0);
+		cJSON_AddStringToObject(o, "conditions", rep_pub_note[p->note]);
+	}
+	return 0;
+}
+
+/* The tolerance and precision policy of the tasks, in words: one value,
+ * or "mixed" with the first two that differ. */
+static void
+rep_conditions(rep_report *rp)
+{
+	const rep_row *first = NULL;
+	bool tol_mixed = false, prec_mixed = false;
+	const char *prec;
+
+	for (size_t i = 0; i < rp->n; i++) {
+		const rep_row *r = &rp->rows[i];
+		if (first == NULL) {
+			first = r;
+			continue;
+		}
+		tol_mixed |= r->atol != first->atol || r->rtol != first->rtol ||
+		    r->max_rel_norm != first->max_rel_norm;
+		prec_mixed |= strcmp(r->precision, first->precision) != 0;
+	}
+	if (first == NULL) {
+		snprintf(rp->tolerance, sizeof(rp->tolerance), "tolerance -");
+		snprintf(rp->precision, sizeof(rp->precision), "precision -");
+		return;
+	}
+	if (tol_mixed)
+		snprintf(rp->tolerance, sizeof(rp->tolerance),
+		    "tolerance mixed (the tasks differ)");
+	else if (first->atol < 0)
+		snprintf(rp->tolerance, sizeof(rp->tolerance),
+		    "tolerance the service's default");
+	else
+		snprintf(rp->tolerance, sizeof(rp->tolerance),
+		    "tolerance atol %g, rtol %g, max_rel_norm %g", first->atol,
+		    first->rtol, first->max_rel_norm);
+	prec = *first->precision ? first->precision : "warn";
+	if (prec_mixed)
+		snprintf(rp->precision, sizeof(rp->precision),
+		    "precision mixed (the tasks differ)");
+	else
+		snprintf(rp->precision, sizeof(rp->precision),
+		    "precision %s (%s)", prec,
+		    strcmp(prec, "strict") == 0
+		        ? "lower precision than the task's fails"
+		        : strcmp(prec, "loose") == 0
+		        ? "lower precision passes, unflagged"
+		        : "lower precision passes with a warning");
+}
 
 static void
 rep_set_json(cJSON *o, const rep_set *s)
@@ -558,6 +864,37 @@ rep_set_json(cJSON *o, const rep_set *s)
 	    s->known_compile > 0);
 	rep_json_num(o, "geomean_speedup_vs_torch_compile", s->geomean_compile,
 	    s->known_compile > 0);
+	/* The KernelBench form, each figure labelled by what it covers. */
+	cJSON_AddNumberToObject(o, "problems", (double)s->tasks);
+	cJSON_AddNumberToObject(o, "correct", (double)s->success);
+	cJSON_AddNumberToObject(
+	    o, "pass_rate", rep_share(s->success, s->tasks));
+	cJSON_AddNumberToObject(o, "degenerate", (double)s->degenerate);
+	cJSON_AddNumberToObject(o, "matched_precision", (double)s->matched);
+	cJSON *e = cJSON_AddObjectToObject(o, "eager");
+	cJSON *c = cJSON_AddObjectToObject(o, "torch_compile");
+	if (e == NULL || c == NULL)
+		return;
+	for (size_t k = 0; k < REP_NFAST; k++) {
+		cJSON_AddNumberToObject(
+		    e, rep_fast_key[k], rep_share(s->fast[k], s->tasks));
+		cJSON_AddNumberToObject(c, rep_fast_key[k],
+		    rep_share(s->fast_compile[k], s->tasks));
+	}
+	rep_json_num(e, "mean_correct", s->mean, s->success > 0);
+	rep_json_num(e, "geomean_correct", s->geomean, s->success > 0);
+	rep_json_num(e, "geomean_all_failure_1x", s->geomean_all, s->tasks > 0);
+	cJSON_AddNumberToObject(c, "known", (double)s->known_compile);
+	rep_json_num(c, "mean_correct", s->mean_compile, s->known_compile > 0);
+	rep_json_num(
+	    c, "geomean_correct", s->geomean_compile, s->known_compile > 0);
+	rep_json_num(c, "geomean_all_failure_1x", s->geomean_compile_all,
+	    s->geomean_compile_all > 0);
+	cJSON_AddNumberToObject(o, "tokens", (double)s->tokens);
+	if (*s->level) /* the set's comes with its usage */
+		rep_json_num(o, "cost_usd", s->cost_usd, s->priced);
+	rep_json_num(o, "wall_s", s->wall_s, s->wall_s > 0);
+	cJSON_AddNumberToObject(o, "task_wall_s", s->task_wall_s);
 }
 
 static int
@@ -593,8 +930,52 @@ rep_print_json(const rep_report *rp, FILE *out)
 		cJSON_AddNumberToObject(o, "rounds", r->rounds);
 		cJSON_AddNumberToObject(o, "repairs", r->repairs);
 		cJSON_AddNumberToObject(o, "tokens", (double)r->tokens);
+		rep_json_num(
+		    o, "speedup_matched_precision", r->matched, r->matched > 0);
+		rep_json_num(o, "wall_s",
+		    (double)(r->finished - r->created) / 1000,
+		    r->created && r->finished > r->created);
+		cli_json_str(o, "degenerate", r->degenerate);
 		rv = cli_usage_json(o, rp->cfg, r->usage, r->nusage);
 		cli_json_str(o, "error", r->error);
+	}
+	if (rv == 0) {
+		cJSON *cond = cJSON_AddObjectToObject(root, "conditions");
+		cJSON *deg = cJSON_AddArrayToObject(root, "degenerate");
+		if (cond == NULL || deg == NULL)
+			rv = KC_ENOMEM;
+		else {
+			cJSON_AddStringToObject(
+			    cond, "tolerance", rp->tolerance);
+			cJSON_AddStringToObject(
+			    cond, "precision", rp->precision);
+			cJSON_AddStringToObject(cond, "eager_speedup",
+			    "at matched precision where the sandbox measured "
+			    "it (speedup_matched_precision), else against the "
+			    "task's precision");
+			cJSON_AddStringToObject(cond, "geomean_all",
+			    "every problem, a failure counted as 1.0x");
+			cJSON_AddNumberToObject(cond, "not_run",
+			    rp->opts ? (double)rp->opts->not_run : 0);
+		}
+		for (size_t i = 0; i < rp->n && deg; i++)
+			if (rp->rows[i].degenerate) {
+				cJSON *d = cJSON_CreateObject();
+				if (d == NULL ||
+				    !cJSON_AddItemToArray(deg, d)) {
+					cJSON_Delete(d);
+					rv = KC_ENOMEM;
+					break;
+				}
+				cJSON_AddStringToObject(
+				    d, "id", rp->rows[i].id);
+				cJSON_AddStringToObject(
+				    d, "name", rp->rows[i].name);
+				cJSON_AddStringToObject(
+				    d, "reason", rp->rows[i].degenerate);
+			}
+		if (rv == 0 && rp->opts && rp->opts->compare)
+			rv = rep_compare_json(root);
 	}
 	set = cJSON_AddObjectToObject(root, "set");
 	if (set && rv == 0) {
@@ -684,35 +1065,96 @@ rep_pct(char *buf, size_t n, size_t k, size_t of)
 }
 
 static void
+rep_wall(char *buf, size_t n, double s)
+{
+	if (!(s > 0))
+		snprintf(buf, n, "-");
+	else if (s >= 3600)
+		snprintf(buf, n, "%.1fh", s / 3600);
+	else if (s >= 60)
+		snprintf(buf, n, "%.1fm", s / 60);
+	else
+		snprintf(buf, n, "%.1fs", s);
+}
+
+/* The per-level tables: over eager, over torch.compile, and what the set
+ * cost; then the degenerate problems, apart. */
+static void
 rep_print_levels(const rep_report *rp, FILE *out)
 {
-	char c[6][32], sp[2][32], vc[3][32];
+	char c[4][32], sp[3][32];
+	const char *hdr = "%-6s %8s %14s %14s %14s %14s %8s %9s %9s\n";
+	const char *row = "%-6s %8zu %14s %14s %14s %14s %8s %9s %9s\n";
 
-	fprintf(out, "%-6s %5s %15s %15s %15s %15s %8s %8s %9s %9s %9s\n",
-	    "level", "tasks", "success", rep_fast_label[0], rep_fast_label[1],
-	    rep_fast_label[2], "mean", "geomean", "compile", "c.mean",
-	    "c.geomean");
+	fprintf(out,
+	    "KernelBench report: %s; %s\nspeedups over eager at matched "
+	    "precision where measured (%zu task(s)), else\nagainst the "
+	    "task's own precision; degenerate problems (%zu) left out of "
+	    "every\nfigure and listed below%s\n\n",
+	    rp->tolerance, rp->precision, rp->set.matched, rp->set.degenerate,
+	    rp->opts && rp->opts->not_run ? "; problems that never became a "
+	                                    "task: see run.json"
+	                                  : "");
+	for (int v = 0; v < 2; v++) {
+		fprintf(out, "over %s\n",
+		    v ? "torch.compile (fast_p over all problems; correct "
+		        "ones without its time count as not fast)"
+		      : "PyTorch eager");
+		fprintf(out, hdr, "level", "problems", v ? "known" : "correct",
+		    rep_fast_label[0], rep_fast_label[1], rep_fast_label[2],
+		    "mean", "geo.corr", "geo.all");
+		for (size_t i = 0; i <= rp->nlevels; i++) {
+			const rep_set *s =
+			    i < rp->nlevels ? &rp->levels[i] : &rp->set;
+			const size_t *f = v ? s->fast_compile : s->fast;
+			if (v)
+				snprintf(c[0], sizeof(c[0]), "%zu/%zu",
+				    s->known_compile, s->success);
+			else
+				rep_pct(
+				    c[0], sizeof(c[0]), s->success, s->tasks);
+			for (size_t k = 0; k < REP_NFAST; k++)
+				rep_pct(c[k + 1], sizeof(c[0]), f[k], s->tasks);
+			rep_ratio(sp[0], sizeof(sp[0]),
+			    v ? s->mean_compile : s->mean);
+			rep_ratio(sp[1], sizeof(sp[1]),
+			    v ? s->geomean_compile : s->geomean);
+			rep_ratio(sp[2], sizeof(sp[2]),
+			    v ? s->geomean_compile_all : s->geomean_all);
+			fprintf(out, row, i < rp->nlevels ? s->level : "all",
+			    s->tasks, c[0], c[1], c[2], c[3], sp[0], sp[1],
+			    sp[2]);
+		}
+		fprintf(out, "\n");
+	}
+	fprintf(out, "%-6s %8s %10s %12s %10s %12s\n", "level", "problems",
+	    "tokens", "cost", "wall", "task time");
 	for (size_t i = 0; i <= rp->nlevels; i++) {
 		const rep_set *s = i < rp->nlevels ? &rp->levels[i] : &rp->set;
-		rep_pct(c[0], sizeof(c[0]), s->success, s->tasks);
-		for (size_t k = 0; k < REP_NFAST; k++)
-			rep_pct(c[k + 1], sizeof(c[0]), s->fast[k], s->tasks);
-		rep_ratio(sp[0], sizeof(sp[0]), s->mean);
-		rep_ratio(sp[1], sizeof(sp[1]), s->geomean);
-		snprintf(vc[0], sizeof(vc[0]), "%zu/%zu", s->known_compile,
-		    s->success);
-		rep_ratio(vc[1], sizeof(vc[1]), s->mean_compile);
-		rep_ratio(vc[2], sizeof(vc[2]), s->geomean_compile);
-		fprintf(out,
-		    "%-6s %5zu %15s %15s %15s %15s %8s %8s %9s %9s %9s\n",
-		    i < rp->nlevels ? s->level : "all", s->tasks, c[0], c[1],
-		    c[2], c[3], sp[0], sp[1], vc[0], vc[1], vc[2]);
+		rep_cost(c[0], sizeof(c[0]), s->cost_usd, s->priced);
+		rep_wall(c[1], sizeof(c[1]), s->wall_s);
+		rep_wall(c[2], sizeof(c[2]), s->task_wall_s);
+		fprintf(out, "%-6s %8zu %10llu %12s %10s %12s\n",
+		    i < rp->nlevels ? s->level : "all",
+		    s->tasks + s->degenerate, (unsigned long long)s->tokens,
+		    c[0], c[1], c[2]);
 	}
 	fprintf(out,
-	    "(fast_p: share of the tasks whose correct kernel is at least p "
-	    "times as fast as\nPyTorch eager; means over the successful "
-	    "tasks; compile: tasks whose torch.compile\nspeedup is known, of "
-	    "the successful ones)\n");
+	    "(fast_p: share of the problems whose correct kernel is at least "
+	    "p times as fast;\nmean and geo.corr over the correct problems; "
+	    "geo.all over every problem, a\nfailure counted as 1.0x; wall: "
+	    "first submitted to last finished; task time:\nthe tasks' wall "
+	    "times summed)\n");
+	if (rp->set.degenerate) {
+		fprintf(out,
+		    "\ndegenerate problems (left out of the figures "
+		    "above):\n");
+		for (size_t i = 0; i < rp->n; i++)
+			if (rp->rows[i].degenerate)
+				fprintf(out, "  %-24s %-16s %s\n",
+				    rp->rows[i].name, rp->rows[i].id,
+				    rp->rows[i].degenerate);
+	}
 }
 
 static void
@@ -747,12 +1189,15 @@ rep_print_table(const rep_report *rp, FILE *out)
 		fprintf(out, "\nLLM usage over the set:\n");
 		cli_usage_print(out, rp->cfg, rp->usage, rp->nusage, "  ");
 	}
+	if (rp->opts && rp->opts->compare)
+		rep_print_compare(rp, out);
 }
 
 int
-cli_report_print_by(orch_client *c, char *const *ids, size_t n, bool json,
-    bool by_level, FILE *out)
+cli_report_print_opts(orch_client *c, char *const *ids, size_t n,
+    const cli_report_opts *opts, FILE *out)
 {
+	bool json = opts->json, by_level = opts->by_level;
 	char **listed = NULL;
 	rep_row *rows = NULL;
 	size_t nrows = 0;
@@ -761,6 +1206,7 @@ cli_report_print_by(orch_client *c, char *const *ids, size_t n, bool json,
 
 	memset(&rp, 0, sizeof(rp));
 	rp.cfg = &c->cfg;
+	rp.opts = opts;
 	if (n == 0) {
 		if ((rv = rep_list(c, &listed, &n)) != 0)
 			goto out;
@@ -778,9 +1224,11 @@ cli_report_print_by(orch_client *c, char *const *ids, size_t n, bool json,
 	qsort(rows, nrows, sizeof(*rows), rep_cmp_created);
 	rp.rows = rows;
 	rp.n = nrows;
-	rep_summarize(rows, nrows, NULL, &rp.set);
+	rep_summarize(&c->cfg, rows, nrows, NULL, &rp.set);
+	rep_conditions(&rp);
 	if (by_level &&
-	    (rv = rep_levels(rows, nrows, &rp.levels, &rp.nlevels)) != 0)
+	    (rv = rep_levels(&c->cfg, rows, nrows, &rp.levels, &rp.nlevels)) !=
+	        0)
 		goto out;
 	for (size_t i = 0; i < nrows; i++)
 		for (size_t j = 0; j < rows[i].nusage; j++)
@@ -805,6 +1253,15 @@ out:
 }
 
 int
+cli_report_print_by(orch_client *c, char *const *ids, size_t n, bool json,
+    bool by_level, FILE *out)
+{
+	cli_report_opts o = {.json = json, .by_level = by_level};
+
+	return cli_report_print_opts(c, ids, n, &o, out);
+}
+
+int
 cli_report_print(
     orch_client *c, char *const *ids, size_t n, bool json, FILE *out)
 {
@@ -815,8 +1272,8 @@ static void
 report_usage(FILE *f)
 {
 	fprintf(f,
-	    "usage: kclaw report [TASK_ID ...] [--by level] [--json] "
-	    "[--home DIR]\n\n"
+	    "usage: kclaw report [TASK_ID ...] [--by level] [--compare] "
+	    "[--json] [--home DIR]\n\n"
 	    "Reports over finished tasks (all of them, or the ones named): "
 	    "per task its\nstate, speedup over the reference and over "
 	    "torch.compile where known, rounds,\nrepairs, LLM tokens and "
@@ -829,8 +1286,21 @@ report_usage(FILE *f)
 	    "--by level gives these figures per KernelBench level (the task "
 	    "name's L<n>_\nprefix, as kb2bundle names level<n>/ problems; "
 	    "\"other\" for the rest) in\nplace of the task table.\n"
+	    "Under --by level the figures follow KernelBench: pass rate, "
+	    "fast_1, fast_1.5,\nfast_2 over eager and over torch.compile, "
+	    "mean and geometric mean over the\ncorrect problems and the "
+	    "geometric mean over all (a failure as 1.0x), tokens,\ncost and "
+	    "wall time; the header states the tolerance and precision "
+	    "policy; a\nkernel in lower precision counts at matched "
+	    "precision where the sandbox\nmeasured it; degenerate problems "
+	    "(the reference check found an output a\nconstant could pass) "
+	    "are listed apart and left out of every figure.\n"
+	    "--compare adds published figures (CUDA Agent, CudaForge, the "
+	    "KernelBench\nleaderboard) with the conditions they were "
+	    "measured under.\n"
 	    "--json prints one JSON document {\"tasks\": [...], \"set\": "
-	    "{...}}, with\n\"levels\": [...] under --by level.\n");
+	    "{...}, \"conditions\",\n\"degenerate\"}, with \"levels\": "
+	    "[...] under --by level and \"published\" under\n--compare.\n");
 }
 
 int
@@ -838,7 +1308,7 @@ cli_report(int argc, char **argv)
 {
 	char **ids;
 	size_t n = 0;
-	bool json = false, by_level = false;
+	cli_report_opts o = {0};
 	kc_config cfg;
 	orch_client c;
 	int rv, code = CLI_OK;
@@ -852,10 +1322,12 @@ cli_report(int argc, char **argv)
 			free(ids);
 			return CLI_OK;
 		} else if (strcmp(argv[i], "--json") == 0) {
-			json = true;
+			o.json = true;
+		} else if (strcmp(argv[i], "--compare") == 0) {
+			o.compare = true;
 		} else if (strcmp(argv[i], "--by") == 0 && i + 1 < argc &&
 		    strcmp(argv[i + 1], "level") == 0) {
-			by_level = true;
+			o.by_level = true;
 			i++;
 		} else if (strcmp(argv[i], "--home") == 0 && i + 1 < argc) {
 			i++;
@@ -878,7 +1350,7 @@ cli_report(int argc, char **argv)
 		free(ids);
 		return cli_fail("report", rv);
 	}
-	if ((rv = cli_report_print_by(&c, ids, n, json, by_level, stdout)) != 0)
+	if ((rv = cli_report_print_opts(&c, ids, n, &o, stdout)) != 0)
 		code = cli_fail("report", rv);
 	orch_client_close(&c);
 	free(ids);

@@ -31,6 +31,8 @@ static const struct cli_cmd {
     {"memory", cli_memory, "import, export, explain and inspect memories"},
     {"report", cli_report, "report over finished tasks"},
     {"main", cli_main_job, "the main job: optimise the shipped examples"},
+    {"kernelbench", cli_kernelbench,
+        "optimise a KernelBench checkout's problems, resumable"},
     {"version", cli_version, "print the version"},
 };
 
@@ -42,7 +44,7 @@ cli_usage(FILE *f)
 	    "commands:\n");
 	for (size_t i = 0; i < sizeof(cli_cmds) / sizeof(cli_cmds[0]); i++)
 		fprintf(
-		    f, "  %-9s %s\n", cli_cmds[i].name, cli_cmds[i].summary);
+		    f, "  %-11s %s\n", cli_cmds[i].name, cli_cmds[i].summary);
 	fprintf(f,
 	    "\n`kclaw <command> --help` describes each one. Exit codes: "
 	    "0 ok, 1 failure, 2 usage, 3 not found, 4 orchestrator "

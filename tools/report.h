@@ -28,6 +28,18 @@ int cli_report_print(
 int cli_report_print_by(orch_client *c, char *const *ids, size_t n, bool json,
     bool by_level, FILE *out);
 
+/* What a report shows (cli_report_print_opts). */
+typedef struct {
+	bool json;
+	bool by_level;  /* the figures per KernelBench level */
+	bool compare;   /* published figures beside, with their conditions */
+	size_t not_run; /* problems that never became tasks (kernelbench) */
+} cli_report_opts;
+
+/* The same as cli_report_print_by with every option of opts. */
+int cli_report_print_opts(orch_client *c, char *const *ids, size_t n,
+    const cli_report_opts *opts, FILE *out);
+
 /*
  * The cost in USD of one role's usage under cfg's prices: prompt tokens at
  * the prompt price, of them the cached ones at cached_prompt; completion

@@ -74,7 +74,8 @@ KNOWN = {}
 # another attempt, a restarted worker another pid).
 VOLATILE = {"created_unix_ms", "finished_unix_ms", "time_unix_ms",
             "wall_ms", "latency_ms", "since_unix_ms", "worker",
-            "worker_id", "job_id", "pid", "fsm", "fsm_bytes"}
+            "worker_id", "job_id", "pid", "fsm", "fsm_bytes", "wall_s",
+            "task_wall_s"}
 
 
 def fail(msg):

@@ -21,6 +21,7 @@ ls "$P"/share/kclaw/knowledge/* >/dev/null 2>&1 || fail "no knowledge installed"
 [ -f "$P/share/kclaw/examples/softmax_rows/task.json" ] || fail "no examples"
 [ -d "$P/share/kclaw/examples/recordings" ] || fail "no recordings"
 [ ! -L "$P/share/kclaw/prompts" ] || fail "installed prompts are a link"
+[ -f "$P/share/kclaw/kernelbench/kb2bundle.py" ] || fail "no kb2bundle.py installed"
 
 # Run from elsewhere, with a clean environment.
 mkdir "$T/elsewhere"
@@ -58,4 +59,14 @@ for log in "$T"/home/run/agent-*.log; do
 	! grep -q "error" "$log" || fail "$(basename "$log"): $(grep error "$log")"
 	grep -q "serving" "$log" || fail "$(basename "$log") never served"
 done
+# `kclaw kernelbench` finds the installed kb2bundle.py (here without
+# PyTorch it refuses, naming it, before anything starts).
+mkdir -p "$T/kb/level1"
+printf 'class Model: pass\n' >"$T/kb/level1/1_A.py"
+if ! run python3 -c 'import torch' 2>/dev/null; then
+	run "$P/bin/kclaw" kernelbench "$T/kb" --levels 1 --out "$T/kbout" >/dev/null 2>"$T/kb.err"
+	[ $? -eq 1 ] || fail "kernelbench without PyTorch: $(cat "$T/kb.err")"
+	grep -q "the converter ($P/share/kclaw/kernelbench/kb2bundle.py) cannot convert: PyTorch" "$T/kb.err" ||
+		fail "kernelbench did not find the installed kb2bundle.py: $(cat "$T/kb.err")"
+fi
 echo "install ok"

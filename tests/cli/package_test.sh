@@ -40,4 +40,5 @@ env -i PATH=/usr/bin:/bin KCLAW_HOME="$T/home" "$R/bin/kclaw" memory import \
 	>"$T/import" 2>&1 || fail "memory import: $(cat "$T/import")"
 grep -q "imported $R/share/kclaw/knowledge" "$T/import" ||
 	fail "not the packed knowledge: $(cat "$T/import")"
+[ -f "$R/share/kclaw/kernelbench/kb2bundle.py" ] || fail "kb2bundle.py is not packed"
 echo "package ok"

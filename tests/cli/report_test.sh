@@ -183,14 +183,23 @@ assert r["set"]["fast_2"] == 4 / 9, r["set"]' "$T/plain.json" || fail "report --
 
 # Tables.
 "$K" report --by level >"$T/level.txt" || fail "report --by level exited $?"
-grep -q "^L1  *4  *3/4 75.0%  *2/4 50.0%  *2/4 50.0%  *1/4 25.0%  *1.33x  *1.14x  *2/3  *0.75x  *0.71x$" "$T/level.txt" ||
+# The eager block: problems, correct, fast_p, mean, geomean over the
+# correct ones and over all (a failure as 1.0x: L1 (2*1.5*0.5*1)^(1/4)).
+sed -n '/^over PyTorch eager/,/^$/p' "$T/level.txt" >"$T/eager.txt"
+grep -q "^L1  *4  *3/4 75.0%  *2/4 50.0%  *2/4 50.0%  *1/4 25.0%  *1.33x  *1.14x  *1.11x$" "$T/eager.txt" ||
 	fail "report --by level, L1: $(cat "$T/level.txt")"
-grep -q "^L10  *1  *0/1 0.0% .* -  *-  *0/0  *-  *-$" "$T/level.txt" ||
+grep -q "^L10  *1  *0/1 0.0%  *0/1 0.0%  *0/1 0.0%  *0/1 0.0%  *-  *-  *1.00x$" "$T/eager.txt" ||
 	fail "report --by level, L10: $(cat "$T/level.txt")"
-[ "$(awk 'NF == 0 {exit} $2 ~ /^[0-9]+$/ {print $1}' "$T/level.txt" | tr '\n' ' ')" = "L1 L2 L10 other all " ] ||
+[ "$(awk '$2 ~ /^[0-9]+$/ {print $1}' "$T/eager.txt" | tr '\n' ' ')" = "L1 L2 L10 other all " ] ||
 	fail "report --by level: levels out of order: $(cat "$T/level.txt")"
-grep -q "^all  *9  *7/9 77.8%  *6/9 66.7%  *5/9 55.6%  *4/9 44.4%  *3.00x" "$T/level.txt" ||
+grep -q "^all  *9  *7/9 77.8%  *6/9 66.7%  *5/9 55.6%  *4/9 44.4%  *3.00x" "$T/eager.txt" ||
 	fail "report --by level, all: $(cat "$T/level.txt")"
+# Over torch.compile: fast_p over all problems (L1: 1 of 4 at >= 1x).
+sed -n '/^over torch.compile/,/^$/p' "$T/level.txt" >"$T/compile.txt"
+grep -q "^L1  *4  *2/3  *1/4 25.0%  *0/4 0.0%  *0/4 0.0%  *0.75x  *0.71x  *0.79x$" "$T/compile.txt" ||
+	fail "report --by level, L1 over torch.compile: $(cat "$T/level.txt")"
+grep -q "^KernelBench report: tolerance the service's default; precision warn (lower precision passes with a warning)$" "$T/level.txt" ||
+	fail "report --by level: no header: $(cat "$T/level.txt")"
 grep -q "^  generator  *gpt-5-mini  *3000000  *100000  *0  *0  *3  *1  *\$0.9500$" "$T/level.txt" ||
 	fail "report: no set usage: $(cat "$T/level.txt")"
 grep -q "no price for model local-qwen; add it to \"prices\" in $T/home/kclaw.json" "$T/level.txt" ||

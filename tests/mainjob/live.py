@@ -172,8 +172,14 @@ def cmd_check(report_path, expect_path, served_path, rec, prices_path,
 
 
 def strip_ids(rep):
+    """The report without task ids and wall-clock times, which no replay
+    repeats."""
     for t in rep["tasks"]:
         t.pop("id", None)
+        t.pop("wall_s", None)
+    for s in [rep["set"]] + rep.get("levels", []):
+        s.pop("wall_s", None)
+        s.pop("task_wall_s", None)
     return rep
 
 

@@ -13,7 +13,8 @@
  * ok:1.5;opt=1.0,compile,0.5;ref=4.0". A candidate's source is "KC:" and
  * its outcome, which the sandbox double reports (ok:<ms> is OK at that
  * median; wrong, compile, fault are the failures; compile=<ms> is
- * torch.compile's time that OK results report). The n-th generator,
+ * torch.compile's time that OK results report; matched=<x> their
+ * speedup_matched_precision). The n-th generator,
  * repairer and optimizer job of a task (the replay key's number) takes the
  * n-th entry of seeds=, repair= and opt= (the last one repeats), so the
  * outcome never depends on which double answers.
@@ -395,6 +396,10 @@ dbl_eval(const Kclaw__EvalRequest *req, bool no_device, Kclaw__EvalResult *r)
 			r->compile_speedup =
 			    r->torch_compile_ms / r->timing->median_ms;
 		}
+		/* matched=<x>: the speedup at the kernel's own precision. */
+		dbl_entry(script, "matched", 0, tc, sizeof(tc));
+		if (*tc)
+			r->speedup_matched_precision = atof(tc);
 	} else if (src && strcmp(src, "KC:compile") == 0) {
 		r->status = KCLAW__EVAL_STATUS__COMPILE_ERROR;
 		r->message = strdup("error: expected ';'");

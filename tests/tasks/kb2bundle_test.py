@@ -543,5 +543,45 @@ class TorchEndToEnd(unittest.TestCase):
                          [("A", "input", "f32"), ("s", "scalar", "f32"), ("out", "output", "f32")])
 
 
+class Batch(unittest.TestCase):
+    """kb2bundle --batch, the converter of `kclaw kernelbench`: its first
+    line says whether it can work, in JSON, before it reads a request."""
+
+    def run_batch(self, stdin):
+        return subprocess.run([sys.executable, os.path.join(SRC, "tools", "kernelbench",
+                                                            "kb2bundle.py"), "--batch"],
+                              input=stdin, capture_output=True, text=True, timeout=120)
+
+    @unittest.skipIf(torch is not None, "PyTorch is installed here")
+    def test_without_pytorch_it_refuses_first(self):
+        p = self.run_batch('{"problem": "x.py", "out": "/nonexistent"}\n')
+        self.assertEqual(p.returncode, 3, p.stderr)
+        lines = p.stdout.splitlines()
+        self.assertEqual(len(lines), 1, p.stdout)
+        first = json.loads(lines[0])
+        self.assertIs(first["ready"], False)
+        self.assertIn("PyTorch is not installed for %s" % sys.executable, first["error"])
+        self.assertIn("KCLAW_PYTHON", first["error"])
+
+    @unittest.skipIf(torch is None, "PyTorch is not installed here")
+    def test_with_pytorch_one_answer_per_request(self):
+        with tempfile.TemporaryDirectory() as d:
+            prob = os.path.join(d, "level1", "1_Relu.py")
+            os.makedirs(os.path.dirname(prob))
+            with open(prob, "w") as f:
+                f.write("import torch\nclass Model(torch.nn.Module):\n"
+                        "    def forward(self, x):\n        return torch.relu(x)\n"
+                        "def get_inputs():\n    return [torch.randn(64)]\n"
+                        "def get_init_inputs():\n    return []\n")
+            reqs = "".join(json.dumps({"problem": p, "out": os.path.join(d, "b%d" % i)}) + "\n"
+                           for i, p in enumerate([prob, os.path.join(d, "missing.py")]))
+            out = [json.loads(l) for l in self.run_batch(reqs).stdout.splitlines()]
+            self.assertIs(out[0]["ready"], True)
+            self.assertIs(out[1]["ok"], True)
+            self.assertTrue(os.path.exists(out[1]["task_json"]))
+            self.assertIs(out[2]["ok"], False)
+            self.assertEqual(len(out), 3)
+
+
 if __name__ == "__main__":
     unittest.main()

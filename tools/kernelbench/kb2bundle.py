@@ -3,6 +3,7 @@
 
     kb2bundle.py PROBLEM.py OUT_DIR [--seeds 3] [--seed 1] [--init-seed N]
     kb2bundle.py --tensors PROBLEM.py OUT_DIR [--seeds 3] [--device cuda|cpu]
+    kb2bundle.py --batch        (kclaw kernelbench's converter: JSON lines)
 
 A problem file defines `class Model(nn.Module)`, `get_inputs()` and
 `get_init_inputs()`.
@@ -671,7 +672,76 @@ def convert(problem, out_dir, seeds=3, device="cuda", base_seed=1, compile_=True
                         eager_ms, compile_ms, provenance=prov)
 
 
+# ------------------------------------------------------------ batch mode
+
+def _emit(out, obj):
+    out.write(json.dumps(obj) + "\n")
+    out.flush()
+
+
+def batch(inp=None, out=None, err=None):
+    """The converter of `kclaw kernelbench` (docs/kernelbench.md "The
+    converter"): one process converts every problem, so PyTorch is imported
+    once. The first line on stdout says whether it can work:
+    {"ready": true, "torch": VERSION, "import_s": S} or {"ready": false,
+    "error": WHY} (then it exits 3). Each line on stdin then asks for one
+    bundle, {"problem": PY_FILE, "out": DIR, "seeds": N, "seed": N}, and
+    gets one line back: {"problem", "ok": true, "task_json", "ms"} or
+    {"problem", "ok": false, "error"}. DIR is written whole or not at all
+    (a folder beside it, renamed). End of input ends the process (exit 0).
+    Logs go to stderr."""
+    inp = inp or sys.stdin
+    out = out or sys.stdout
+    err = err or sys.stderr
+    t0 = time.monotonic()
+    try:
+        import torch
+    except ImportError as e:
+        _emit(out, {"ready": False,
+                    "error": "PyTorch is not installed for %s (%s); install it there "
+                             "(pip install torch) or set KCLAW_PYTHON to a Python that "
+                             "has it" % (sys.executable, e)})
+        return 3
+    _emit(out, {"ready": True, "torch": torch.__version__, "python": sys.executable,
+                "import_s": round(time.monotonic() - t0, 3)})
+    for line in inp:
+        line = line.strip()
+        if not line:
+            continue
+        t1 = time.monotonic()
+        try:
+            req = json.loads(line)
+            problem, dest = req["problem"], req["out"]
+        except (ValueError, KeyError, TypeError) as e:
+            _emit(out, {"ok": False, "error": "bad request %r: %s" % (line[:200], e)})
+            continue
+        ans = {"problem": problem}
+        tmp = "%s.tmp.%d" % (dest.rstrip("/"), os.getpid())
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            convert_torch(problem, tmp, int(req.get("seed", 1)), None, int(req.get("seeds", 3)),
+                          None, int(req.get("cpu_max_bytes", CPU_MAX_BYTES)),
+                          log=lambda m: print("kb2bundle: %s" % m, file=err, flush=True))
+            if os.path.exists(dest):
+                shutil.rmtree(dest)
+            os.rename(tmp, dest)
+            ans.update(ok=True, task_json=os.path.join(dest, "task.json"))
+        except BridgeError as e:
+            ans.update(ok=False, error=str(e))
+        except Exception as e:  # the problem's own code failed
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            ans.update(ok=False, error="%s: %s" % (type(e).__name__, first))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        ans["ms"] = round((time.monotonic() - t1) * 1000, 3)
+        _emit(out, ans)
+    return 0
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--batch"]:
+        sys.exit(batch())
     ap = argparse.ArgumentParser(
         description="Turn a KernelBench-style problem (class Model, get_inputs, "
                     "get_init_inputs) into a kclaw task bundle: a torch reference (the "
