@@ -23,6 +23,10 @@
 
 /* The descriptor the reference process reads and writes. */
 #define TR_CHILD_FD 3
+/* How long a busy warm process is asked again before a private one is
+ * started: TR_BUSY_TRIES times, TR_BUSY_MS apart. */
+#define TR_BUSY_TRIES 20
+#define TR_BUSY_MS 50
 
 struct sbx_torchref {
 	char python[PATH_MAX];
@@ -531,7 +535,7 @@ tr_start_warm(sbx_torchref *r)
 	    (rv = tr_warm_path(r, "sock", sock, sizeof(sock))) != 0 ||
 	    (rv = tr_warm_path(r, "log", logpath, sizeof(logpath))) != 0)
 		return rv;
-	for (int attempt = 0; attempt < 2; attempt++) {
+	for (int attempt = 0, busy = 0; attempt < 2; attempt++) {
 		uint64_t until = 0;
 		struct ucred cred;
 		socklen_t cl = sizeof(cred);
@@ -567,13 +571,21 @@ tr_start_warm(sbx_torchref *r)
 		r->fd = fd;
 		r->peer = cred.pid;
 		r->len = 0;
-		r->starts++;
 		rv = tr_hello(r);
 		if (rv == 0) {
+			r->starts++;
 			KC_INFO("PyTorch reference process %d (warm, %s) "
 			        "connected (torch %s)",
 			    (int)cred.pid, sock, r->version);
 			return 0;
+		}
+		/* Busy: the last sandbox may have gone a moment ago, before
+		 * the process saw its end of file; a private process costs
+		 * seconds, so ask again for a while first. */
+		if (rv == KC_EBUSY && busy++ < TR_BUSY_TRIES) {
+			kc_sleep_ms(TR_BUSY_MS);
+			attempt--;
+			continue;
 		}
 		/* End of file at hello: it was exiting for idleness when we
 		 * connected; once more with a fresh one. */

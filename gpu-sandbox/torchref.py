@@ -342,11 +342,13 @@ struct kc_b16 { unsigned short x; };
 
 __device__ __forceinline__ double kc_ld(const float *p, u64 i) { return p[i]; }
 __device__ __forceinline__ double kc_ld(const double *p, u64 i) { return p[i]; }
+#ifndef KC_HOST_TEST
 __device__ __forceinline__ double kc_ld(const kc_h16 *p, u64 i) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(p[i].x));
   return f;
 }
+#endif
 __device__ __forceinline__ double kc_ld(const kc_b16 *p, u64 i) {
   return __uint_as_float(((unsigned)p[i].x) << 16);
 }
