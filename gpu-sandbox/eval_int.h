@@ -155,6 +155,12 @@ typedef struct {
 	const Kclaw__TaskSpec *task;
 	Kclaw__EvalResult *res;
 	int *fatal;
+	/* The kinds a task's reference is matched against, in order. */
+	const struct ev_ref_ops *const *kinds;
+	size_t nkinds;
+	int refonly;      /* no candidate: the reference alone */
+	const char *arch; /* what the candidate is compiled for */
+	uint64_t tp;      /* the last phase metric's end (0: none yet) */
 	unsigned trials, warmup, iters;
 	int adaptive; /* iters is the most timed runs, not the count */
 	/* Runs of the candidate and of the reference (a metric: the bench
@@ -167,7 +173,8 @@ typedef struct {
 	size_t nt;
 	CUdeviceptr *tdev; /* per tensor: the buffer the plans see */
 	size_t *tbytes, *tcount;
-	uint64_t hash_in[EV_MAX_TENSORS];
+	/* Trial 0's outputs hashed, for the determinism check. */
+	uint64_t first_out[EV_MAX_TENSORS];
 	ev_prog cand;
 	/* What the reference kind does at each step of the protocol, and
 	 * the state it keeps for this evaluation (its own). */
@@ -315,5 +322,14 @@ void ev_gpu_measure_ceilings(ev_gpu *g);
 /* ---- eval.c ---- */
 
 void ev_warn(ev *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ev_clock(ev *e, const char *name);
+/*
+ * One evaluation through the protocol's phases on GPU g, the task's
+ * reference matched against kinds[0..nkinds) in order (the backend's
+ * evaluate with the three real kinds; a test's own kinds or device
+ * functions (g->cu) are the seams).
+ */
+void ev_evaluate(ev_gpu *g, const ev_ref_ops *const *kinds, size_t nkinds,
+    const Kclaw__EvalRequest *req, Kclaw__EvalResult *res, int *fatal);
 
 #endif
