@@ -1,0 +1,537 @@
+/*
+ * ref_torch.c - the `torch` reference kind: a PyTorch problem run live by
+ * the reference process (torchref.c), its buffers mapped into the child.
+ */
+#include <cuda.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "eval_int.h"
+
+/*
+ * A torch task runs against PyTorch in another process (torchref.c,
+ * docs/torchref.md). That process allocates the inputs, parameters and
+ * outputs and exports them by CUDA IPC handles, which the child maps: the
+ * candidate runs on them. The expected outputs, the weights' private copy
+ * and the generated inputs' copy stay in its own context, out of every
+ * candidate's reach; it compares the outputs there, after the candidate
+ * finished, and answers with the figures.
+ */
+#define TORCH_CALL_MS 300000
+#define TORCH_BASELINE_MS 900000
+#define TORCH_TIMED_SERIAL 1000
+
+/* The torch reference's state: the reference process's buffers, mapped
+ * (one mapping per allocation). */
+typedef struct {
+	CUdeviceptr mapped[EV_MAX_TENSORS];
+	CUipcMemHandle mapped_handle[EV_MAX_TENSORS];
+	size_t nmapped;
+} torch_state;
+
+static torch_state *
+torch_st(const ev *e)
+{
+	return e->ref_state;
+}
+
+/* A status for a failed call: NO_TORCH where PyTorch or its GPU is
+ * missing, else INTERNAL_ERROR (the sandbox's side, retried). */
+static int
+torch_fail(ev *e, int rv, const cJSON *reply, const char *what)
+{
+	const char *code = NULL, *err = NULL;
+
+	if (reply != NULL) {
+		code = cJSON_GetStringValue(cJSON_GetObjectItem(reply, "code"));
+		err = cJSON_GetStringValue(cJSON_GetObjectItem(reply, "error"));
+	}
+	if (rv == KC_ENOENT || rv == KC_ENODEV ||
+	    (code != NULL && strcmp(code, "NO_TORCH") == 0)) {
+		sbx_result_status(e->res, KCLAW__EVAL_STATUS__NO_TORCH,
+		    "%s: %s; a torch task needs Python with PyTorch on the "
+		    "sandbox's machine (KCLAW_PYTHON names the interpreter), "
+		    "or "
+		    "convert the problem with kb2bundle --tensors",
+		    what, err ? err : kc_lasterr());
+		return -1;
+	}
+	sbx_result_status(e->res, EV_INTERNAL, "%s: %s%s%s", what,
+	    code ? code : "", code ? ": " : "", err ? err : kc_lasterr());
+	return -1;
+}
+
+/* One request; 0 with *reply holding an "ok": true reply, else -1 with the
+ * result filled. */
+static int
+torch_call(ev *e, cJSON *req, int timeout_ms, const char *what, cJSON **reply)
+{
+	ev_gpu *g = e->g;
+	int rv;
+
+	*reply = NULL;
+	if (g->tr == NULL && sbx_torchref_new(&g->tr, NULL, NULL) != 0) {
+		cJSON_Delete(req);
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	rv = sbx_torchref_call(g->tr, req, timeout_ms, reply);
+	cJSON_Delete(req);
+	if (rv != 0 || !cJSON_IsTrue(cJSON_GetObjectItem(*reply, "ok"))) {
+		torch_fail(e, rv, *reply, what);
+		cJSON_Delete(*reply);
+		*reply = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+static cJSON *
+torch_req(const char *op)
+{
+	cJSON *r = cJSON_CreateObject();
+
+	if (r != NULL)
+		cJSON_AddStringToObject(r, "op", op);
+	return r;
+}
+
+static double
+torch_num(const cJSON *o, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItem(o, key);
+
+	return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static int
+torch_hex(const char *hex, unsigned char *out, size_t n)
+{
+	if (hex == NULL || strlen(hex) != 2 * n)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		unsigned v;
+		if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+			return -1;
+		out[i] = (unsigned char)v;
+	}
+	return 0;
+}
+
+/* Loads the task in the reference process and maps its buffers. */
+static int
+torch_prepare(ev *e)
+{
+	const Kclaw__Reference *ref = e->task->reference;
+	cJSON *req = torch_req("load"), *reply, *ts, *bufs;
+	char key[65];
+	ev_gpu *g = e->g;
+
+	if (req == NULL ||
+	    (ts = cJSON_AddArrayToObject(req, "tensors")) == NULL)
+		goto nomem;
+	kc_sha256_hex(ref->torch_source, strlen(ref->torch_source), key);
+	cJSON_AddStringToObject(req, "key", key);
+	cJSON_AddStringToObject(req, "source", ref->torch_source);
+	cJSON_AddNumberToObject(
+	    req, "init_seed", (double)(ref->init_seed & ((1ull << 45) - 1)));
+	cJSON_AddNumberToObject(req, "device", 0);
+	for (size_t t = 0; t < e->nt; t++) {
+		const Kclaw__TensorSpec *s = e->task->tensors[t];
+		cJSON *o = cJSON_CreateObject(), *shape;
+		if (o == NULL || !cJSON_AddItemToArray(ts, o))
+			goto nomem;
+		cJSON_AddStringToObject(o, "name", s->name);
+		cJSON_AddStringToObject(
+		    o, "kind", kc_tensor_kind_name(s->kind));
+		cJSON_AddStringToObject(o, "dtype", kc_dtype_name(s->dtype));
+		if (s->source_name && *s->source_name)
+			cJSON_AddStringToObject(
+			    o, "source_name", s->source_name);
+		if ((shape = cJSON_AddArrayToObject(o, "shape")) == NULL)
+			goto nomem;
+		for (size_t d = 0; d < s->n_shape; d++)
+			cJSON_AddItemToArray(
+			    shape, cJSON_CreateNumber((double)s->shape[d]));
+	}
+	if (torch_call(e, req, TORCH_CALL_MS, "loading the torch reference",
+	        &reply) != 0)
+		return -1;
+	bufs = cJSON_GetObjectItem(reply, "buffers");
+	for (size_t t = 0, b = 0; t < e->nt; t++) {
+		const Kclaw__TensorSpec *s = e->task->tensors[t];
+		const cJSON *jb;
+		CUipcMemHandle h;
+		CUdeviceptr base = 0;
+		size_t j;
+		if (s->kind == KCLAW__TENSOR_KIND__SCALAR)
+			continue;
+		jb = cJSON_GetArrayItem(bufs, (int)b++);
+		if (jb == NULL ||
+		    torch_hex(
+		        cJSON_GetStringValue(cJSON_GetObjectItem(jb, "handle")),
+		        (unsigned char *)h.reserved, sizeof(h.reserved)) != 0 ||
+		    (size_t)torch_num(jb, "bytes") != e->tbytes[t]) {
+			cJSON_Delete(reply);
+			sbx_result_status(e->res, EV_INTERNAL,
+			    "the torch reference's buffer for '%s' is missing "
+			    "or has the wrong size (want %zu bytes)",
+			    s->name, e->tbytes[t]);
+			return -1;
+		}
+		/* One mapping per allocation: several tensors may share one. */
+		for (j = 0; j < torch_st(e)->nmapped; j++)
+			if (memcmp(&torch_st(e)->mapped_handle[j], &h,
+			        sizeof(h)) == 0)
+				base = torch_st(e)->mapped[j];
+		if (base == 0) {
+			CUresult r = g->cu.cuIpcOpenMemHandle(
+			    &base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+			if (r != CUDA_SUCCESS) {
+				cJSON_Delete(reply);
+				return ev_cu(e, r, EV_INTERNAL,
+				    "mapping the torch reference's buffers");
+			}
+			torch_st(e)->mapped[torch_st(e)->nmapped] = base;
+			torch_st(e)->mapped_handle[torch_st(e)->nmapped++] = h;
+		}
+		e->tdev[t] = base + (CUdeviceptr)torch_num(jb, "offset");
+	}
+	cJSON_Delete(reply);
+	return 0;
+nomem:
+	cJSON_Delete(req);
+	sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+	return -1;
+}
+
+/* A seed for input set `serial`, salted per evaluation; 45 bits, which
+ * cJSON prints as an integer (JSON numbers are doubles). */
+static double
+torch_seed(const ev *e, unsigned serial)
+{
+	uint64_t s = (e->task->seed ^ e->salt) * 0x9e3779b97f4a7c15ull ^
+	    ((uint64_t)serial + 1) * 0xd1b54a32d192ed03ull;
+
+	return (double)(s & ((1ull << 45) - 1));
+}
+
+static int
+torch_inputs(ev *e, unsigned serial, unsigned variant, int keep)
+{
+	cJSON *req = torch_req("inputs"), *reply, *outs;
+
+	/* The previous run must be over before its buffers are refilled. */
+	EV_CU(e, e->g->cu.cuStreamSynchronize(e->g->stream),
+	    KCLAW__EVAL_STATUS__LAUNCH_ERROR, "running the candidate");
+	if (req == NULL) {
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	cJSON_AddNumberToObject(req, "serial", serial);
+	cJSON_AddNumberToObject(req, "seed", torch_seed(e, serial));
+	cJSON_AddNumberToObject(req, "variant", variant);
+	cJSON_AddBoolToObject(req, "keep", keep);
+	if (torch_call(e, req, TORCH_CALL_MS, "the torch reference's inputs",
+	        &reply) != 0)
+		return -1;
+	outs = cJSON_GetObjectItem(reply, "outputs");
+	for (size_t t = 0; keep && t < e->nt && t < EV_MAX_TENSORS; t++) {
+		const cJSON *o;
+		if (e->task->tensors[t]->kind != KCLAW__TENSOR_KIND__OUTPUT)
+			continue;
+		cJSON_ArrayForEach(o, outs)
+		{
+			const char *n = cJSON_GetStringValue(
+			    cJSON_GetObjectItem(o, "name"));
+			double var = torch_num(o, "var_norm"),
+			       norm = torch_num(o, "exp_norm");
+			if (n == NULL ||
+			    strcmp(n, e->task->tensors[t]->name) != 0 ||
+			    serial != 1 ||
+			    !cJSON_IsNumber(cJSON_GetObjectItem(o, "var_norm")))
+				continue;
+			e->var_rel[t] = norm > 0 ? var / norm : var;
+			e->var_known[t] = 1;
+		}
+	}
+	cJSON_Delete(reply);
+	return 0;
+}
+
+static int
+torch_trial_inputs(ev *e, unsigned k)
+{
+	return torch_inputs(e, k, ev_variant(k), 1);
+}
+
+static int
+torch_run_inputs(ev *e, unsigned k, unsigned id)
+{
+	(void)k;
+	return torch_inputs(
+	    e, TORCH_TIMED_SERIAL + id, ev_variant(EV_MAX_TRIALS + id), 0);
+}
+
+/* The reference process compares input set serial's outputs; 0, 1 (wrong:
+ * result filled) or -1. */
+static int
+torch_check(ev *e, unsigned serial, unsigned trial, const char *when, int timed)
+{
+	Kclaw__Tolerance dflt;
+	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
+	cJSON *req = torch_req("check"), *reply, *outs;
+	int bad = 0;
+
+	EV_CU(e, e->g->cu.cuStreamSynchronize(e->g->stream),
+	    KCLAW__EVAL_STATUS__LAUNCH_ERROR, "running the candidate");
+	if (req == NULL) {
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	cJSON_AddNumberToObject(req, "serial", serial);
+	cJSON_AddNumberToObject(req, "atol", tol->atol);
+	cJSON_AddNumberToObject(req, "rtol", tol->rtol);
+	cJSON_AddNumberToObject(req, "max_rel_norm", tol->max_rel_norm);
+	/* The child keeps its own copy for the determinism check. */
+	cJSON_AddBoolToObject(req, "hold", 0);
+	cJSON_AddBoolToObject(req, "compare_held", 0);
+	if (torch_call(e, req, TORCH_CALL_MS, "the torch reference's check",
+	        &reply) != 0)
+		return -1;
+	outs = cJSON_GetObjectItem(reply, "outputs");
+	for (size_t t = 0; t < e->nt && !bad; t++) {
+		const Kclaw__TensorSpec *ts = e->task->tensors[t];
+		const cJSON *o, *found = NULL;
+		sbx_cmp c;
+		double en;
+		if (ts->kind != KCLAW__TENSOR_KIND__OUTPUT)
+			continue;
+		cJSON_ArrayForEach(o, outs)
+		{
+			const char *n = cJSON_GetStringValue(
+			    cJSON_GetObjectItem(o, "name"));
+			if (n != NULL && strcmp(n, ts->name) == 0)
+				found = o;
+		}
+		if (found == NULL) {
+			cJSON_Delete(reply);
+			sbx_result_status(e->res, EV_INTERNAL,
+			    "the torch reference did not check output '%s'",
+			    ts->name);
+			return -1;
+		}
+		memset(&c, 0, sizeof(c));
+		c.bad_count = (uint64_t)torch_num(found, "bad");
+		c.nan_count = (uint64_t)torch_num(found, "nan");
+		c.worst = (size_t)torch_num(found, "worst");
+		c.expected = torch_num(found, "expected");
+		c.got = torch_num(found, "got");
+		c.max_abs_err = torch_num(found, "max_abs");
+		c.max_rel_err = torch_num(found, "max_rel");
+		en = torch_num(found, "exp_norm");
+		c.rel_norm = en > 0 ? torch_num(found, "err_norm") / en
+		                    : torch_num(found, "err_norm");
+		c.ok = c.bad_count == 0 && c.nan_count == 0 &&
+		    (tol->max_rel_norm <= 0 || c.rel_norm <= tol->max_rel_norm);
+		ev_note_error(e, t, c.max_abs_err, c.max_rel_err, c.rel_norm);
+		if (!c.ok) {
+			bad = 1;
+			ev_wrong(e, t, trial, &c, when);
+		} else if (timed &&
+		    ev_check_variation(e, t, c.rel_norm, when)) {
+			bad = 1;
+		}
+	}
+	cJSON_Delete(reply);
+	return bad;
+}
+
+static int
+torch_trial_check(ev *e, unsigned k, const char *when)
+{
+	return torch_check(e, k, k, when, 0);
+}
+
+static int
+torch_run_check(ev *e, unsigned k, unsigned id, unsigned slot)
+{
+	char when[96];
+
+	(void)k;
+	snprintf(when, sizeof(when),
+	    "timed run %u, fresh inputs of distribution %u", slot,
+	    ev_variant(EV_MAX_TRIALS + id));
+	return torch_check(
+	    e, TORCH_TIMED_SERIAL + id, EV_MAX_TRIALS + slot, when, 1);
+}
+
+/* A figure of PyTorch's timed runs as the reported time (sbx_sample_ms). */
+static double
+torch_sample(const ev *e, double ms)
+{
+	return sbx_sample_ms(
+	    ms, 1, e->g->launch_cost_ms, e->g->launch_floor_ms);
+}
+
+static int
+torch_timing(ev *e, const char *mode, Kclaw__Timing **out, double *setup_s)
+{
+	const Kclaw__EvalOptions *o = e->req->options;
+	cJSON *req = torch_req("baseline"), *reply;
+	Kclaw__Timing *t;
+	char what[96];
+
+	if (req == NULL || (t = malloc(sizeof(*t))) == NULL) {
+		cJSON_Delete(req);
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	snprintf(what, sizeof(what), "timing PyTorch (%s)", mode);
+	cJSON_AddStringToObject(req, "mode", mode);
+	cJSON_AddNumberToObject(req, "warmup", e->warmup);
+	cJSON_AddNumberToObject(req, "iters", e->iters);
+	/* The candidate's protocol: adaptive unless a count was asked for. */
+	if (e->adaptive) {
+		cJSON_AddNumberToObject(req, "min_iters", EV_ADAPT_MIN);
+		cJSON_AddNumberToObject(req, "batch", EV_ADAPT_BATCH);
+		cJSON_AddNumberToObject(req, "ci", EV_ADAPT_CI);
+		cJSON_AddNumberToObject(req, "budget_ms", EV_ADAPT_BUDGET_MS);
+	}
+	cJSON_AddBoolToObject(req, "flush", !(o && o->no_l2_flush));
+	cJSON_AddNumberToObject(req, "seed", torch_seed(e, 999999));
+	if (torch_call(e, req, TORCH_BASELINE_MS, what, &reply) != 0) {
+		free(t);
+		return -1;
+	}
+	kclaw__timing__init(t);
+	/* PyTorch's runs are timed by events as the candidate's are, one pair
+	 * per run: the same cost comes off (a shift, so the spread stays). */
+	t->median_ms = torch_sample(e, torch_num(reply, "median_ms"));
+	t->mean_ms = torch_sample(e, torch_num(reply, "mean_ms"));
+	t->min_ms = torch_sample(e, torch_num(reply, "min_ms"));
+	t->max_ms = torch_sample(e, torch_num(reply, "max_ms"));
+	t->stddev_ms = torch_num(reply, "stddev_ms");
+	t->iterations = (uint32_t)torch_num(reply, "iterations");
+	t->l2_flushed = !(o && o->no_l2_flush);
+	*setup_s = torch_num(reply, "setup_s");
+	if (strcmp(mode, "eager") == 0) {
+		sbx_result_add_metric(e->res, "torch.baseline_runs",
+		    (double)e->warmup + t->iterations, "runs");
+		if (cJSON_IsNumber(cJSON_GetObjectItem(reply, "peak_bytes")))
+			sbx_result_add_metric(e->res, "torch.peak_gpu_bytes",
+			    torch_num(reply, "peak_bytes"), "bytes");
+	}
+	cJSON_Delete(reply);
+	*out = t;
+	return 0;
+}
+
+/* PyTorch eager is the baseline; torch.compile is timed too, and its
+ * failure loses only its number. */
+static int
+torch_baseline(ev *e)
+{
+	Kclaw__EvalResult *res = e->res;
+	const char *mode = e->task->reference->torch_compile_mode &&
+	        *e->task->reference->torch_compile_mode
+	    ? e->task->reference->torch_compile_mode
+	    : "compile";
+	double setup = 0;
+	Kclaw__EvalStatus st = res->status;
+	char *msg = res->message ? strdup(res->message) : NULL;
+
+	if (torch_timing(e, "eager", &res->baseline, &setup) != 0) {
+		free(msg);
+		return -1;
+	}
+	res->reference_ms = res->baseline->median_ms;
+	if (e->req->options && e->req->options->no_compile_baseline) {
+		free(msg);
+		return 0;
+	}
+	if (torch_timing(e, mode, &res->torch_compile, &setup) != 0) {
+		ev_warn(e, "torch.compile could not be timed: %s",
+		    res->message ? res->message : "");
+		sbx_result_status(res, st, "%s", msg ? msg : "");
+	} else {
+		res->torch_compile_ms = res->torch_compile->median_ms;
+		sbx_result_add_metric(res, "torch.compile_setup_s", setup, "s");
+	}
+	free(msg);
+	return 0;
+}
+
+static int
+torch_usable(const Kclaw__Reference *ref)
+{
+	return ref->kind == KCLAW__REFERENCE__KIND__TORCH &&
+	    ref->torch_source != NULL;
+}
+
+static int
+torch_setup(ev *e)
+{
+	if ((e->ref_state = calloc(1, sizeof(torch_state))) == NULL) {
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	/* At least three distributions in every evaluation. */
+	if (e->trials < EV_MIN_TRIALS)
+		e->trials = EV_MIN_TRIALS;
+	return 0;
+}
+
+/* The profiled runs read the inputs the reference process made last. */
+static int
+torch_profile_inputs(ev *e)
+{
+	(void)e;
+	return 0;
+}
+
+/* Two input sets of the task's own distribution: the reference process
+ * measures the outputs' variation on them. */
+static int
+torch_sample_inputs(ev *e)
+{
+	return torch_trial_inputs(e, 0) != 0 || torch_trial_inputs(e, 1) != 0
+	    ? -1
+	    : 0;
+}
+
+static void
+torch_release(ev *e)
+{
+	torch_state *st = e->ref_state;
+
+	if (st == NULL)
+		return;
+	for (size_t i = 0; i < st->nmapped && !*e->fatal; i++)
+		e->g->cu.cuIpcCloseMemHandle(st->mapped[i]);
+	free(st);
+	e->ref_state = NULL;
+}
+
+const ev_ref_ops ev_torch_ops = {
+    .name = "torch",
+    .usable = torch_usable,
+    .setup = torch_setup,
+    .prepare = torch_prepare,
+    .trial_inputs = torch_trial_inputs,
+    .trial_check = torch_trial_check,
+    .run_inputs = torch_run_inputs,
+    .run_check = torch_run_check,
+    .profile_inputs = torch_profile_inputs,
+    .sample_inputs = torch_sample_inputs,
+    .baseline = torch_baseline,
+    .release = torch_release,
+    .maps_tensors = 1,
+    .held_max = EV_HELD_MAX,
+};

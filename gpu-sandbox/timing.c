@@ -1,0 +1,799 @@
+/*
+ * timing.c - timed runs (warm-up, events per run or per back-to-back
+ * batch, the L2 flush, the hold, every run checked), the device's
+ * ceilings and the events' own cost measured at the first evaluation, and
+ * profiling under CUPTI.
+ */
+#include <cuda.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "eval_int.h"
+
+static int
+ev_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The median of n sorted doubles; 0 for none. */
+static double
+ev_sorted_median(const double *v, unsigned n)
+{
+	if (n == 0)
+		return 0;
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The median of n doubles (sorted in place); 0 for none. */
+static double
+ev_median(double *v, unsigned n)
+{
+	qsort(v, n, sizeof(*v), ev_cmp_double);
+	return ev_sorted_median(v, n);
+}
+
+/* A kernel that does nothing, one block per SM (kc_mark or kc_probe). */
+static CUresult
+ev_gpu_launch_empty(ev_gpu *g, CUfunction f)
+{
+	CUdeviceptr sink = g->acc + 7 * sizeof(uint64_t);
+	void *params[1] = {&sink};
+
+	return g->cu.cuLaunchKernel(
+	    f, (unsigned)g->sms, 1, 1, 128, 1, 1, 0, g->stream, params, NULL);
+}
+
+/* The L2 flush before a timed run (ev_flush_l2). */
+static CUresult
+ev_gpu_flush_l2(ev_gpu *g)
+{
+	uint64_t n = g->flush_bytes / 16;
+	CUdeviceptr sink = g->acc + 7 * sizeof(uint64_t);
+	void *params[3] = {&g->flush, &n, &sink};
+
+	return g->cu.cuLaunchKernel(g->flush_read, (unsigned)g->sms * 8, 1, 1,
+	    256, 1, 1, 0, g->stream, params, NULL);
+}
+
+/*
+ * What CUDA events add to a run they time: an empty kernel (kc_probe)
+ * between two events after an L2 flush, EV_CALIB_RUNS times with no wait
+ * between runs, under CUPTI. launch_cost_ms is the median of its events'
+ * time minus its CUPTI duration (on the H200 about 3 us: from the start
+ * event to the first block's start and from the last block's end to the
+ * stop event, the same for any kernel), launch_floor_ms its CUPTI
+ * duration. Every timed sample is reported less the cost (sbx_sample_ms),
+ * so a 30 us kernel reads 30 us and not 33.
+ *
+ * The runs are not held: a timed run's hold is released while its L2
+ * flush still runs, so the GPU finds the run queued, and so it finds
+ * these (the host enqueues each within its flush). A GPU that waits at a
+ * hold sees less, 2.4 us (measured with a wait after each run); held
+ * calibration runs that sometimes met that case read 2.5 us in one child
+ * and 3.3 us in the next. Without CUPTI both stay 0: raw event times.
+ */
+static void
+ev_gpu_calibrate(ev_gpu *g)
+{
+	double probe[EV_CALIB_RUNS], cost[EV_CALIB_RUNS];
+	/* The timed runs' own events, made here before any timing. */
+	CUevent *ev = g->ev;
+	unsigned n = 0, made = 0;
+	int bad = 0;
+
+	for (; !bad && made < 2 * EV_CALIB_RUNS; made++)
+		bad = ev[made] == NULL &&
+		    g->cu.cuEventCreate(&ev[made], CU_EVENT_DEFAULT) !=
+		        CUDA_SUCCESS;
+	if (!bad && sbx_prof_activity_start() != 0)
+		bad = 1;
+	for (; !bad && n < EV_CALIB_RUNS; n++)
+		bad = ev_gpu_launch_empty(g, g->mark) != CUDA_SUCCESS ||
+		    ev_gpu_flush_l2(g) != CUDA_SUCCESS ||
+		    g->cu.cuEventRecord(ev[2 * n], g->stream) != CUDA_SUCCESS ||
+		    ev_gpu_launch_empty(g, g->probe) != CUDA_SUCCESS ||
+		    g->cu.cuEventRecord(ev[2 * n + 1], g->stream) !=
+		        CUDA_SUCCESS ||
+		    ev_gpu_launch_empty(g, g->mark_end) != CUDA_SUCCESS;
+	if (made == 2 * EV_CALIB_RUNS) {
+		bad =
+		    bad || g->cu.cuStreamSynchronize(g->stream) != CUDA_SUCCESS;
+		sbx_prof_activity_stop(NULL);
+	}
+	for (unsigned i = 0; !bad && i < n; i++) {
+		float ms = 0;
+		bad = g->cu.cuEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]) !=
+		    CUDA_SUCCESS;
+		cost[i] = ms;
+	}
+	if (bad || n < EV_CALIB_RUNS ||
+	    sbx_prof_runs(NULL, probe, EV_CALIB_RUNS) != EV_CALIB_RUNS) {
+		KC_WARN("the events' cost around a launch could not be "
+		        "measured: timed runs are reported as their events "
+		        "say");
+		return;
+	}
+	for (unsigned i = 0; i < n; i++)
+		cost[i] -= probe[i];
+	g->launch_cost_ms = ev_median(cost, n);
+	g->launch_floor_ms = ev_median(probe, n);
+	if (g->launch_cost_ms < 0 || g->launch_floor_ms <= 0)
+		g->launch_cost_ms = g->launch_floor_ms = 0;
+}
+
+/*
+ * The device's ceilings for the speed of light: the copy bandwidth,
+ * measured (best of three device-to-device copies of 256 MiB, which no L2
+ * holds; read plus write), and the arithmetic peak, from the SM count and
+ * clock at 8192 operations per SM per clock (Hopper's dense fp8 tensor
+ * rate, the fastest arithmetic there is). Nothing measured: 0, and the
+ * speed of light is not applied.
+ */
+void
+ev_gpu_measure_ceilings(ev_gpu *g)
+{
+	size_t half = (size_t)256 << 20;
+	CUdeviceptr buf = 0;
+	CUevent a = NULL, b = NULL;
+	float best = 0;
+	int clock_khz = ev_gpu_attr(g, CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+
+	g->peak_flops_per_ms = (double)g->sms * clock_khz * 8192.0;
+	if (g->cu.cuMemAlloc(&buf, 2 * half) != CUDA_SUCCESS)
+		return;
+	if (g->cu.cuEventCreate(&a, CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
+	    g->cu.cuEventCreate(&b, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
+		for (int i = 0; i < 4; i++) {
+			float ms = 0;
+			g->cu.cuEventRecord(a, g->stream);
+			g->cu.cuMemcpyDtoDAsync(
+			    buf + half, buf, half, g->stream);
+			g->cu.cuEventRecord(b, g->stream);
+			if (g->cu.cuEventSynchronize(b) != CUDA_SUCCESS ||
+			    g->cu.cuEventElapsedTime(&ms, a, b) != CUDA_SUCCESS)
+				break;
+			if (i > 0 && ms > 0 && (best == 0 || ms < best))
+				best = ms;
+		}
+	}
+	if (best > 0)
+		g->bw_bytes_per_ms = 2.0 * (double)half / best;
+	g->cu.cuMemFree(buf);
+	ev_gpu_calibrate(g);
+	KC_INFO("copy bandwidth %.0f GB/s, arithmetic peak %.0f TFLOP/s, "
+	        "events' cost around a launch %.4f ms (an empty one %.4f ms)",
+	    g->bw_bytes_per_ms / 1e6, g->peak_flops_per_ms / 1e9,
+	    g->launch_cost_ms, g->launch_floor_ms);
+}
+
+/*
+ * The hold's flag: two words of host memory mapped for the device. The
+ * hold is launched once here, released at once, so its module is loaded
+ * before any timed run. Without it (a driver that cannot map host
+ * memory) runs are timed as they are launched.
+ */
+void
+ev_gpu_hold_init(ev_gpu *g)
+{
+	void *p = NULL;
+	uint32_t want = 0;
+	uint64_t max_ns = 0;
+	void *params[3] = {&g->hold_dev, &want, &max_ns};
+
+	if (g->cu.cuMemHostAlloc(&p, 64, CU_MEMHOSTALLOC_DEVICEMAP) !=
+	    CUDA_SUCCESS) {
+		KC_WARN("no host memory for the timing hold: timed runs "
+		        "include their launch latency");
+		return;
+	}
+	memset(p, 0, 64);
+	if (g->cu.cuMemHostGetDevicePointer(&g->hold_dev, p, 0) !=
+	        CUDA_SUCCESS ||
+	    g->cu.cuLaunchKernel(g->hold, 1, 1, 1, 1, 1, 1, 0, g->stream,
+	        params, NULL) != CUDA_SUCCESS) {
+		KC_WARN("the timing hold cannot run: timed runs include "
+		        "their launch latency");
+		g->cu.cuMemFreeHost(p);
+		return;
+	}
+	g->hold_flag = p;
+}
+
+static void
+ev_stats(double *ms, unsigned n, Kclaw__Timing *t)
+{
+	double sum = 0, sq = 0;
+
+	qsort(ms, n, sizeof(*ms), ev_cmp_double);
+	for (unsigned i = 0; i < n; i++)
+		sum += ms[i];
+	t->iterations = n;
+	t->min_ms = ms[0];
+	t->max_ms = ms[n - 1];
+	t->mean_ms = sum / n;
+	t->median_ms = ev_sorted_median(ms, n);
+	for (unsigned i = 0; i < n; i++)
+		sq += (ms[i] - t->mean_ms) * (ms[i] - t->mean_ms);
+	t->stddev_ms = n > 1 ? sqrt(sq / (n - 1)) : 0;
+}
+
+/*
+ * Buffer sets for back-to-back timing: set 0 is the evaluation's own
+ * (e->tdev, p->scratch); every other set has inputs, outputs (of the
+ * candidate; the reference writes into its own) and scratch of its own, and
+ * shares the parameters. Swapping e->tdev and p->scratch points a run at
+ * its set.
+ */
+typedef struct {
+	unsigned n;
+	CUdeviceptr *tdev[EV_BATCH_RUNS];
+	CUdeviceptr *scratch[EV_BATCH_RUNS];
+} ev_sets;
+
+/* Whether p may be timed back to back: a `cuda` reference (inputs made from
+ * seeds), adaptive timing, no module variables to restore between runs and
+ * no matmul step (its workspace is shared). */
+static int
+ev_batch_eligible(const ev *e, const ev_prog *p)
+{
+	if (!e->ops->batchable || !e->adaptive || p->nglobals != 0)
+		return 0;
+	for (size_t s = 0; s < p->plan->nsteps; s++)
+		if (p->plan->steps[s].kind == SBX_STEP_MATMUL)
+			return 0;
+	return 1;
+}
+
+static int
+ev_set_owns(const ev *e, const ev_prog *p, size_t t)
+{
+	Kclaw__TensorKind kind = e->task->tensors[t]->kind;
+
+	return kind == KCLAW__TENSOR_KIND__INPUT ||
+	    (kind == KCLAW__TENSOR_KIND__OUTPUT && p == &e->cand);
+}
+
+static void
+ev_sets_free(ev *e, const ev_prog *p, ev_sets *s)
+{
+	for (unsigned j = 1; j < s->n; j++) {
+		for (size_t t = 0; s->tdev[j] && t < e->nt; t++)
+			if (s->tdev[j][t] != 0 &&
+			    s->tdev[j][t] != s->tdev[0][t] && !*e->fatal)
+				e->g->cu.cuMemFree(s->tdev[j][t]);
+		for (size_t i = 0; s->scratch[j] && i < p->nscratch; i++)
+			if (s->scratch[j][i] != 0 && !*e->fatal)
+				e->g->cu.cuMemFree(s->scratch[j][i]);
+		free(s->tdev[j]);
+		free(s->scratch[j]);
+	}
+	memset(s, 0, sizeof(*s));
+}
+
+/* EV_BATCH_RUNS sets for p, or 0 sets (not batched) when they would take
+ * more than EV_BATCH_BYTES or cannot be allocated. */
+static void
+ev_sets_alloc(ev *e, ev_prog *p, ev_sets *s)
+{
+	size_t bytes = 0;
+
+	memset(s, 0, sizeof(*s));
+	for (size_t t = 0; t < e->nt; t++)
+		if (ev_set_owns(e, p, t))
+			bytes += e->tbytes[t];
+	for (size_t i = 0; i < p->nscratch; i++)
+		bytes += p->plan->buffers[p->plan->ntensors + i].bytes;
+	if (bytes == 0 || bytes > EV_BATCH_BYTES / (EV_BATCH_RUNS - 1))
+		return;
+	s->tdev[0] = e->tdev;
+	s->scratch[0] = p->scratch;
+	s->n = 1;
+	for (unsigned j = 1; j < EV_BATCH_RUNS; j++, s->n++) {
+		s->tdev[j] = calloc(e->nt + 1, sizeof(CUdeviceptr));
+		s->scratch[j] = calloc(p->nscratch + 1, sizeof(CUdeviceptr));
+		if (s->tdev[j] == NULL || s->scratch[j] == NULL)
+			goto fail;
+		for (size_t t = 0; t < e->nt; t++) {
+			s->tdev[j][t] = e->tdev[t];
+			if (ev_set_owns(e, p, t) &&
+			    e->g->cu.cuMemAlloc(&s->tdev[j][t],
+			        e->tbytes[t] ? e->tbytes[t] : 1) !=
+			        CUDA_SUCCESS) {
+				s->tdev[j][t] = 0;
+				goto fail;
+			}
+		}
+		for (size_t i = 0; i < p->nscratch; i++)
+			if (e->g->cu.cuMemAlloc(&s->scratch[j][i],
+			        p->plan->buffers[p->plan->ntensors + i]
+			            .bytes) != CUDA_SUCCESS)
+				goto fail;
+	}
+	return;
+fail:
+	s->n++;
+	ev_sets_free(e, p, s);
+}
+
+/* Points p's runs at set j. */
+static void
+ev_sets_use(ev *e, ev_prog *p, const ev_sets *s, unsigned j)
+{
+	e->tdev = s->tdev[j];
+	p->scratch = s->scratch[j];
+}
+
+/* Enqueues the L2 flush: the flush buffer read (kc_flush_read), so what a
+ * run left in L2 is gone and nothing dirty is left to write back while
+ * the next run is timed. */
+static int
+ev_flush_l2(ev *e)
+{
+	return ev_ok(e, ev_gpu_flush_l2(e->g), EV_INTERNAL, "flushing L2");
+}
+
+/*
+ * The hold before a timed run's start event: a one-thread kernel that waits
+ * until the host has enqueued the run through its stop event
+ * (ev_hold_release), so the run's launches are all queued when its start
+ * event fires and the events time the GPU's work, not the host's launch
+ * rate (the gaps a multi-kernel plan would otherwise show between its
+ * kernels). It gives up after EV_HOLD_MAX_NS, counted
+ * (sandbox.hold_expired), so a plan whose enqueue waits for the GPU
+ * cannot deadlock.
+ */
+static int
+ev_hold(ev *e)
+{
+	ev_gpu *g = e->g;
+	uint32_t want;
+	uint64_t max_ns = EV_HOLD_MAX_NS;
+	void *params[3] = {&g->hold_dev, &want, &max_ns};
+
+	if (g->hold_flag == NULL)
+		return 0;
+	want = ++g->hold_seq;
+	return ev_ok(e,
+	    g->cu.cuLaunchKernel(
+	        g->hold, 1, 1, 1, 1, 1, 1, 0, g->stream, params, NULL),
+	    EV_INTERNAL, "holding a timed run");
+}
+
+/* Lets the last hold go (also on an error path: idempotent). */
+static void
+ev_hold_release(ev *e)
+{
+	ev_gpu *g = e->g;
+
+	if (g->hold_flag != NULL)
+		__atomic_store_n(
+		    &g->hold_flag[0], g->hold_seq, __ATOMIC_RELEASE);
+}
+
+/* The holds that gave up waiting since the last call (after a sync). */
+static uint32_t
+ev_hold_expired(ev *e)
+{
+	ev_gpu *g = e->g;
+	uint32_t n;
+
+	if (g->hold_flag == NULL)
+		return 0;
+	n = __atomic_load_n(&g->hold_flag[1], __ATOMIC_ACQUIRE);
+	__atomic_store_n(&g->hold_flag[1], 0, __ATOMIC_RELEASE);
+	return n;
+}
+
+/*
+ * Whether n timed runs (sorted) pin the median down: the distribution-free
+ * 95 % confidence interval of the median (the order statistics
+ * n/2 -+ 1.96 sqrt(n)/2) is within EV_ADAPT_CI of it on either side.
+ */
+static int
+ev_median_settled(const double *sorted, unsigned n)
+{
+	double half = 0.98 * sqrt((double)n), med;
+	long lo = (long)floor(n / 2.0 - half), hi = (long)ceil(n / 2.0 + half);
+
+	if (n < 2)
+		return 0;
+	if (lo < 0)
+		lo = 0;
+	if (hi > (long)n - 1)
+		hi = (long)n - 1;
+	med = ev_sorted_median(sorted, n);
+	return (sorted[hi] - sorted[lo]) / 2 <= EV_ADAPT_CI * med;
+}
+
+/* Where e->trace is set: kernel f (kc_mark or kc_mark_end) for CUPTI's
+ * records, outside the events. */
+static int
+ev_mark(ev *e, CUfunction f)
+{
+	return !e->trace ? 0
+	                 : ev_ok(e, ev_gpu_launch_empty(e->g, f), EV_INTERNAL,
+	                       "marking a run for the profiler");
+}
+
+/*
+ * One back-to-back sample of p: EV_BATCH_RUNS runs, each on its own set
+ * (fresh inputs, outputs and scratch poisoned, all before the events),
+ * one L2 flush, the runs between one pair of events (batch b's), then with
+ * check every run compared with the reference on its own inputs into chk
+ * slots from `slot`. 0, 1 (wrong: the result is filled) or -1.
+ */
+static int
+ev_time_batch(ev *e, ev_prog *p, const ev_sets *sets, int check, int flush,
+    unsigned b, unsigned slot)
+{
+	ev_gpu *g = e->g;
+	unsigned ids[EV_BATCH_RUNS];
+	int rv = 0;
+
+	for (unsigned j = 0; j < sets->n && rv == 0; j++) {
+		ids[j] = e->fresh_serial++;
+		ev_sets_use(e, p, sets, j);
+		if (e->ops->run_inputs(e, j % e->trials, ids[j]) != 0 ||
+		    ev_poison(e, p) != 0)
+			rv = -1;
+	}
+	ev_sets_use(e, p, sets, 0);
+	if (rv != 0 || ev_mark(e, g->mark) != 0 ||
+	    (flush && ev_flush_l2(e) != 0) || ev_hold(e) != 0 ||
+	    ev_ok(e, g->cu.cuEventRecord(g->ev[2 * b], g->stream), EV_INTERNAL,
+	        "recording an event") != 0) {
+		ev_hold_release(e);
+		return -1;
+	}
+	for (unsigned j = 0; j < sets->n && rv == 0; j++) {
+		ev_sets_use(e, p, sets, j);
+		rv = ev_prog_enqueue(e, p);
+	}
+	ev_sets_use(e, p, sets, 0);
+	if (rv == 0)
+		rv = ev_ok(e, g->cu.cuEventRecord(g->ev[2 * b + 1], g->stream),
+		         EV_INTERNAL, "recording an event") != 0 ||
+		    ev_mark(e, g->mark_end) != 0;
+	ev_hold_release(e);
+	if (rv != 0)
+		return -1;
+	for (unsigned j = 0; check && j < sets->n && rv == 0; j++) {
+		ev_sets_use(e, &e->cand, sets, j);
+		rv = e->ops->run_check(e, j % e->trials, ids[j], slot + j);
+	}
+	ev_sets_use(e, p, sets, 0);
+	return rv;
+}
+
+/*
+ * One run of p, its inputs in place, prepared as every timed run is: a
+ * fresh state, the L2 flush, the hold, then the run between events a and
+ * b, the hold released once it is enqueued. 0 or -1 (result filled).
+ */
+static int
+ev_held_run(ev *e, ev_prog *p, int flush, CUevent a, CUevent b)
+{
+	ev_gpu *g = e->g;
+	int rv = ev_fresh_state(e, p) != 0 || ev_mark(e, g->mark) != 0 ||
+	        (flush && ev_flush_l2(e) != 0) || ev_hold(e) != 0 ||
+	        ev_ok(e, g->cu.cuEventRecord(a, g->stream), EV_INTERNAL,
+	            "recording an event") != 0 ||
+	        ev_prog_enqueue(e, p) != 0 ||
+	        ev_ok(e, g->cu.cuEventRecord(b, g->stream), EV_INTERNAL,
+	            "recording an event") != 0 ||
+	        ev_mark(e, g->mark_end) != 0
+	    ? -1
+	    : 0;
+
+	ev_hold_release(e);
+	return rv;
+}
+
+/*
+ * Runs lo..hi-1 of p, each held between its own pair of events (2 i,
+ * 2 i + 1: ev_held_run), then with check its comparison with the
+ * reference into chk slots from `slot`. 0, 1 (wrong: the result is
+ * filled) or -1.
+ */
+static int
+ev_time_runs(ev *e, ev_prog *p, int check, int flush, unsigned lo, unsigned hi,
+    unsigned slot)
+{
+	ev_gpu *g = e->g;
+	int rv;
+
+	for (unsigned i = lo; i < hi; i++) {
+		unsigned k = i % e->trials, id = e->fresh_serial++;
+
+		if (e->ops->run_inputs(e, k, id) != 0 ||
+		    ev_held_run(e, p, flush, g->ev[2 * i], g->ev[2 * i + 1]) !=
+		        0)
+			return -1;
+		if (check &&
+		    (rv = e->ops->run_check(e, k, id, slot + i - lo)) != 0)
+			return rv;
+	}
+	return 0;
+}
+
+/*
+ * The end of a traced timing (e->trace): CUPTI's span of each of the last
+ * `samples` marked runs or batches (the ones kept; an adaptive timing's
+ * first runs may have been dropped), over `per` runs each, and their
+ * median as metric profile.timed_cupti_ms: the same runs as the reported
+ * median, measured by the profiler's clock. Nothing when the records do
+ * not hold them all (the profiler's buffer full).
+ */
+static void
+ev_time_traced(ev *e, unsigned samples, unsigned per, unsigned cap)
+{
+	double *span = calloc(cap, sizeof(*span));
+	unsigned n;
+
+	e->trace = 0;
+	sbx_prof_activity_stop(NULL);
+	n = span != NULL ? sbx_prof_runs(span, NULL, cap) : 0;
+	if (samples > 0 && n >= samples) {
+		double *kept = span + (n - samples);
+		for (unsigned i = 0; i < samples; i++)
+			kept[i] /= per;
+		sbx_result_add_metric(e->res, "profile.timed_cupti_ms",
+		    ev_median(kept, samples), "ms");
+		sbx_result_add_metric(
+		    e->res, "profile.timed_cupti_samples", samples, "samples");
+	}
+	free(span);
+}
+
+/*
+ * Times p: warm-up, then runs each between two events. Before each run
+ * (outside the events): the next inputs (fresh ones where the reference
+ * can compute them, else the next trial's), a fresh state (the poison in
+ * outputs and scratch, the module's variables reset), the L2 flushed,
+ * then the hold (ev_hold), released once the run is enqueued through its
+ * stop event. With check, every timed run's outputs are then compared
+ * with the reference's on the same inputs, after the candidate finished and
+ * outside the events, the same work after every run: no run can tell
+ * whether it is checked, because all are, and none can reuse what an
+ * earlier one left.
+ *
+ * The runs go in batches, each read (its times and its checks) before the
+ * next: e->iters of them when the count was asked for, else adaptively
+ * until the median is settled (ev_median_settled), at most e->iters runs
+ * or EV_ADAPT_BUDGET_MS. A plan whose first runs' median is under
+ * EV_SHORT_MS is then timed back to back instead (ev_time_batch): the
+ * first runs' times are dropped, and each sample is a batch's time over its
+ * runs. Every sample is reported less the events' own cost around a launch
+ * (sbx_sample_ms, ev_gpu_calibrate), once per pair of events.
+ */
+int
+ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
+{
+	ev_gpu *g = e->g;
+	int flush = !(e->req->options && e->req->options->no_l2_flush);
+	int cand = p == &e->cand;
+	unsigned max = e->iters, n = 0, runs = 0, batches = 0, samples = 0;
+	uint64_t t0 = kc_mono_ns();
+	ev_sets sets = {0};
+	Kclaw__Timing *t;
+	double *ms, *sorted;
+	int rv;
+
+	for (unsigned i = 0; i < 2 * max + 2; i++)
+		if (g->ev[i] == NULL)
+			EV_CU(e,
+			    g->cu.cuEventCreate(&g->ev[i], CU_EVENT_DEFAULT),
+			    EV_INTERNAL, "creating events");
+	if ((ms = calloc(max, sizeof(*ms))) == NULL ||
+	    (sorted = calloc(max, sizeof(*sorted))) == NULL) {
+		free(ms);
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	for (unsigned i = 0; i < e->warmup; i++)
+		if (e->ops->run_inputs(e, i % e->trials, e->fresh_serial++) !=
+		        0 ||
+		    ev_fresh_state(e, p) != 0 || ev_prog_enqueue(e, p) != 0)
+			goto fail;
+	if (ev_ok(e, g->cu.cuStreamSynchronize(g->stream),
+	        cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
+	        "warm-up") != 0)
+		goto fail;
+	/* Asked for (EvalOptions.trace_timing): the candidate's timed runs
+	 * traced by CUPTI too, the independent measurement of the same runs
+	 * (ev_time_traced). Not by default: tracing slowed one example
+	 * kernel by 11 % (bias_gelu candidate 1 on the H200). */
+	e->trace = cand && e->req->options && e->req->options->trace_timing &&
+	    sbx_prof_activity_start() == 0;
+	while (n < max) {
+		unsigned lo = n, hi;
+		hi = !e->adaptive ? max
+		    : n == 0      ? EV_ADAPT_MIN
+		                  : n + EV_ADAPT_BATCH;
+		if (hi > max)
+			hi = max;
+		unsigned b = 0, nrun;
+		if (sets.n > 0) {
+			/* Back to back: whole batches of runs per sample. */
+			if (n + sets.n > max)
+				break;
+			b = batches++;
+			nrun = sets.n;
+			rv = ev_time_batch(e, p, &sets, check, flush, b, runs);
+		} else {
+			nrun = hi - lo;
+			rv = ev_time_runs(e, p, check, flush, lo, hi, runs);
+			batches = hi;
+		}
+		if (rv != 0)
+			goto done;
+		if (ev_ok(e, g->cu.cuStreamSynchronize(g->stream),
+		        cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
+		        "timing") != 0)
+			goto fail;
+		if (check && (rv = ev_read_checks(e, runs, runs + nrun)) != 0)
+			goto done;
+		for (unsigned j = 0; j < nrun; j++) {
+			/* A batch's runs share its time; a run has its own. */
+			unsigned k = sets.n > 0 ? b : lo + j;
+			float f = 0;
+			if (sets.n == 0 || j == 0)
+				g->cu.cuEventElapsedTime(
+				    &f, g->ev[2 * k], g->ev[2 * k + 1]);
+			ms[n + j] = sets.n > 0 && j > 0
+			    ? ms[n]
+			    : sbx_sample_ms(f, sets.n > 0 ? nrun : 1,
+			          g->launch_cost_ms, g->launch_floor_ms);
+		}
+		runs += nrun;
+		n += nrun;
+		if (sets.n > 0)
+			samples++;
+		if (!e->adaptive)
+			break;
+		memcpy(sorted, ms, n * sizeof(*ms));
+		qsort(sorted, n, sizeof(*sorted), ev_cmp_double);
+		/* The reference is timed back to back exactly when the
+		 * candidate was, so a speedup compares like with like. */
+		if (sets.n == 0 && lo == 0 && ev_batch_eligible(e, p) &&
+		    (cand ? sorted[n / 2] < EV_SHORT_MS : e->cand_batched)) {
+			/* Launch latency is a visible part of these times:
+			 * start again, back to back. */
+			ev_sets_alloc(e, p, &sets);
+			if (sets.n > 0) {
+				n = 0;
+				continue;
+			}
+		}
+		/* Back to back, a batch is one sample (its runs share its
+		 * time): settled only over EV_ADAPT_MIN batches. */
+		if ((sets.n == 0 || samples >= EV_ADAPT_MIN) &&
+		    ev_median_settled(sorted, n))
+			break;
+		if ((kc_mono_ns() - t0) / 1000000 > EV_ADAPT_BUDGET_MS)
+			break;
+	}
+	if (sets.n > 0 && cand)
+		e->cand_batched = 1;
+	if (e->trace)
+		ev_time_traced(e, sets.n > 0 ? samples : n,
+		    sets.n > 0 ? sets.n : 1, 2 * max + 2);
+	{
+		uint32_t expired = ev_hold_expired(e);
+		if (cand && g->launch_cost_ms > 0)
+			sbx_result_add_metric(e->res, "sandbox.launch_cost_ms",
+			    g->launch_cost_ms, "ms");
+		if (expired > 0)
+			sbx_result_add_metric(e->res,
+			    cand ? "sandbox.candidate_hold_expired"
+			         : "sandbox.reference_hold_expired",
+			    expired, "runs");
+	}
+	if (sets.n > 0)
+		sbx_result_add_metric(e->res,
+		    cand ? "sandbox.candidate_batch_runs"
+		         : "sandbox.reference_batch_runs",
+		    sets.n, "runs");
+	ev_sets_free(e, p, &sets);
+	if ((t = malloc(sizeof(*t))) == NULL) {
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		goto fail;
+	}
+	kclaw__timing__init(t);
+	ev_stats(ms, n, t);
+	free(ms);
+	free(sorted);
+	t->l2_flushed = flush;
+	t->spot_checks = check ? runs : 0;
+	*out = t;
+	return 0;
+fail:
+	rv = -1;
+done:
+	ev_hold_release(e);
+	if (e->trace) {
+		e->trace = 0;
+		sbx_prof_activity_stop(NULL);
+	}
+	if (sets.n > 0) {
+		ev_sets_use(e, p, &sets, 0);
+		ev_sets_free(e, p, &sets);
+	}
+	free(ms);
+	free(sorted);
+	return rv;
+}
+
+static int
+ev_profile_run(void *arg)
+{
+	ev *e = arg;
+
+	return ev_prog_run_sync(e, &e->cand) == 0 ? 0 : KC_ECUDA;
+}
+
+void
+ev_profile(ev *e)
+{
+	Kclaw__EvalResult *res = e->res;
+	ev_gpu *g = e->g;
+	int flush = !(e->req->options && e->req->options->no_l2_flush);
+	double spans[EV_PROFILE_RUNS], evms[EV_PROFILE_RUNS],
+	    over[EV_PROFILE_RUNS];
+	unsigned r = 0, n;
+
+	/* EV_PROFILE_RUNS runs under one CUPTI session, each between kc_mark
+	 * and kc_mark_end (where the records are cut into runs), prepared,
+	 * held and timed by its own events as a timed run is (ev_held_run,
+	 * e->trace; the sandbox's kc_*
+	 * kernels are left out of the records). The last run's records are
+	 * the result's. Metrics, medians over the runs:
+	 * profile.cupti_span_ms, each run's span by CUPTI's clock, an
+	 * independent measurement of what the timed runs report
+	 * (tests/gpu/timing/timing_agree.py); profile.events_ms, the same
+	 * runs by their raw events; profile.event_overhead_ms, each run's
+	 * raw events minus its span (what ev_gpu_calibrate takes off). */
+	if (sbx_prof_activity_start() != 0)
+		return;
+	e->trace = 1;
+	for (; r < EV_PROFILE_RUNS; r++) {
+		float ms = 0;
+		if (e->ops->profile_inputs(e) != 0 ||
+		    ev_held_run(e, &e->cand, flush, g->ev[0], g->ev[1]) != 0 ||
+		    ev_ok(e, g->cu.cuStreamSynchronize(g->stream),
+		        KCLAW__EVAL_STATUS__LAUNCH_ERROR, "profiling") != 0) {
+			e->trace = 0;
+			sbx_prof_activity_stop(NULL);
+			return;
+		}
+		g->cu.cuEventElapsedTime(&ms, g->ev[0], g->ev[1]);
+		evms[r] = ms;
+	}
+	e->trace = 0;
+	sbx_prof_activity_stop(res);
+	n = sbx_prof_runs(spans, NULL, EV_PROFILE_RUNS);
+	if (n == r && n > 0) {
+		for (unsigned i = 0; i < n; i++)
+			over[i] = evms[i] - spans[i];
+		sbx_result_add_metric(
+		    res, "profile.cupti_span_ms", ev_median(spans, n), "ms");
+		sbx_result_add_metric(
+		    res, "profile.events_ms", ev_median(evms, n), "ms");
+		sbx_result_add_metric(
+		    res, "profile.event_overhead_ms", ev_median(over, n), "ms");
+	}
+	if (*e->fatal || res->status != KCLAW__EVAL_STATUS__OK)
+		return;
+	if (sbx_prof_range(e->g->ctx, e->g->device, ev_profile_run, e, res) ==
+	    0)
+		res->counters_available = 1;
+}
