@@ -380,8 +380,11 @@ torch_sample(const ev *e, double ms)
 	    ms, 1, e->g->launch_cost_ms, e->g->launch_floor_ms);
 }
 
+/* PyTorch timed in mode (eager, compile, max-autotune), at precision
+ * (NULL: the task's; else a math mode of sbx_torchref_precision). */
 static int
-torch_timing(ev *e, const char *mode, Kclaw__Timing **out, double *setup_s)
+torch_timing(ev *e, const char *mode, const char *precision,
+    Kclaw__Timing **out, double *setup_s)
 {
 	const Kclaw__EvalOptions *o = e->req->options;
 	cJSON *req = torch_req("baseline"), *reply;
@@ -393,8 +396,11 @@ torch_timing(ev *e, const char *mode, Kclaw__Timing **out, double *setup_s)
 		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
 		return -1;
 	}
-	snprintf(what, sizeof(what), "timing PyTorch (%s)", mode);
+	snprintf(what, sizeof(what), "timing PyTorch (%s%s%s)", mode,
+	    precision ? ", " : "", precision ? precision : "");
 	cJSON_AddStringToObject(req, "mode", mode);
+	if (precision != NULL)
+		cJSON_AddStringToObject(req, "precision", precision);
 	cJSON_AddNumberToObject(req, "warmup", e->warmup);
 	cJSON_AddNumberToObject(req, "iters", e->iters);
 	/* The candidate's protocol: adaptive unless a count was asked for. */
@@ -421,7 +427,7 @@ torch_timing(ev *e, const char *mode, Kclaw__Timing **out, double *setup_s)
 	t->iterations = (uint32_t)torch_num(reply, "iterations");
 	t->l2_flushed = !(o && o->no_l2_flush);
 	*setup_s = torch_num(reply, "setup_s");
-	if (strcmp(mode, "eager") == 0) {
+	if (strcmp(mode, "eager") == 0 && precision == NULL) {
 		sbx_result_add_metric(e->res, "torch.baseline_runs",
 		    (double)e->warmup + t->iterations, "runs");
 		if (cJSON_IsNumber(cJSON_GetObjectItem(reply, "peak_bytes")))
@@ -431,6 +437,45 @@ torch_timing(ev *e, const char *mode, Kclaw__Timing **out, double *setup_s)
 	cJSON_Delete(reply);
 	*out = t;
 	return 0;
+}
+
+/*
+ * A candidate below the task's precision (what the precision scan finds):
+ * PyTorch eager timed in that math mode too, so its speedup can be read at
+ * matched precision (speedup_matched_precision). Its failure loses only
+ * that number.
+ */
+static void
+torch_matched_precision(ev *e)
+{
+	Kclaw__EvalResult *res = e->res;
+	Kclaw__EvalStatus st = res->status;
+	Kclaw__Timing *t = NULL;
+	const char *prec;
+	char what[512], metric[64], *msg;
+	double setup = 0;
+
+	if (e->req->candidate == NULL || res->timing == NULL ||
+	    res->timing->median_ms <= 0 ||
+	    !sbx_precision_scan(e->req->candidate->source, e->cand.plan,
+	        e->task, what, sizeof(what)) ||
+	    (prec = sbx_torchref_precision(what)) == NULL)
+		return;
+	msg = res->message ? strdup(res->message) : NULL;
+	if (torch_timing(e, "eager", prec, &t, &setup) != 0) {
+		ev_warn(e,
+		    "PyTorch could not be timed at the candidate's "
+		    "precision (%s): %s",
+		    prec, res->message ? res->message : "");
+		sbx_result_status(res, st, "%s", msg ? msg : "");
+		free(msg);
+		return;
+	}
+	free(msg);
+	res->speedup_matched_precision = t->median_ms / res->timing->median_ms;
+	snprintf(metric, sizeof(metric), "torch.matched_precision.%s_ms", prec);
+	sbx_result_add_metric(res, metric, t->median_ms, "ms");
+	free(t); /* no field of a Timing owns memory */
 }
 
 /* PyTorch eager is the baseline; torch.compile is timed too, and its
@@ -447,16 +492,17 @@ torch_baseline(ev *e)
 	Kclaw__EvalStatus st = res->status;
 	char *msg = res->message ? strdup(res->message) : NULL;
 
-	if (torch_timing(e, "eager", &res->baseline, &setup) != 0) {
+	if (torch_timing(e, "eager", NULL, &res->baseline, &setup) != 0) {
 		free(msg);
 		return -1;
 	}
 	res->reference_ms = res->baseline->median_ms;
+	torch_matched_precision(e);
 	if (e->req->options && e->req->options->no_compile_baseline) {
 		free(msg);
 		return 0;
 	}
-	if (torch_timing(e, mode, &res->torch_compile, &setup) != 0) {
+	if (torch_timing(e, mode, NULL, &res->torch_compile, &setup) != 0) {
 		ev_warn(e, "torch.compile could not be timed: %s",
 		    res->message ? res->message : "");
 		sbx_result_status(res, st, "%s", msg ? msg : "");

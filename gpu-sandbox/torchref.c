@@ -61,9 +61,15 @@ sbx_torchref_new(sbx_torchref **out, const char *python, const char *script)
 		snprintf(r->script, sizeof(r->script), "%s", script);
 	else if (kc_share_dir("torch", dir, sizeof(dir)) == 0)
 		snprintf(r->script, sizeof(r->script), "%s/torchref.py", dir);
+	/* An absolute path: the socket is found from any working folder. */
 	if ((env = getenv("KCLAW_TORCHREF_WARM")) && *env &&
-	    strcmp(env, "0") != 0 && strcmp(env, "off") != 0)
-		snprintf(r->warm_dir, sizeof(r->warm_dir), "%s", env);
+	    strcmp(env, "0") != 0 && strcmp(env, "off") != 0) {
+		if (env[0] != '/' && getcwd(dir, sizeof(dir)) != NULL)
+			snprintf(r->warm_dir, sizeof(r->warm_dir), "%s/%s", dir,
+			    env);
+		else
+			snprintf(r->warm_dir, sizeof(r->warm_dir), "%s", env);
+	}
 	*out = r;
 	return 0;
 }
