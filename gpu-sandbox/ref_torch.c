@@ -33,6 +33,11 @@ typedef struct {
 	CUdeviceptr mapped[EV_MAX_TENSORS];
 	CUipcMemHandle mapped_handle[EV_MAX_TENSORS];
 	size_t nmapped;
+	/* What the evaluation cost on the reference's side: the replies'
+	 * gpu_ms (its draws, forwards and comparisons, by its events), the
+	 * time waited for them, the requests. */
+	double gpu_ms, wait_ms;
+	unsigned calls;
 } torch_state;
 
 static torch_state *
@@ -67,12 +72,16 @@ torch_fail(ev *e, int rv, const cJSON *reply, const char *what)
 	return -1;
 }
 
+static double torch_num(const cJSON *o, const char *key);
+
 /* One request; 0 with *reply holding an "ok": true reply, else -1 with the
  * result filled. */
 static int
 torch_call(ev *e, cJSON *req, int timeout_ms, const char *what, cJSON **reply)
 {
 	ev_gpu *g = e->g;
+	torch_state *st = torch_st(e);
+	uint64_t t0;
 	int rv;
 
 	*reply = NULL;
@@ -81,8 +90,15 @@ torch_call(ev *e, cJSON *req, int timeout_ms, const char *what, cJSON **reply)
 		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
 		return -1;
 	}
+	t0 = kc_mono_ns();
 	rv = sbx_torchref_call(g->tr, req, timeout_ms, reply);
 	cJSON_Delete(req);
+	if (st != NULL) {
+		st->wait_ms += (double)(kc_mono_ns() - t0) / 1e6;
+		st->calls++;
+		if (rv == 0)
+			st->gpu_ms += torch_num(*reply, "gpu_ms");
+	}
 	if (rv != 0 || !cJSON_IsTrue(cJSON_GetObjectItem(*reply, "ok"))) {
 		torch_fail(e, rv, *reply, what);
 		cJSON_Delete(*reply);
@@ -559,6 +575,14 @@ torch_release(ev *e)
 
 	if (st == NULL)
 		return;
+	if (st->calls > 0) {
+		sbx_result_add_metric(
+		    e->res, "torch.reference_gpu_ms", st->gpu_ms, "ms");
+		sbx_result_add_metric(
+		    e->res, "torch.reference_wait_ms", st->wait_ms, "ms");
+		sbx_result_add_metric(
+		    e->res, "torch.reference_calls", st->calls, "calls");
+	}
 	for (size_t i = 0; i < st->nmapped && !*e->fatal; i++)
 		e->g->cu.cuIpcCloseMemHandle(st->mapped[i]);
 	free(st);

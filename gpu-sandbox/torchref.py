@@ -598,7 +598,18 @@ def nvrtc_compile(source, archs, cuda_version=None):
     """source -> (image bytes, 'cubin sm_XX' or 'ptx compute_XX', library):
     a CUBIN for the first arch NVRTC accepts, else PTX (the driver compiles
     it). Raises RuntimeError with NVRTC's log when nothing compiles."""
-    errors = []
+    for image in nvrtc_images(source, archs, cuda_version):
+        return image
+    raise RuntimeError("unreachable")
+
+
+def nvrtc_images(source, archs, cuda_version=None, errors=None):
+    """Every image NVRTC makes of source, best first: for each library
+    (nvrtc_candidates) a CUBIN of the first arch it accepts, else PTX. The
+    caller takes the first that its driver loads. Raises RuntimeError with
+    NVRTC's logs when none compiles."""
+    errors = [] if errors is None else errors
+    made = 0
     for name in nvrtc_candidates(cuda_version):
         try:
             lib = ctypes.CDLL(name)
@@ -633,8 +644,14 @@ def nvrtc_compile(source, archs, cuda_version=None):
                     errors.append("%s %s_%d: %s" % (name, kind, arch, one_line(buf.value.decode(errors="replace"))))
                 lib.nvrtcDestroyProgram(ctypes.byref(prog))
                 if image is not None:
-                    return image, "%s %s_%d" % ("cubin" if kind == "sm" else "ptx", kind, arch), name
-    raise RuntimeError("NVRTC compiled nothing: " + "; ".join(errors[-4:]))
+                    made += 1
+                    yield image, "%s %s_%d" % ("cubin" if kind == "sm" else "ptx", kind, arch), name
+                    break
+            else:
+                continue
+            break
+    if made == 0:
+        raise RuntimeError("NVRTC compiled nothing: " + "; ".join(errors[-4:]))
 
 
 class Kernels:
@@ -649,14 +666,21 @@ class Kernels:
         major, minor = torch.cuda.get_device_capability(dev)
         cc = 10 * major + minor
         archs = [cc] + [a for a in (90, 80, 75) if a < cc]
-        image, self.what, self.nvrtc = nvrtc_compile(KERNELS_CU, archs, cuda_version)
         mod = ctypes.c_void_p()
-        rc = lib.cuModuleLoadData(ctypes.byref(mod), ctypes.c_char_p(image))
-        if rc == 201:  # CUDA_ERROR_INVALID_CONTEXT
-            driver._make_current()
+        failed = []
+        # A newer NVRTC's image may not load on an older driver: the next
+        # library's then.
+        for image, what, name in nvrtc_images(KERNELS_CU, archs, cuda_version):
             rc = lib.cuModuleLoadData(ctypes.byref(mod), ctypes.c_char_p(image))
-        if rc != 0:
-            raise RuntimeError("cuModuleLoadData (%s) failed: %s" % (self.what, driver.errname(rc)))
+            if rc == 201:  # CUDA_ERROR_INVALID_CONTEXT
+                driver._make_current()
+                rc = lib.cuModuleLoadData(ctypes.byref(mod), ctypes.c_char_p(image))
+            if rc == 0:
+                self.what, self.nvrtc = what, name
+                break
+            failed.append("%s from %s: %s" % (what, name, driver.errname(rc)))
+        else:
+            raise RuntimeError("cuModuleLoadData failed for every image: %s" % "; ".join(failed))
         self.mod = mod
         self.launch_fn = lib.cuLaunchKernel
         self.launch_fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + \
@@ -795,6 +819,31 @@ class Serial:
         self.keep = keep
         self.expected = []
         self.input_sums = None   # checksums of the shared inputs (kept with keep)
+
+
+class GpuClock:
+    """GPU time of a request's parts (draws, forwards, comparisons) by CUDA
+    events around each, read after the request's synchronisation: the
+    reply's gpu_ms, which the sandbox sums as torch.reference_gpu_ms (what
+    an evaluation's wall time is compared with)."""
+
+    def __init__(self):
+        self.pairs = []
+        self.a = None
+
+    def start(self):
+        self.a = torch.cuda.Event(enable_timing=True)
+        self.a.record()
+
+    def stop(self):
+        b = torch.cuda.Event(enable_timing=True)
+        b.record()
+        self.pairs.append((self.a, b))
+        self.a = None
+
+    def ms(self):
+        """After a synchronisation: the parts' sum."""
+        return sum(a.elapsed_time(b) for a, b in self.pairs)
 
 
 class State:
@@ -1513,7 +1562,10 @@ def _load(st, t, source, t0):
     # One draw to check the inputs, the outputs and count the FLOPs; the
     # forward runs on the shared inputs, as every later one (drawn there:
     # no second copy of the inputs, at load either).
+    clock = GpuClock()
+    clock.start()
     drawn = _draw(st, t.init_seed, 0, into_arena=True)
+    clock.stop()
     tens, rest = _split_inputs(t, drawn, "load")
     for b, v in zip(t.by_kind("input"), tens):
         _check_tensor(b, v, "tensor")
@@ -1527,6 +1579,7 @@ def _load(st, t, source, t0):
     # failure is the problem's.
     flops = None
     outs = None
+    clock.start()
     try:
         from torch.utils.flop_counter import FlopCounterMode
         fc = FlopCounterMode(display=False)
@@ -1545,6 +1598,7 @@ def _load(st, t, source, t0):
         args = _to_shared(t, _draw(st, t.init_seed, 0, into_arena=True))
     if outs is None:
         outs = _forward(st, args, "load")
+    clock.stop()
     # A model whose forward writes its inputs gets private copies for its
     # forward (the candidate must see them as drawn): found here, once, by
     # the inputs' checksums around the forward.
@@ -1572,7 +1626,7 @@ def _load(st, t, source, t0):
     log("load %s: %d tensors, %.1f MB shared in one %.1f MB arena, %s FLOPs, %.2f s"
         % (t.key[:16], len(t.bufs), sum(b.nbytes for b in t.bufs) / 1e6, t.arena.numel() / 1e6,
            "%.3g" % flops if flops is not None else "no", time.monotonic() - t0))
-    return dict(t.reply)
+    return dict(t.reply, gpu_ms=clock.ms())
 
 
 def _need_task(st, op):
@@ -1593,6 +1647,8 @@ def op_inputs(st, req):
     # stay for var_norm).
     st.cur = None
     _restore_params(st, t)
+    clock = GpuClock()
+    clock.start()
     drawn = _draw(st, seed, variant, into_arena=True)
     tens, rest = _split_inputs(t, drawn, "inputs")
     for b, v in zip(t.by_kind("scalar"), rest):
@@ -1610,6 +1666,8 @@ def op_inputs(st, req):
     del shared
     if not t.writes_inputs:
         del drawn, tens
+    clock.stop()
+    clock.start()
     outs = _forward(st, args, "inputs, seed %d" % seed)
     obufs = t.by_kind("output")
     if len(outs) != len(obufs):
@@ -1618,6 +1676,7 @@ def op_inputs(st, req):
     for b, o in zip(obufs, outs):
         _check_tensor(b, o, "tensor")
     exp = [o.reshape(b.shape) for b, o in zip(obufs, _own_outputs(st, outs, args))]
+    clock.stop()
     del outs, args
     if t.writes_inputs:
         del drawn, tens
@@ -1641,7 +1700,7 @@ def op_inputs(st, req):
         b.raw.fill_(255)
     torch.cuda.synchronize()
     st.cur = cur
-    return {"outputs": res}
+    return {"outputs": res, "gpu_ms": clock.ms()}
 
 
 def _compare(got, exp, dtype, atol, rtol):
@@ -1765,9 +1824,12 @@ def op_check(st, req):
     obufs = t.by_kind("output")
     torch.cuda.synchronize()
     res = []
+    clock = GpuClock()
     for i, (b, e) in enumerate(zip(obufs, st.cur.expected)):
         r = {"name": b.name}
+        clock.start()
         r.update(_compare(b.view, e, b.dtype, atol, rtol))
+        clock.stop()
         r["held_diff_max"], r["held_diff_count"] = None, None
         if compare_held:
             r["held_diff_max"], r["held_diff_count"] = _held_diff(b.view, st.held[i], b.dtype)
@@ -1783,7 +1845,7 @@ def op_check(st, req):
         st.held = None
         st.held = [b.view.clone() for b in obufs]
     torch.cuda.synchronize()
-    return {"outputs": res, "written": written}
+    return {"outputs": res, "written": written, "gpu_ms": clock.ms()}
 
 
 def _stats(times, setup_s):
@@ -1904,26 +1966,29 @@ def op_baseline(st, req):
     budget_s = float(req.get("budget_ms", 3000)) / 1000.0
     events = []
     times = []
+    clock = GpuClock()
     try:
         t_start = time.monotonic()
         i = 0
         goal = warmup + (min_iters if adaptive else iters)
         while True:
             while i < goal:
+                clock.start()
                 args = _baseline_args(t, _draw(st, seed + i, 0, into_arena=True))
+                clock.stop()
                 if flush:
                     # A read, as the sandbox's flush (eval.c ev_flush_l2):
                     # a fill would leave dirty lines written back inside
                     # the timed interval.
                     t.flush.sum()
-                if i >= warmup:
-                    a = torch.cuda.Event(enable_timing=True)
-                    b = torch.cuda.Event(enable_timing=True)
-                    a.record()
+                a = torch.cuda.Event(enable_timing=True)
+                b = torch.cuda.Event(enable_timing=True)
+                a.record()
                 with torch.no_grad(), _MathMode(precision):
                     out = fn(*args)
+                b.record()
+                clock.pairs.append((a, b))
                 if i >= warmup:
-                    b.record()
                     events.append((a, b))
                 del out, args
                 i += 1
@@ -1943,6 +2008,7 @@ def op_baseline(st, req):
                        "the forward failed while timed: %s" % describe_exc(e, t.path)) from e
     r = _stats(times, setup_s)
     r["precision"] = precision
+    r["gpu_ms"] = clock.ms()
     # The reference process's peak GPU memory since the task was loaded.
     r["peak_bytes"] = int(torch.cuda.max_memory_allocated()) + t.arena_bytes
     return r
