@@ -38,6 +38,10 @@ typedef struct {
 	 * time waited for them, the requests. */
 	double gpu_ms, wait_ms;
 	unsigned calls;
+	/* The same for the timing's runs alone (their inputs and checks). */
+	int in_timed;
+	double timed_gpu_ms, timed_wait_ms;
+	unsigned timed_inputs;
 } torch_state;
 
 static torch_state *
@@ -98,6 +102,11 @@ torch_call(ev *e, cJSON *req, int timeout_ms, const char *what, cJSON **reply)
 		st->calls++;
 		if (rv == 0)
 			st->gpu_ms += torch_num(*reply, "gpu_ms");
+		if (st->in_timed) {
+			st->timed_wait_ms += (double)(kc_mono_ns() - t0) / 1e6;
+			if (rv == 0)
+				st->timed_gpu_ms += torch_num(*reply, "gpu_ms");
+		}
 	}
 	if (rv != 0 || !cJSON_IsTrue(cJSON_GetObjectItem(*reply, "ok"))) {
 		torch_fail(e, rv, *reply, what);
@@ -290,9 +299,16 @@ torch_trial_inputs(ev *e, unsigned k)
 static int
 torch_run_inputs(ev *e, unsigned k, unsigned id)
 {
+	torch_state *st = torch_st(e);
+	int rv;
+
 	(void)k;
-	return torch_inputs(
+	st->in_timed = 1;
+	st->timed_inputs++;
+	rv = torch_inputs(
 	    e, TORCH_TIMED_SERIAL + id, ev_variant(EV_MAX_TRIALS + id), 0);
+	st->in_timed = 0;
+	return rv;
 }
 
 /* The reference process compares input set serial's outputs; 0, 1 (wrong:
@@ -380,12 +396,18 @@ torch_run_check(ev *e, unsigned k, unsigned id, unsigned slot)
 {
 	char when[96];
 
+	torch_state *st = torch_st(e);
+	int rv;
+
 	(void)k;
 	snprintf(when, sizeof(when),
 	    "timed run %u, fresh inputs of distribution %u", slot,
 	    ev_variant(EV_MAX_TRIALS + id));
-	return torch_check(
+	st->in_timed = 1;
+	rv = torch_check(
 	    e, TORCH_TIMED_SERIAL + id, EV_MAX_TRIALS + slot, when, 1);
+	st->in_timed = 0;
+	return rv;
 }
 
 /* A figure of PyTorch's timed runs as the reported time (sbx_sample_ms). */
@@ -582,6 +604,14 @@ torch_release(ev *e)
 		    e->res, "torch.reference_wait_ms", st->wait_ms, "ms");
 		sbx_result_add_metric(
 		    e->res, "torch.reference_calls", st->calls, "calls");
+	}
+	if (st->timed_inputs > 0) {
+		sbx_result_add_metric(
+		    e->res, "torch.timed_gpu_ms", st->timed_gpu_ms, "ms");
+		sbx_result_add_metric(
+		    e->res, "torch.timed_wait_ms", st->timed_wait_ms, "ms");
+		sbx_result_add_metric(
+		    e->res, "torch.timed_inputs", st->timed_inputs, "runs");
 	}
 	for (size_t i = 0; i < st->nmapped && !*e->fatal; i++)
 		e->g->cu.cuIpcCloseMemHandle(st->mapped[i]);
