@@ -32,6 +32,7 @@ import json
 import math
 import os
 import queue
+import select
 import shutil
 import signal
 import socket
@@ -2138,6 +2139,10 @@ def _bind(path):
     return sock
 
 
+# A request still running this long after its sandbox hung up ends the
+# warm process (KCLAW_TORCHREF_ORPHAN_S).
+ORPHAN_S = 10
+
 BUSY = {"ok": False, "code": "BUSY",
         "error": "the warm reference process serves another sandbox; start a private one"}
 
@@ -2156,7 +2161,56 @@ def listen(path, idle_s, serve_conn):
     log("listening on %s (idle exit after %d s)" % (path, idle_s))
     lock = threading.Lock()
     busy = [False]
+    active = [None]   # the connection being served
     conns = queue.Queue()
+
+    def watchdog():
+        # A private process dies with its sandbox child (PR_SET_PDEATHSIG);
+        # this one outlives it, so a request that still runs well after its
+        # sandbox hung up (a hung forward, the child killed at its deadline)
+        # ends the process instead of holding the GPU for good.
+        since = None
+        seen = None
+        try:
+            orphan_s = float(os.environ.get("KCLAW_TORCHREF_ORPHAN_S") or ORPHAN_S)
+        except ValueError:
+            orphan_s = ORPHAN_S
+        while True:
+            time.sleep(min(1.0, orphan_s / 4))
+            with lock:
+                c = active[0]
+                hup = False
+                if c is not None:
+                    try:
+                        p = select.poll()
+                        p.register(c.fileno(), select.POLLRDHUP)
+                        hup = any(ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+                                  for _, ev in p.poll(0))
+                    except (OSError, ValueError):
+                        hup = False
+            if c is not seen or not hup:
+                seen, since = c, (time.monotonic() if hup else None)
+                continue
+            if since is None:
+                since = time.monotonic()
+            if time.monotonic() - since > orphan_s:
+                log("a request still runs %d s after its sandbox hung up: exiting" % orphan_s)
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+                os._exit(1)
+
+    def refuse(conn):
+        # BUSY, then the request read before closing: a peer whose hello
+        # meets a closed socket sees end of file, not the reason.
+        try:
+            conn.sendall(encode(BUSY))
+            conn.settimeout(2)
+            conn.recv(LINE_MAX)
+        except OSError:
+            pass
+        conn.close()
 
     def acceptor():
         while True:
@@ -2176,15 +2230,12 @@ def listen(path, idle_s, serve_conn):
                 was = busy[0]
                 busy[0] = True
             if was:
-                try:
-                    conn.sendall(encode(BUSY))
-                except OSError:
-                    pass
-                conn.close()
+                threading.Thread(target=refuse, args=(conn,), daemon=True).start()
                 continue
             conns.put(conn)
 
     threading.Thread(target=acceptor, name="accept", daemon=True).start()
+    threading.Thread(target=watchdog, name="watchdog", daemon=True).start()
     while True:
         try:
             conn = conns.get(timeout=idle_s)
@@ -2199,10 +2250,13 @@ def listen(path, idle_s, serve_conn):
                 pass
             log("idle for %d s: exiting" % idle_s)
             return 0
-        rc = serve_conn(conn.fileno())
-        conn.close()
         with lock:
+            active[0] = conn
+        rc = serve_conn(conn.fileno())
+        with lock:
+            active[0] = None
             busy[0] = False
+        conn.close()
         if rc == 2:
             try:
                 os.unlink(path)

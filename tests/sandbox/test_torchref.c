@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -418,6 +419,91 @@ test_warm_idle_exit(void)
 	unsetenv("KCLAW_TORCHREF_IDLE_S");
 }
 
+/* One line to the socket fd and, with want_reply, one line back (5 s at
+ * most): 0, 1 when the reply is BUSY, or -1. */
+static int
+raw_line(int fd, const char *line, int want_reply)
+{
+	char buf[65536];
+	size_t n = 0;
+
+	if (send(fd, line, strlen(line), MSG_NOSIGNAL) !=
+	        (ssize_t)strlen(line) ||
+	    send(fd, "\n", 1, MSG_NOSIGNAL) != 1)
+		return -1;
+	while (want_reply && n < sizeof(buf) - 1) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		ssize_t got;
+		if (poll(&pf, 1, 5000) <= 0 ||
+		    (got = read(fd, buf + n, sizeof(buf) - 1 - n)) <= 0)
+			return -1;
+		n += (size_t)got;
+		buf[n] = '\0';
+		if (memchr(buf, '\n', n) != NULL)
+			return strstr(buf, "\"BUSY\"") != NULL;
+	}
+	return 0;
+}
+
+/* A request that still runs after its sandbox hung up (the child killed
+ * at its deadline while the reference hangs) ends the warm process: it
+ * does not hold the GPU for good. */
+static void
+test_warm_orphan_exits(void)
+{
+	char base[] = "/tmp/kc_trw.XXXXXX", dir[PATH_MAX], sock[PATH_MAX];
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	sbx_torchref *a;
+	cJSON *q;
+	char *text;
+	uint64_t until;
+	int fd;
+
+	KT_ASSERT(mkdtemp(base) != NULL);
+	snprintf(dir, sizeof(dir), "%s/run", base);
+	setenv("KCLAW_TORCHREF_WARM", dir, 1);
+	setenv("KCLAW_TORCHREF_IDLE_S", "60", 1);
+	setenv("KCLAW_TORCHREF_ORPHAN_S", "1", 1);
+	a = client("hang_on_check");
+	one_call(a);
+	warm_sock(dir, sock, sizeof(sock));
+	KT_ASSERT(sock[0] != '\0');
+	sbx_torchref_free(a);
+
+	/* A sandbox of its own: hello, load, a check that hangs, and gone. */
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	/* Busy until the process has seen the last client's end of file. */
+	until = kc_mono_ns() + 5000000000ull;
+	for (;;) {
+		fd = socket(AF_UNIX, SOCK_STREAM, 0);
+		KT_OK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)));
+		if (raw_line(fd, "{\"op\":\"hello\"}", 1) == 0)
+			break;
+		close(fd);
+		KT_ASSERT(kc_mono_ns() < until);
+		kc_sleep_ms(20);
+	}
+	q = load_req();
+	text = cJSON_PrintUnformatted(q);
+	KT_OK(raw_line(fd, text, 1));
+	free(text);
+	cJSON_Delete(q);
+	KT_OK(raw_line(fd,
+	    "{\"op\":\"check\",\"serial\":0,\"atol\":0.01,\"rtol\":0.01,"
+	    "\"max_rel_norm\":0.01,\"hold\":false,\"compare_held\":false}",
+	    0));
+	close(fd);
+	until = kc_mono_ns() + 10000000000ull;
+	while (access(sock, F_OK) == 0 && kc_mono_ns() < until)
+		kc_sleep_ms(20);
+	KT_ASSERT(access(sock, F_OK) != 0);
+	KT_ASSERT(!listening(sock));
+	warm_cleanup(base, dir);
+	unsetenv("KCLAW_TORCHREF_WARM");
+	unsetenv("KCLAW_TORCHREF_IDLE_S");
+	unsetenv("KCLAW_TORCHREF_ORPHAN_S");
+}
+
 /* A baseline at the candidate's precision: the mode for what
  * sbx_precision_scan found, and the reference's echo of it. */
 static void
@@ -471,6 +557,7 @@ main(void)
 	KT_RUN(test_garbage_no_torch_no_script);
 	KT_RUN(test_warm_reuse);
 	KT_RUN(test_warm_idle_exit);
+	KT_RUN(test_warm_orphan_exits);
 	KT_RUN(test_matched_precision);
 	unlink(once_path);
 	return 0;
