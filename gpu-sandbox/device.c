@@ -112,6 +112,31 @@ ev_gpu_load_helpers(ev_gpu *g)
 int
 ev_gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 {
+	ev_gpu *g;
+	int rv = ev_gpu_open(state, cfg, NULL, ready);
+
+	if (rv != 0)
+		return rv;
+	g = *state;
+	/* The ceilings are measured at the first evaluation, not here: a
+	 * spare child starts beside a busy one, and its copies would disturb
+	 * that one's timing (and be slowed by it). CUPTI is started once
+	 * here, with no GPU work, so the first evaluation's calibration
+	 * (ev_gpu_calibrate) does not wait for its set-up. CUPTI and
+	 * cuBLASLt work on the real driver only (not on a test's). */
+	if (sbx_prof_activity_start() == 0)
+		sbx_prof_activity_stop(NULL);
+	if (sbx_lt_open(&g->lt) != 0)
+		KC_WARN("cuBLASLt unavailable: %s", kc_lasterr());
+	else
+		sbx_lt_set_workspace(g->lt, g->lt_work, EV_LT_WORKSPACE);
+	return 0;
+}
+
+int
+ev_gpu_open(void **state, const sbx_child_config *cfg, const sbx_cu *cu,
+    Kclaw__EvalResult *ready)
+{
 	ev_gpu *g = calloc(1, sizeof(*g));
 	int n = 0, major, minor, rv;
 	CUresult r;
@@ -128,7 +153,9 @@ ev_gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 	if (g->nthreads > 16)
 		g->nthreads = 16;
 	sbx_limits_generic(&g->lim);
-	if ((rv = sbx_cu_load(&g->cu)) != 0)
+	if (cu != NULL)
+		g->cu = *cu;
+	else if ((rv = sbx_cu_load(&g->cu)) != 0)
 		goto nodev;
 	if ((r = g->cu.cuInit(0)) != CUDA_SUCCESS) {
 		rv =
@@ -200,17 +227,6 @@ ev_gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 	/* Defined contents for the L2 flush to read. */
 	g->cu.cuMemsetD8Async(g->flush, 0x5a, g->flush_bytes, g->stream);
 	ev_gpu_hold_init(g);
-	/* The ceilings are measured at the first evaluation, not here: a
-	 * spare child starts beside a busy one, and its copies would disturb
-	 * that one's timing (and be slowed by it). CUPTI is started once
-	 * here, with no GPU work, so the first evaluation's calibration
-	 * (ev_gpu_calibrate) does not wait for its set-up. */
-	if (sbx_prof_activity_start() == 0)
-		sbx_prof_activity_stop(NULL);
-	if (sbx_lt_open(&g->lt) != 0)
-		KC_WARN("cuBLASLt unavailable: %s", kc_lasterr());
-	else
-		sbx_lt_set_workspace(g->lt, g->lt_work, EV_LT_WORKSPACE);
 	g->have_device = 1;
 	sbx_result_set(&ready->device_name, "%s", g->name);
 	sbx_result_set(&ready->arch, "%s", g->arch);

@@ -242,11 +242,12 @@ static int
 ph_offline(ev *e)
 {
 	Kclaw__EvalResult *res = e->res;
+	const Kclaw__EvalOptions *o = e->req->options;
 
 	ev_add_resources(e, &e->cand, 0);
 	if (ev_prog_plan(e, &e->cand, e->req->candidate->plan_json, 0) != 0)
 		return -1;
-	if (!e->g->have_device) {
+	if (!e->g->have_device && !(o && o->compile_only)) {
 		sbx_result_status(res, KCLAW__EVAL_STATUS__NO_DEVICE,
 		    "compiled for %s and the plan checks, but it "
 		    "cannot run: %s",

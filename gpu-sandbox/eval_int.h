@@ -271,6 +271,11 @@ void ev_gpu_device_metrics(ev_gpu *g, Kclaw__EvalResult *res);
 void ev_gpu_fini(void *state);
 int ev_gpu_init(
     void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready);
+/* ev_gpu_init with the driver's functions given (cu; NULL: libcuda.so.1
+ * loaded), without CUPTI's set-up and cuBLASLt: the device seam a test
+ * fills with a fake GPU. */
+int ev_gpu_open(void **state, const sbx_child_config *cfg, const sbx_cu *cu,
+    Kclaw__EvalResult *ready);
 
 /* ---- programs.c ---- */
 

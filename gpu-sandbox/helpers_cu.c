@@ -117,7 +117,7 @@ const char sbx_helpers_cu[] =
     " acc ^= v.x + v.y; }\n"
     "  if (acc == 0x9e3779b97f4a7c15ull) *sink = acc;\n"
     "}\n"
-    /* The hold before a timed run's start event (eval.c ev_hold): one
+    /* The hold before a timed run's start event (timing.c ev_hold): one
      * thread waits until the host has enqueued the whole run (flag[0]
      * reaches want) or max_ns passed, counting the latter in flag[1].
      * flag is host memory mapped for the device. */
@@ -131,8 +131,8 @@ const char sbx_helpers_cu[] =
     "    __nanosleep(100);\n"
     "  }\n"
     "}\n"
-    /* Empty kernels. kc_probe is timed by events and by CUPTI (eval.c
-     * gpu_calibrate): what the events see around it and CUPTI does not is
+    /* Empty kernels. kc_probe is timed by events and by CUPTI (timing.c
+     * ev_gpu_calibrate): what the events see around it and CUPTI does not is
      * the events' own cost around one launch. kc_mark and kc_mark_end
      * bracket a run in CUPTI's records (profile.c). */
     "extern \"C\" __global__ void kc_probe(u64 *sink) {\n"

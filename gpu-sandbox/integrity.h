@@ -80,7 +80,7 @@ int sbx_output_degenerate(double var_rel, const Kclaw__Tolerance *tol);
  * One timed sample as the reported time: ms from one pair of CUDA events
  * around `runs` runs back to back (1: a single run), per run, less cost,
  * the events' own time around a launch (measured per device: an empty
- * kernel's events minus its CUPTI duration, eval.c gpu_calibrate). Never
+ * kernel's events minus its CUPTI duration, timing.c ev_gpu_calibrate). Never
  * below floor_ms (that empty kernel's CUPTI duration, the least a launch
  * takes) and never above the raw time per run. cost 0: the raw time.
  */

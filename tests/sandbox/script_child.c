@@ -15,7 +15,7 @@
  * A reference-only request (no candidate) is OK ("reference only
  * (scripted)", a baseline of 1 ms) with every output's variation rule
  * figures, as the real child reports them (EvalResult.output_variations,
- * gpu-sandbox/eval.c ev_note_degenerate): an output whose name starts with
+ * gpu-sandbox/checks.c ev_note_degenerate): an output whose name starts with
  * "flat" varies by 1e-9 (degenerate under any tolerance: named, with the
  * real child's warning), any other by 0.5.
  *
