@@ -33,6 +33,15 @@ typedef struct {
 	CUdeviceptr mapped[EV_MAX_TENSORS];
 	CUipcMemHandle mapped_handle[EV_MAX_TENSORS];
 	size_t nmapped;
+	/* What the evaluation cost on the reference's side: the replies'
+	 * gpu_ms (its draws, forwards and comparisons, by its events), the
+	 * time waited for them, the requests. */
+	double gpu_ms, wait_ms;
+	unsigned calls;
+	/* The same for the timing's runs alone (their inputs and checks). */
+	int in_timed;
+	double timed_gpu_ms, timed_wait_ms;
+	unsigned timed_inputs;
 } torch_state;
 
 static torch_state *
@@ -67,12 +76,16 @@ torch_fail(ev *e, int rv, const cJSON *reply, const char *what)
 	return -1;
 }
 
+static double torch_num(const cJSON *o, const char *key);
+
 /* One request; 0 with *reply holding an "ok": true reply, else -1 with the
  * result filled. */
 static int
 torch_call(ev *e, cJSON *req, int timeout_ms, const char *what, cJSON **reply)
 {
 	ev_gpu *g = e->g;
+	torch_state *st = torch_st(e);
+	uint64_t t0;
 	int rv;
 
 	*reply = NULL;
@@ -81,8 +94,20 @@ torch_call(ev *e, cJSON *req, int timeout_ms, const char *what, cJSON **reply)
 		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
 		return -1;
 	}
+	t0 = kc_mono_ns();
 	rv = sbx_torchref_call(g->tr, req, timeout_ms, reply);
 	cJSON_Delete(req);
+	if (st != NULL) {
+		st->wait_ms += (double)(kc_mono_ns() - t0) / 1e6;
+		st->calls++;
+		if (rv == 0)
+			st->gpu_ms += torch_num(*reply, "gpu_ms");
+		if (st->in_timed) {
+			st->timed_wait_ms += (double)(kc_mono_ns() - t0) / 1e6;
+			if (rv == 0)
+				st->timed_gpu_ms += torch_num(*reply, "gpu_ms");
+		}
+	}
 	if (rv != 0 || !cJSON_IsTrue(cJSON_GetObjectItem(*reply, "ok"))) {
 		torch_fail(e, rv, *reply, what);
 		cJSON_Delete(*reply);
@@ -274,9 +299,16 @@ torch_trial_inputs(ev *e, unsigned k)
 static int
 torch_run_inputs(ev *e, unsigned k, unsigned id)
 {
+	torch_state *st = torch_st(e);
+	int rv;
+
 	(void)k;
-	return torch_inputs(
+	st->in_timed = 1;
+	st->timed_inputs++;
+	rv = torch_inputs(
 	    e, TORCH_TIMED_SERIAL + id, ev_variant(EV_MAX_TRIALS + id), 0);
+	st->in_timed = 0;
+	return rv;
 }
 
 /* The reference process compares input set serial's outputs; 0, 1 (wrong:
@@ -364,12 +396,18 @@ torch_run_check(ev *e, unsigned k, unsigned id, unsigned slot)
 {
 	char when[96];
 
+	torch_state *st = torch_st(e);
+	int rv;
+
 	(void)k;
 	snprintf(when, sizeof(when),
 	    "timed run %u, fresh inputs of distribution %u", slot,
 	    ev_variant(EV_MAX_TRIALS + id));
-	return torch_check(
+	st->in_timed = 1;
+	rv = torch_check(
 	    e, TORCH_TIMED_SERIAL + id, EV_MAX_TRIALS + slot, when, 1);
+	st->in_timed = 0;
+	return rv;
 }
 
 /* A figure of PyTorch's timed runs as the reported time (sbx_sample_ms). */
@@ -380,8 +418,11 @@ torch_sample(const ev *e, double ms)
 	    ms, 1, e->g->launch_cost_ms, e->g->launch_floor_ms);
 }
 
+/* PyTorch timed in mode (eager, compile, max-autotune), at precision
+ * (NULL: the task's; else a math mode of sbx_torchref_precision). */
 static int
-torch_timing(ev *e, const char *mode, Kclaw__Timing **out, double *setup_s)
+torch_timing(ev *e, const char *mode, const char *precision,
+    Kclaw__Timing **out, double *setup_s)
 {
 	const Kclaw__EvalOptions *o = e->req->options;
 	cJSON *req = torch_req("baseline"), *reply;
@@ -393,8 +434,11 @@ torch_timing(ev *e, const char *mode, Kclaw__Timing **out, double *setup_s)
 		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
 		return -1;
 	}
-	snprintf(what, sizeof(what), "timing PyTorch (%s)", mode);
+	snprintf(what, sizeof(what), "timing PyTorch (%s%s%s)", mode,
+	    precision ? ", " : "", precision ? precision : "");
 	cJSON_AddStringToObject(req, "mode", mode);
+	if (precision != NULL)
+		cJSON_AddStringToObject(req, "precision", precision);
 	cJSON_AddNumberToObject(req, "warmup", e->warmup);
 	cJSON_AddNumberToObject(req, "iters", e->iters);
 	/* The candidate's protocol: adaptive unless a count was asked for. */
@@ -421,7 +465,7 @@ torch_timing(ev *e, const char *mode, Kclaw__Timing **out, double *setup_s)
 	t->iterations = (uint32_t)torch_num(reply, "iterations");
 	t->l2_flushed = !(o && o->no_l2_flush);
 	*setup_s = torch_num(reply, "setup_s");
-	if (strcmp(mode, "eager") == 0) {
+	if (strcmp(mode, "eager") == 0 && precision == NULL) {
 		sbx_result_add_metric(e->res, "torch.baseline_runs",
 		    (double)e->warmup + t->iterations, "runs");
 		if (cJSON_IsNumber(cJSON_GetObjectItem(reply, "peak_bytes")))
@@ -431,6 +475,45 @@ torch_timing(ev *e, const char *mode, Kclaw__Timing **out, double *setup_s)
 	cJSON_Delete(reply);
 	*out = t;
 	return 0;
+}
+
+/*
+ * A candidate below the task's precision (what the precision scan finds):
+ * PyTorch eager timed in that math mode too, so its speedup can be read at
+ * matched precision (speedup_matched_precision). Its failure loses only
+ * that number.
+ */
+static void
+torch_matched_precision(ev *e)
+{
+	Kclaw__EvalResult *res = e->res;
+	Kclaw__EvalStatus st = res->status;
+	Kclaw__Timing *t = NULL;
+	const char *prec;
+	char what[512], metric[64], *msg;
+	double setup = 0;
+
+	if (e->req->candidate == NULL || res->timing == NULL ||
+	    res->timing->median_ms <= 0 ||
+	    !sbx_precision_scan(e->req->candidate->source, e->cand.plan,
+	        e->task, what, sizeof(what)) ||
+	    (prec = sbx_torchref_precision(what)) == NULL)
+		return;
+	msg = res->message ? strdup(res->message) : NULL;
+	if (torch_timing(e, "eager", prec, &t, &setup) != 0) {
+		ev_warn(e,
+		    "PyTorch could not be timed at the candidate's "
+		    "precision (%s): %s",
+		    prec, res->message ? res->message : "");
+		sbx_result_status(res, st, "%s", msg ? msg : "");
+		free(msg);
+		return;
+	}
+	free(msg);
+	res->speedup_matched_precision = t->median_ms / res->timing->median_ms;
+	snprintf(metric, sizeof(metric), "torch.matched_precision.%s_ms", prec);
+	sbx_result_add_metric(res, metric, t->median_ms, "ms");
+	free(t); /* no field of a Timing owns memory */
 }
 
 /* PyTorch eager is the baseline; torch.compile is timed too, and its
@@ -447,16 +530,17 @@ torch_baseline(ev *e)
 	Kclaw__EvalStatus st = res->status;
 	char *msg = res->message ? strdup(res->message) : NULL;
 
-	if (torch_timing(e, "eager", &res->baseline, &setup) != 0) {
+	if (torch_timing(e, "eager", NULL, &res->baseline, &setup) != 0) {
 		free(msg);
 		return -1;
 	}
 	res->reference_ms = res->baseline->median_ms;
+	torch_matched_precision(e);
 	if (e->req->options && e->req->options->no_compile_baseline) {
 		free(msg);
 		return 0;
 	}
-	if (torch_timing(e, mode, &res->torch_compile, &setup) != 0) {
+	if (torch_timing(e, mode, NULL, &res->torch_compile, &setup) != 0) {
 		ev_warn(e, "torch.compile could not be timed: %s",
 		    res->message ? res->message : "");
 		sbx_result_status(res, st, "%s", msg ? msg : "");
@@ -513,6 +597,22 @@ torch_release(ev *e)
 
 	if (st == NULL)
 		return;
+	if (st->calls > 0) {
+		sbx_result_add_metric(
+		    e->res, "torch.reference_gpu_ms", st->gpu_ms, "ms");
+		sbx_result_add_metric(
+		    e->res, "torch.reference_wait_ms", st->wait_ms, "ms");
+		sbx_result_add_metric(
+		    e->res, "torch.reference_calls", st->calls, "calls");
+	}
+	if (st->timed_inputs > 0) {
+		sbx_result_add_metric(
+		    e->res, "torch.timed_gpu_ms", st->timed_gpu_ms, "ms");
+		sbx_result_add_metric(
+		    e->res, "torch.timed_wait_ms", st->timed_wait_ms, "ms");
+		sbx_result_add_metric(
+		    e->res, "torch.timed_inputs", st->timed_inputs, "runs");
+	}
 	for (size_t i = 0; i < st->nmapped && !*e->fatal; i++)
 		e->g->cu.cuIpcCloseMemHandle(st->mapped[i]);
 	free(st);

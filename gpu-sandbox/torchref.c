@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,11 +23,17 @@
 
 /* The descriptor the reference process reads and writes. */
 #define TR_CHILD_FD 3
+/* How long a busy warm process is asked again before a private one is
+ * started: TR_BUSY_TRIES times, TR_BUSY_MS apart. */
+#define TR_BUSY_TRIES 20
+#define TR_BUSY_MS 50
 
 struct sbx_torchref {
 	char python[PATH_MAX];
 	char script[PATH_MAX];
-	pid_t pid;
+	char warm_dir[PATH_MAX]; /* "" or the warm process's folder */
+	pid_t pid;               /* the private process (our child) */
+	pid_t peer;              /* the warm process (not our child) */
 	int fd;
 	char *buf; /* bytes read past the last reply */
 	size_t len, cap;
@@ -53,23 +61,45 @@ sbx_torchref_new(sbx_torchref **out, const char *python, const char *script)
 		snprintf(r->script, sizeof(r->script), "%s", script);
 	else if (kc_share_dir("torch", dir, sizeof(dir)) == 0)
 		snprintf(r->script, sizeof(r->script), "%s/torchref.py", dir);
+	/* An absolute path: the socket is found from any working folder. */
+	if ((env = getenv("KCLAW_TORCHREF_WARM")) && *env &&
+	    strcmp(env, "0") != 0 && strcmp(env, "off") != 0) {
+		if (env[0] != '/' && getcwd(dir, sizeof(dir)) != NULL)
+			snprintf(r->warm_dir, sizeof(r->warm_dir), "%s/%s", dir,
+			    env);
+		else
+			snprintf(r->warm_dir, sizeof(r->warm_dir), "%s", env);
+	}
 	*out = r;
 	return 0;
 }
 
-void
-sbx_torchref_kill(sbx_torchref *r)
+/*
+ * Ends the connection. A private process is killed; the warm one only when
+ * hard (it hung or sent garbage): otherwise it stays for the next sandbox.
+ */
+static void
+tr_drop(sbx_torchref *r, int hard)
 {
 	if (r->pid > 0) {
 		kill(r->pid, SIGKILL);
 		waitpid(r->pid, NULL, 0);
 	}
+	if (r->peer > 0 && hard)
+		kill(r->peer, SIGKILL);
 	if (r->fd >= 0)
 		close(r->fd);
 	r->pid = 0;
+	r->peer = 0;
 	r->fd = -1;
 	r->len = 0;
 	r->version[0] = '\0';
+}
+
+void
+sbx_torchref_kill(sbx_torchref *r)
+{
+	tr_drop(r, 1);
 }
 
 void
@@ -77,9 +107,21 @@ sbx_torchref_free(sbx_torchref *r)
 {
 	if (r == NULL)
 		return;
-	sbx_torchref_kill(r);
+	tr_drop(r, 0);
 	free(r->buf);
 	free(r);
+}
+
+pid_t
+sbx_torchref_pid(const sbx_torchref *r)
+{
+	return r->pid > 0 ? r->pid : r->peer;
+}
+
+int
+sbx_torchref_is_warm(const sbx_torchref *r)
+{
+	return r->peer > 0;
 }
 
 const char *
@@ -99,7 +141,7 @@ static int
 tr_gone(sbx_torchref *r)
 {
 	int st = 0;
-	pid_t pid = r->pid;
+	pid_t pid = r->pid; /* 0 for the warm process: not our child */
 	char how[96] = "it closed its socket";
 
 	/* End of file comes a moment before the exit status: wait for it
@@ -119,7 +161,7 @@ tr_gone(sbx_torchref *r)
 			snprintf(how, sizeof(how), "it was killed by signal %d",
 			    WTERMSIG(st));
 	}
-	sbx_torchref_kill(r);
+	tr_drop(r, 0);
 	return kc_seterr(KC_ECLOSED,
 	    "the PyTorch reference process (%s %s) died: %s; its stderr is in "
 	    "the sandbox's log",
@@ -250,14 +292,46 @@ tr_exchange(sbx_torchref *r, const cJSON *req, int timeout_ms, cJSON **reply)
 	return 0;
 }
 
+/* hello on a fresh connection: KC_ENODEV when refused (no PyTorch or no
+ * GPU), KC_EBUSY when the warm process serves another sandbox. */
 static int
-tr_start(sbx_torchref *r)
+tr_hello(sbx_torchref *r)
 {
-	int sv[2];
-	pid_t pid;
 	cJSON *hello, *reply = NULL;
+	const char *code, *v;
 	int rv;
 
+	if ((hello = cJSON_CreateObject()) == NULL ||
+	    cJSON_AddStringToObject(hello, "op", "hello") == NULL) {
+		cJSON_Delete(hello);
+		tr_drop(r, 0);
+		return kc_seterr(KC_ENOMEM, "out of memory");
+	}
+	rv = tr_exchange(r, hello, SBX_TORCHREF_START_MS, &reply);
+	cJSON_Delete(hello);
+	if (rv != 0)
+		return rv;
+	v = cJSON_GetStringValue(cJSON_GetObjectItem(reply, "torch"));
+	snprintf(r->version, sizeof(r->version), "%s", v ? v : "");
+	if (!cJSON_IsTrue(cJSON_GetObjectItem(reply, "ok"))) {
+		const char *err =
+		    cJSON_GetStringValue(cJSON_GetObjectItem(reply, "error"));
+		code = cJSON_GetStringValue(cJSON_GetObjectItem(reply, "code"));
+		rv = kc_seterr(
+		    code && strcmp(code, "BUSY") == 0 ? KC_EBUSY : KC_ENODEV,
+		    "%s",
+		    err ? err : "the PyTorch reference process refused hello");
+		cJSON_Delete(reply);
+		tr_drop(r, 0);
+		return rv;
+	}
+	cJSON_Delete(reply);
+	return 0;
+}
+
+static int
+tr_script_ok(const sbx_torchref *r)
+{
 	if (r->script[0] == '\0')
 		return kc_seterr(KC_ENOENT,
 		    "no torchref.py: install kclaw (share/kclaw/torch) or set "
@@ -267,6 +341,18 @@ tr_start(sbx_torchref *r)
 		    "the PyTorch reference script %s cannot be read (%s); set "
 		    "KCLAW_TORCHREF to torchref.py",
 		    r->script, strerror(errno));
+	return 0;
+}
+
+static int
+tr_start_private(sbx_torchref *r)
+{
+	int sv[2];
+	pid_t pid;
+	int rv;
+
+	if ((rv = tr_script_ok(r)) != 0)
+		return rv;
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
 		return kc_seterr(KC_EIO, "socketpair: %s", strerror(errno));
 	if ((pid = fork()) < 0) {
@@ -288,15 +374,7 @@ tr_start(sbx_torchref *r)
 	r->fd = sv[0];
 	r->len = 0;
 	r->starts++;
-	if ((hello = cJSON_CreateObject()) == NULL ||
-	    cJSON_AddStringToObject(hello, "op", "hello") == NULL) {
-		cJSON_Delete(hello);
-		sbx_torchref_kill(r);
-		return kc_seterr(KC_ENOMEM, "out of memory");
-	}
-	rv = tr_exchange(r, hello, SBX_TORCHREF_START_MS, &reply);
-	cJSON_Delete(hello);
-	if (rv != 0) {
+	if ((rv = tr_hello(r)) != 0) {
 		if (rv == KC_ECLOSED)
 			kc_seterr(KC_ENOENT,
 			    "the PyTorch reference process (%s %s) did not "
@@ -304,23 +382,238 @@ tr_start(sbx_torchref *r)
 			    r->python, r->script, kc_lasterr());
 		return rv == KC_ECLOSED ? KC_ENOENT : rv;
 	}
-	snprintf(r->version, sizeof(r->version), "%s",
-	    cJSON_GetStringValue(cJSON_GetObjectItem(reply, "torch"))
-	        ? cJSON_GetStringValue(cJSON_GetObjectItem(reply, "torch"))
-	        : "");
-	if (!cJSON_IsTrue(cJSON_GetObjectItem(reply, "ok"))) {
-		const char *err =
-		    cJSON_GetStringValue(cJSON_GetObjectItem(reply, "error"));
-		rv = kc_seterr(KC_ENODEV, "%s",
-		    err ? err : "the PyTorch reference process refused hello");
-		cJSON_Delete(reply);
-		sbx_torchref_kill(r);
-		return rv;
-	}
-	cJSON_Delete(reply);
 	KC_INFO("PyTorch reference process %d started (torch %s)", (int)pid,
 	    r->version);
 	return 0;
+}
+
+/* ----------------------------------------------------- the warm process */
+
+/* Creates dir (and its parent) owner-only, and refuses a folder that is
+ * someone else's or open to others: its socket must be ours alone. */
+static int
+tr_private_dir(const char *dir)
+{
+	char parent[PATH_MAX];
+	char *slash;
+	struct stat sb;
+
+	snprintf(parent, sizeof(parent), "%s", dir);
+	if ((slash = strrchr(parent, '/')) != NULL && slash != parent) {
+		*slash = '\0';
+		if (mkdir(parent, 0700) != 0 && errno != EEXIST)
+			return kc_seterr(
+			    KC_EIO, "mkdir %s: %s", parent, strerror(errno));
+	}
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+		return kc_seterr(KC_EIO, "mkdir %s: %s", dir, strerror(errno));
+	if (stat(dir, &sb) != 0)
+		return kc_seterr(KC_EIO, "stat %s: %s", dir, strerror(errno));
+	if (!S_ISDIR(sb.st_mode) || sb.st_uid != getuid() ||
+	    (sb.st_mode & 077) != 0)
+		return kc_seterr(KC_EPERM,
+		    "%s is not a folder of this user's alone (mode %o); the "
+		    "warm reference process's socket lives only in one "
+		    "(chmod 700 it)",
+		    dir, (unsigned)(sb.st_mode & 0777));
+	return 0;
+}
+
+/*
+ * The socket's name: one warm process per interpreter, script (its size
+ * and time, so an updated script gets a fresh process) and the environment
+ * that decides what the process computes and where.
+ */
+static int
+tr_warm_path(const sbx_torchref *r, const char *ext, char *out, size_t n)
+{
+	static const char *vars[] = {"CUDA_VISIBLE_DEVICES",
+	    "KCLAW_TORCHREF_TF32", "KCLAW_TORCHREF_KERNELS",
+	    "PYTORCH_CUDA_ALLOC_CONF", NULL};
+	uint64_t h = 1469598103934665603ull;
+	struct stat sb;
+	char extra[64];
+	int w;
+
+#define TR_FNV(str)                                                            \
+	for (const char *p_ = (str); p_ && *p_; p_++)                          \
+		h = (h ^ (unsigned char)*p_) * 1099511628211ull;               \
+	h = (h ^ 0xff) * 1099511628211ull
+	TR_FNV(r->python);
+	TR_FNV(r->script);
+	if (stat(r->script, &sb) == 0) {
+		snprintf(extra, sizeof(extra), "%lld.%lld",
+		    (long long)sb.st_size, (long long)sb.st_mtime);
+		TR_FNV(extra);
+	}
+	for (int i = 0; vars[i] != NULL; i++) {
+		TR_FNV(vars[i]);
+		TR_FNV(getenv(vars[i]));
+	}
+#undef TR_FNV
+	w = snprintf(out, n, "%s/torchref-%016llx.%s", r->warm_dir,
+	    (unsigned long long)h, ext);
+	if (w < 0 || (size_t)w >= n)
+		return kc_seterr(KC_ENOSPC,
+		    "the warm reference process's socket path under %s is "
+		    "too long for a Unix socket; use a shorter KCLAW_HOME",
+		    r->warm_dir);
+	return 0;
+}
+
+/* A connection to the warm process at path, or -1 (errno set). */
+static int
+tr_connect(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+/* Starts the warm process, detached (its own session; not our child, so
+ * it outlives this sandbox), its stderr appended to the log beside the
+ * socket. */
+static int
+tr_spawn_warm(const sbx_torchref *r, const char *sock, const char *logpath)
+{
+	const char *idle_env = getenv("KCLAW_TORCHREF_IDLE_S");
+	char idle[24];
+	pid_t pid;
+	int st;
+
+	snprintf(
+	    idle, sizeof(idle), "%s", idle_env && *idle_env ? idle_env : "600");
+	if ((pid = fork()) < 0)
+		return kc_seterr(KC_EIO, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		char *argv[] = {(char *)r->python, (char *)r->script,
+		    "--listen", (char *)sock, "--idle-s", idle, NULL};
+		int nul, lg;
+		setsid();
+		if (fork() != 0)
+			_exit(0);
+		nul = open("/dev/null", O_RDWR);
+		lg = open(
+		    logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		if (nul >= 0) {
+			dup2(nul, 0);
+			dup2(nul, 1);
+		}
+		if (lg >= 0)
+			dup2(lg, 2);
+		/* Nothing of the sandbox child's (its sockets, its CUDA
+		 * driver's descriptors) goes with it. */
+		for (int fd = 3; fd < 1024; fd++)
+			close(fd);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	return 0;
+}
+
+/*
+ * A connection to the warm reference process (docs/torchref.md "Warm
+ * process"), started when none listens. 0 with hello done; KC_EBUSY when
+ * it serves another sandbox; KC_ENODEV when hello is refused; other codes
+ * when it cannot be used (the caller starts a private process).
+ */
+static int
+tr_start_warm(sbx_torchref *r)
+{
+	char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char logpath[PATH_MAX];
+	int rv;
+
+	if ((rv = tr_script_ok(r)) != 0 ||
+	    (rv = tr_private_dir(r->warm_dir)) != 0 ||
+	    (rv = tr_warm_path(r, "sock", sock, sizeof(sock))) != 0 ||
+	    (rv = tr_warm_path(r, "log", logpath, sizeof(logpath))) != 0)
+		return rv;
+	for (int attempt = 0, busy = 0; attempt < 2; attempt++) {
+		uint64_t until = 0;
+		struct ucred cred;
+		socklen_t cl = sizeof(cred);
+		int fd;
+
+		while ((fd = tr_connect(sock)) < 0) {
+			if (errno != ENOENT && errno != ECONNREFUSED)
+				return kc_seterr(KC_EIO, "connect %s: %s", sock,
+				    strerror(errno));
+			if (until == 0) {
+				/* It binds before importing PyTorch: the
+				 * socket is there within a moment. */
+				if ((rv = tr_spawn_warm(r, sock, logpath)) != 0)
+					return rv;
+				until = kc_mono_ns() + 10000000000ull;
+			} else if (kc_mono_ns() > until) {
+				return kc_seterr(KC_ETIMEDOUT,
+				    "the warm PyTorch reference process did "
+				    "not "
+				    "listen on %s within 10 s; see %s",
+				    sock, logpath);
+			}
+			kc_sleep_ms(10);
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 ||
+		    cred.uid != getuid() || cred.pid <= 0) {
+			close(fd);
+			return kc_seterr(KC_EPERM,
+			    "the process on %s is not this user's; remove the "
+			    "socket",
+			    sock);
+		}
+		r->fd = fd;
+		r->peer = cred.pid;
+		r->len = 0;
+		rv = tr_hello(r);
+		if (rv == 0) {
+			r->starts++;
+			KC_INFO("PyTorch reference process %d (warm, %s) "
+			        "connected (torch %s)",
+			    (int)cred.pid, sock, r->version);
+			return 0;
+		}
+		/* Busy: the last sandbox may have gone a moment ago, before
+		 * the process saw its end of file; a private process costs
+		 * seconds, so ask again for a while first. */
+		if (rv == KC_EBUSY && busy++ < TR_BUSY_TRIES) {
+			kc_sleep_ms(TR_BUSY_MS);
+			attempt--;
+			continue;
+		}
+		/* End of file at hello: it was exiting for idleness when we
+		 * connected; once more with a fresh one. */
+		if (rv != KC_ECLOSED)
+			return rv;
+	}
+	return rv;
+}
+
+static int
+tr_start(sbx_torchref *r)
+{
+	int rv;
+
+	if (r->warm_dir[0] != '\0') {
+		if ((rv = tr_start_warm(r)) == 0 || rv == KC_ENODEV)
+			return rv;
+		KC_INFO("no warm PyTorch reference process (%s); starting a "
+		        "private one",
+		    kc_lasterr());
+	}
+	return tr_start_private(r);
 }
 
 int
@@ -333,4 +626,37 @@ sbx_torchref_call(
 	if (r->pid <= 0 && (rv = tr_start(r)) != 0)
 		return rv;
 	return tr_exchange(r, req, timeout_ms, reply);
+}
+
+const char *
+sbx_torchref_precision(const char *what)
+{
+	/* Ranks, lowest precision last: tf32, f16, bf16, fp8. */
+	static const char *mode[] = {NULL, "tf32", "f16", "bf16", "bf16"};
+	int rank = 0;
+
+	for (const char *p = what; p != NULL && *p != '\0';) {
+		const char *end = strstr(p, ", ");
+		size_t n = end ? (size_t)(end - p) : strlen(p);
+		char item[96];
+		int k = 0;
+
+		snprintf(item, sizeof(item), "%.*s", (int)n, p);
+		if (strstr(item, "fp8") || strstr(item, "e4m3") ||
+		    strstr(item, "e5m2"))
+			k = 4;
+		else if (strncmp(item, "16-bit", 6) == 0 ||
+		    strncmp(item, "a 16-bit", 8) == 0)
+			k = 2; /* f16 or bf16, the plan does not say which */
+		else if (strstr(item, "bfloat16"))
+			k = 3;
+		else if (strstr(item, "half") || strncmp(item, "__h", 3) == 0)
+			k = 2;
+		else if (strstr(item, "tf32"))
+			k = 1;
+		if (k > rank)
+			rank = k;
+		p = end ? end + 2 : NULL;
+	}
+	return mode[rank];
 }

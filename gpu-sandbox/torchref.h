@@ -9,6 +9,7 @@
 #define SBX_TORCHREF_H
 
 #include <cjson/cJSON.h>
+#include <sys/types.h>
 
 typedef struct sbx_torchref sbx_torchref;
 
@@ -17,6 +18,12 @@ typedef struct sbx_torchref sbx_torchref;
  * python: the interpreter (NULL: $KCLAW_PYTHON, else "python3"); script:
  * torchref.py (NULL: $KCLAW_TORCHREF, else share/kclaw/torch/torchref.py
  * beside the binary). Returns 0 or KC_ENOMEM.
+ *
+ * With $KCLAW_TORCHREF_WARM naming a folder (kclaw eval sets it to its
+ * home's run/), the client connects to the warm reference process on a
+ * socket there, starting it when none listens: it survives this sandbox
+ * and serves the next one (docs/torchref.md "Warm process"). Where it is
+ * busy or unusable, a private process is started as without the variable.
  */
 int sbx_torchref_new(
     sbx_torchref **out, const char *python, const char *script);
@@ -39,8 +46,23 @@ int sbx_torchref_call(
 const char *sbx_torchref_version(const sbx_torchref *r);
 /* Processes started so far. */
 unsigned sbx_torchref_starts(const sbx_torchref *r);
-/* Kills the process now (the next call starts a fresh one). */
+/* Kills the process now, the warm one too (the next call starts a fresh
+ * one). sbx_torchref_free kills a private process and leaves the warm one
+ * for the next sandbox. */
 void sbx_torchref_kill(sbx_torchref *r);
+/* The process served by (private or warm), 0 before the first call. */
+pid_t sbx_torchref_pid(const sbx_torchref *r);
+/* Whether the connection is to the warm process. */
+int sbx_torchref_is_warm(const sbx_torchref *r);
+
+/*
+ * The math mode a baseline at the candidate's precision is timed in (the
+ * reference's "precision": "tf32", "f16" or "bf16"), from what
+ * sbx_precision_scan found (its `what`): the lowest precision named; FP8,
+ * which PyTorch's eager mode has no autocast for, is matched by bf16.
+ * NULL when what names none.
+ */
+const char *sbx_torchref_precision(const char *what);
 
 /* The start-up limit: importing PyTorch takes seconds. */
 #define SBX_TORCHREF_START_MS 120000

@@ -25,16 +25,22 @@ anything the problem's code prints to stdout goes to stderr too.
 """
 import argparse
 import ctypes
+import errno
 import gc
 import importlib.util
 import json
 import math
 import os
+import queue
+import select
 import shutil
 import signal
+import socket
 import statistics
+import struct
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -42,6 +48,8 @@ LINE_MAX = 16 << 20            # bytes per protocol line
 CHUNK = 1 << 22                # elements per chunk of a reduction (bounds temporaries:
                                # a comparison needs about 80 bytes per element, so at
                                # most about 340 MB)
+RAND_CHUNK = 1 << 26           # elements per chunk of a variant's random numbers (256 MB
+                               # of float32 at most)
 SHARED_ALIGN = 2 << 20         # the shared arena's allocation is rounded up to this
 SHARED_MIN = 10 << 20          # and is at least this (PyTorch's kMinLargeAlloc)
 BUF_ALIGN = 256                # a shared buffer's offset in the arena
@@ -63,6 +71,7 @@ DTYPES = {
 KINDS = ("input", "parameter", "output", "scalar")
 
 torch = None  # the module, once imported (_import_torch)
+KERN = None   # the device kernels (Kernels), once compiled at hello; None: PyTorch ops
 
 
 class RefError(Exception):
@@ -311,6 +320,442 @@ class DeviceBuffer:
             self.ptr = 0
 
 
+# ------------------------------------------------- the device kernels
+
+# The comparison, the norms and the checksums as one kernel each (plus a
+# one-block finish), compiled with NVRTC at hello and launched on
+# PyTorch's stream: one pass over the data, no temporaries, no Python loop
+# over chunks. Element arithmetic in double registers, as the sandbox's own
+# comparison (verify.c, helpers_cu.c kc_compare); per-thread sums in double
+# merged in a fixed tree, so a result does not depend on scheduling. Where
+# NVRTC cannot be loaded the same figures come from PyTorch operations in
+# chunks (the *_torch functions below).
+KERNELS_CU = r"""
+typedef unsigned long long u64;
+typedef long long i64;
+#define KC_BT 256
+#define KC_NB 1024
+#define KC_NPART 10
+#define KC_INF __longlong_as_double(0x7ff0000000000000ll)
+
+struct kc_h16 { unsigned short x; };
+struct kc_b16 { unsigned short x; };
+
+__device__ __forceinline__ double kc_ld(const float *p, u64 i) { return p[i]; }
+__device__ __forceinline__ double kc_ld(const double *p, u64 i) { return p[i]; }
+#ifndef KC_HOST_TEST
+__device__ __forceinline__ double kc_ld(const kc_h16 *p, u64 i) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(p[i].x));
+  return f;
+}
+#endif
+__device__ __forceinline__ double kc_ld(const kc_b16 *p, u64 i) {
+  return __uint_as_float(((unsigned)p[i].x) << 16);
+}
+__device__ __forceinline__ double kc_ld(const int *p, u64 i) { return p[i]; }
+__device__ __forceinline__ double kc_ld(const i64 *p, u64 i) { return (double)p[i]; }
+__device__ __forceinline__ double kc_ld(const signed char *p, u64 i) { return p[i]; }
+__device__ __forceinline__ double kc_ld(const unsigned char *p, u64 i) { return p[i]; }
+__device__ __forceinline__ bool kc_neq(const int *g, const int *e, u64 i) { return g[i] != e[i]; }
+__device__ __forceinline__ bool kc_neq(const i64 *g, const i64 *e, u64 i) { return g[i] != e[i]; }
+__device__ __forceinline__ bool kc_neq(const signed char *g, const signed char *e, u64 i) { return g[i] != e[i]; }
+__device__ __forceinline__ bool kc_neq(const unsigned char *g, const unsigned char *e, u64 i) { return g[i] != e[i]; }
+__device__ __forceinline__ double kc_abs(double x) { return x < 0 ? -x : x; }
+__device__ __forceinline__ double kc_max(double a, double b) { return b > a ? b : a; }
+
+/* One thread's (then one block's) figures, in the order of a partial. */
+struct kc_acc {
+  double bad, nan, mabs, mrel, err2, exp2, ws, wi, we, wg;
+};
+
+__device__ __forceinline__ void kc_acc_init(kc_acc &a) {
+  a.bad = a.nan = a.mabs = a.mrel = a.err2 = a.exp2 = 0;
+  a.ws = -KC_INF;
+  a.wi = a.we = a.wg = 0;
+}
+
+/* b into a; the worst element is the larger score, the lower index on a tie
+ * (torch.argmax's first maximum). */
+__device__ __forceinline__ void kc_acc_merge(kc_acc &a, const kc_acc &b) {
+  a.bad += b.bad; a.nan += b.nan;
+  a.mabs = kc_max(a.mabs, b.mabs); a.mrel = kc_max(a.mrel, b.mrel);
+  a.err2 += b.err2; a.exp2 += b.exp2;
+  if (b.ws > a.ws || (b.ws == a.ws && b.wi < a.wi)) {
+    a.ws = b.ws; a.wi = b.wi; a.we = b.we; a.wg = b.wg;
+  }
+}
+
+/* The sandbox's rules for a floating element (verify.c, docs/torchref.md). */
+__device__ __forceinline__ void kc_elem_float(kc_acc &a, double g, double e, u64 i, double atol,
+                                              double rtol) {
+  bool gn = g != g, en = e != e;
+  bool gi = !gn && kc_abs(g) == KC_INF, ei = !en && kc_abs(e) == KC_INF;
+  bool both_nan = gn && en;
+  bool special = (gn || en || gi != ei) && !both_nan;
+  bool inf_bad = gi && ei && g != e;
+  bool fin = !(gn || en || gi || ei);
+  double d = kc_abs(g - e), lim = atol + rtol * kc_abs(e), score, dall, rel = 0;
+  a.bad += (special || inf_bad || (fin && d > lim)) ? 1 : 0;
+  a.nan += (gn && !en) ? 1 : 0;
+  if (fin) {
+    score = lim > 0 ? d / lim : (d > 0 ? KC_INF : 0);
+    dall = d;
+    if (e != 0) rel = d / kc_abs(e);
+    a.err2 += d * d;
+    a.exp2 += e * e;
+  } else {
+    score = dall = (special || inf_bad) ? KC_INF : 0;
+  }
+  if (both_nan) score = -1;
+  a.mabs = kc_max(a.mabs, dall);
+  a.mrel = kc_max(a.mrel, rel);
+  if (score > a.ws) { a.ws = score; a.wi = (double)i; a.we = e; a.wg = g; }
+}
+
+/* An integer or bool element: exact, bad when different. */
+__device__ __forceinline__ void kc_elem_int(kc_acc &a, bool neq, double g, double e, u64 i,
+                                            double atol, double rtol) {
+  double d = kc_abs(g - e), lim = atol + rtol * kc_abs(e);
+  double score = lim > 0 ? d / lim : (d > 0 ? KC_INF : 0);
+  a.bad += neq ? 1 : 0;
+  a.mabs = kc_max(a.mabs, d);
+  if (e != 0) a.mrel = kc_max(a.mrel, d / kc_abs(e));
+  a.err2 += d * d;
+  a.exp2 += e * e;
+  if (score > a.ws) { a.ws = score; a.wi = (double)i; a.we = e; a.wg = g; }
+}
+
+#ifndef KC_HOST_TEST
+__device__ void kc_acc_store(double *p, const kc_acc &a) {
+  p[0] = a.bad; p[1] = a.nan; p[2] = a.mabs; p[3] = a.mrel; p[4] = a.err2;
+  p[5] = a.exp2; p[6] = a.ws; p[7] = a.wi; p[8] = a.we; p[9] = a.wg;
+}
+__device__ void kc_acc_load(kc_acc &a, const double *p) {
+  a.bad = p[0]; a.nan = p[1]; a.mabs = p[2]; a.mrel = p[3]; a.err2 = p[4];
+  a.exp2 = p[5]; a.ws = p[6]; a.wi = p[7]; a.we = p[8]; a.wg = p[9];
+}
+
+/* A block's accumulators merged in a fixed tree (deterministic), through
+ * shared memory; thread 0 ends with the block's figures. */
+__device__ void kc_block_merge(kc_acc &a) {
+  __shared__ double sh[KC_BT * KC_NPART];
+  unsigned t = threadIdx.x;
+  for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
+    if (t >= s && t < 2 * s) kc_acc_store(sh + (t - s) * KC_NPART, a);
+    __syncthreads();
+    if (t < s) {
+      kc_acc b;
+      kc_acc_load(b, sh + t * KC_NPART);
+      kc_acc_merge(a, b);
+    }
+    __syncthreads();
+  }
+}
+
+#define KC_CMP_FLOAT(NAME, T)                                                        \
+  extern "C" __global__ void NAME(const T *g, const T *e, u64 n, double atol,        \
+                                  double rtol, double *part) {                       \
+    kc_acc a;                                                                        \
+    kc_acc_init(a);                                                                  \
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n;                  \
+         i += (u64)gridDim.x * blockDim.x)                                           \
+      kc_elem_float(a, kc_ld(g, i), kc_ld(e, i), i, atol, rtol);                     \
+    kc_block_merge(a);                                                               \
+    if (threadIdx.x == 0) kc_acc_store(part + blockIdx.x * KC_NPART, a);             \
+  }
+#define KC_CMP_INT(NAME, T)                                                          \
+  extern "C" __global__ void NAME(const T *g, const T *e, u64 n, double atol,        \
+                                  double rtol, double *part) {                       \
+    kc_acc a;                                                                        \
+    kc_acc_init(a);                                                                  \
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n;                  \
+         i += (u64)gridDim.x * blockDim.x)                                           \
+      kc_elem_int(a, kc_neq(g, e, i), kc_ld(g, i), kc_ld(e, i), i, atol, rtol);      \
+    kc_block_merge(a);                                                               \
+    if (threadIdx.x == 0) kc_acc_store(part + blockIdx.x * KC_NPART, a);             \
+  }
+KC_CMP_FLOAT(kc_cmp_f32, float)
+KC_CMP_FLOAT(kc_cmp_f64, double)
+KC_CMP_FLOAT(kc_cmp_f16, kc_h16)
+KC_CMP_FLOAT(kc_cmp_bf16, kc_b16)
+KC_CMP_INT(kc_cmp_i32, int)
+KC_CMP_INT(kc_cmp_i64, i64)
+KC_CMP_INT(kc_cmp_i8, signed char)
+KC_CMP_INT(kc_cmp_u8, unsigned char)
+
+/* The blocks' partials into one (a single block of KC_BT threads, in the
+ * same fixed tree). */
+extern "C" __global__ void kc_cmp_finish(const double *part, unsigned nb, double *out) {
+  kc_acc a, b;
+  kc_acc_init(a);
+  for (unsigned j = threadIdx.x; j < nb; j += blockDim.x) {
+    kc_acc_load(b, part + j * KC_NPART);
+    kc_acc_merge(a, b);
+  }
+  kc_block_merge(a);
+  if (threadIdx.x == 0) kc_acc_store(out, a);
+}
+
+/* Sums of a, a*a and (a-b)^2 (b may be null) per block, in double; NaN and
+ * infinities propagate. */
+__device__ void kc_sum3_block(double *s) {
+  __shared__ double sh[KC_BT * 3];
+  unsigned t = threadIdx.x;
+  for (unsigned k = 0; k < 3; k++) sh[t * 3 + k] = s[k];
+  __syncthreads();
+  for (unsigned w = blockDim.x / 2; w > 0; w /= 2) {
+    if (t < w)
+      for (unsigned k = 0; k < 3; k++) sh[t * 3 + k] += sh[(t + w) * 3 + k];
+    __syncthreads();
+  }
+  for (unsigned k = 0; k < 3; k++) s[k] = sh[k];
+}
+#define KC_SUMS(NAME, T)                                                             \
+  extern "C" __global__ void NAME(const T *a, const T *b, u64 n, double *part) {     \
+    double s[3] = {0, 0, 0};                                                         \
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n;                  \
+         i += (u64)gridDim.x * blockDim.x) {                                         \
+      double x = kc_ld(a, i);                                                        \
+      s[0] += x;                                                                     \
+      s[1] += x * x;                                                                 \
+      if (b) { double d = x - kc_ld(b, i); s[2] += d * d; }                          \
+    }                                                                                \
+    kc_sum3_block(s);                                                                \
+    if (threadIdx.x == 0)                                                            \
+      for (int k = 0; k < 3; k++) part[blockIdx.x * 3 + k] = s[k];                   \
+  }
+KC_SUMS(kc_sums_f32, float)
+KC_SUMS(kc_sums_f64, double)
+KC_SUMS(kc_sums_f16, kc_h16)
+KC_SUMS(kc_sums_bf16, kc_b16)
+extern "C" __global__ void kc_sums_finish(const double *part, unsigned nb, double *out) {
+  double s[3] = {0, 0, 0};
+  for (unsigned j = threadIdx.x; j < nb; j += blockDim.x)
+    for (int k = 0; k < 3; k++) s[k] += part[j * 3 + k];
+  kc_sum3_block(s);
+  if (threadIdx.x == 0)
+    for (int k = 0; k < 3; k++) out[k] = s[k];
+}
+
+/* The checksum of a span of 64-bit words: the wrapping sums of w[i] and of
+ * w[i] * (i + 1) (order-free, so atomics keep it deterministic); out is
+ * zeroed by the caller. */
+extern "C" __global__ void kc_checksum(const u64 *w, u64 n, u64 *out) {
+  u64 s1 = 0, s2 = 0;
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n;
+       i += (u64)gridDim.x * blockDim.x) {
+    u64 v = w[i];
+    s1 += v;
+    s2 += v * (i + 1);
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    s1 += __shfl_down_sync(~0u, s1, o);
+    s2 += __shfl_down_sync(~0u, s2, o);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(out, s1);
+    atomicAdd(out + 1, s2);
+  }
+}
+#endif
+"""
+KC_BT = 256        # threads per block of every kernel (a power of two)
+KC_NB = 1024       # blocks at most (the finish merges up to this many)
+KC_NPART = 10      # doubles per compare partial
+KC_CMP = {"f32": "f32", "f64": "f64", "f16": "f16", "bf16": "bf16", "i32": "i32", "i64": "i64",
+          "i8": "i8", "u8": "u8", "bool": "u8"}
+KC_SUMS = ("f32", "f64", "f16", "bf16")
+
+
+def nvrtc_candidates(cuda_version=None):
+    """Where libnvrtc may be: the CUDA toolkit's (what the sandbox child
+    compiles with, so its code loads on this driver), the loader's, then the
+    copies pip installs beside PyTorch."""
+    names = []
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            names.append(os.path.join(home, "lib64", "libnvrtc.so"))
+    names.append("libnvrtc.so")
+    major = (cuda_version or "").split(".")[0]
+    for v in ([major] if major else []) + ["13", "12", "11.2"]:
+        names.append("libnvrtc.so.%s" % v)
+    for d in sys.path:
+        for sub in ("nvidia/cuda_nvrtc/lib", "nvidia/cu13/lib", "nvidia/cu12/lib", "torch/lib"):
+            lib = os.path.join(d, sub)
+            if os.path.isdir(lib):
+                for f in sorted(os.listdir(lib)):
+                    if f.startswith("libnvrtc.so"):
+                        names.append(os.path.join(lib, f))
+    seen, out = set(), []
+    for n in names:
+        if n not in seen:
+            seen.add(n)
+            out.append(n)
+    return out
+
+
+def nvrtc_compile(source, archs, cuda_version=None):
+    """source -> (image bytes, 'cubin sm_XX' or 'ptx compute_XX', library):
+    a CUBIN for the first arch NVRTC accepts, else PTX (the driver compiles
+    it). Raises RuntimeError with NVRTC's log when nothing compiles."""
+    for image in nvrtc_images(source, archs, cuda_version):
+        return image
+    raise RuntimeError("unreachable")
+
+
+def nvrtc_images(source, archs, cuda_version=None, errors=None):
+    """Every image NVRTC makes of source, best first: for each library
+    (nvrtc_candidates) a CUBIN of the first arch it accepts, else PTX. The
+    caller takes the first that its driver loads. Raises RuntimeError with
+    NVRTC's logs when none compiles."""
+    errors = [] if errors is None else errors
+    made = 0
+    for name in nvrtc_candidates(cuda_version):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError as e:
+            errors.append("%s: %s" % (name, e))
+            continue
+        for arch in archs:
+            for kind in ("sm", "compute"):
+                prog = ctypes.c_void_p()
+                rc = lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"kclaw_torchref.cu",
+                                            0, None, None)
+                if rc != 0:
+                    errors.append("%s: nvrtcCreateProgram %d" % (name, rc))
+                    break
+                opts = [("--gpu-architecture=%s_%d" % (kind, arch)).encode(), b"-default-device"]
+                arr = (ctypes.c_char_p * len(opts))(*opts)
+                rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
+                image = None
+                if rc == 0:
+                    n = ctypes.c_size_t()
+                    get_size, get = (lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN) if kind == "sm" else \
+                        (lib.nvrtcGetPTXSize, lib.nvrtcGetPTX)
+                    if get_size(prog, ctypes.byref(n)) == 0 and n.value > 0:
+                        buf = ctypes.create_string_buffer(n.value)
+                        if get(prog, buf) == 0:
+                            image = buf.raw
+                else:
+                    n = ctypes.c_size_t()
+                    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+                    buf = ctypes.create_string_buffer(max(n.value, 1))
+                    lib.nvrtcGetProgramLog(prog, buf)
+                    errors.append("%s %s_%d: %s" % (name, kind, arch, one_line(buf.value.decode(errors="replace"))))
+                lib.nvrtcDestroyProgram(ctypes.byref(prog))
+                if image is not None:
+                    made += 1
+                    yield image, "%s %s_%d" % ("cubin" if kind == "sm" else "ptx", kind, arch), name
+                    break
+            else:
+                continue
+            break
+    if made == 0:
+        raise RuntimeError("NVRTC compiled nothing: " + "; ".join(errors[-4:]))
+
+
+class Kernels:
+    """The device kernels in PyTorch's context (Driver's libcuda), launched
+    on the current stream; each call ends with one copy of a few numbers to
+    the host (the only synchronisation)."""
+
+    def __init__(self, driver, dev, cuda_version):
+        self.driver = driver
+        self.dev = dev
+        lib = driver.lib
+        major, minor = torch.cuda.get_device_capability(dev)
+        cc = 10 * major + minor
+        archs = [cc] + [a for a in (90, 80, 75) if a < cc]
+        mod = ctypes.c_void_p()
+        failed = []
+        # A newer NVRTC's image may not load on an older driver: the next
+        # library's then.
+        for image, what, name in nvrtc_images(KERNELS_CU, archs, cuda_version):
+            rc = lib.cuModuleLoadData(ctypes.byref(mod), ctypes.c_char_p(image))
+            if rc == 201:  # CUDA_ERROR_INVALID_CONTEXT
+                driver._make_current()
+                rc = lib.cuModuleLoadData(ctypes.byref(mod), ctypes.c_char_p(image))
+            if rc == 0:
+                self.what, self.nvrtc = what, name
+                break
+            failed.append("%s from %s: %s" % (what, name, driver.errname(rc)))
+        else:
+            raise RuntimeError("cuModuleLoadData failed for every image: %s" % "; ".join(failed))
+        self.mod = mod
+        self.launch_fn = lib.cuLaunchKernel
+        self.launch_fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + \
+            [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        self.launch_fn.restype = ctypes.c_int
+        self.fn = {}
+        names = ["kc_cmp_" + k for k in sorted(set(KC_CMP.values()))] + \
+            ["kc_sums_" + k for k in KC_SUMS] + ["kc_cmp_finish", "kc_sums_finish", "kc_checksum"]
+        for name in names:
+            f = ctypes.c_void_p()
+            rc = lib.cuModuleGetFunction(ctypes.byref(f), mod, name.encode())
+            if rc != 0:
+                raise RuntimeError("cuModuleGetFunction(%s) failed: %s" % (name, driver.errname(rc)))
+            self.fn[name] = f
+        self.part = torch.empty(KC_NB * KC_NPART, dtype=torch.float64, device=dev)
+        self.out = torch.empty(KC_NPART, dtype=torch.float64, device=dev)
+        self.ck = torch.zeros(2, dtype=torch.int64, device=dev)
+
+    def _launch(self, name, blocks, args):
+        """args: ctypes values (kept alive here until the launch returns)."""
+        ptrs = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
+        stream = torch.cuda.current_stream(self.dev).cuda_stream
+        rc = self.launch_fn(self.fn[name], blocks, 1, 1, KC_BT, 1, 1, 0, ctypes.c_void_p(stream), ptrs, None)
+        if rc != 0:
+            raise RuntimeError("cuLaunchKernel(%s) failed: %s" % (name, self.driver.errname(rc)))
+
+    @staticmethod
+    def blocks(n):
+        return max(1, min(KC_NB, (n + KC_BT - 1) // KC_BT))
+
+    def compare(self, got, exp, dtype, atol, rtol):
+        """check's figures for one output (docs/torchref.md)."""
+        n = got.numel()
+        if n == 0:
+            return {"count": 0, "bad": 0, "nan": 0, "worst": 0, "expected": 0.0, "got": 0.0,
+                    "max_abs": 0.0, "max_rel": 0.0, "err_norm": 0.0, "exp_norm": 0.0}
+        nb = self.blocks(n)
+        u64, dbl = ctypes.c_uint64, ctypes.c_double
+        self._launch("kc_cmp_" + KC_CMP[dtype], nb,
+                     [u64(got.data_ptr()), u64(exp.data_ptr()), u64(n), dbl(atol), dbl(rtol),
+                      u64(self.part.data_ptr())])
+        self._launch("kc_cmp_finish", 1, [u64(self.part.data_ptr()), ctypes.c_uint(nb),
+                                          u64(self.out.data_ptr())])
+        v = self.out.tolist()
+        return {"count": n, "bad": int(v[0]), "nan": int(v[1]), "worst": int(v[7]),
+                "expected": v[8], "got": v[9], "max_abs": v[2], "max_rel": v[3],
+                "err_norm": math.sqrt(v[4]) if v[4] >= 0 else v[4],
+                "exp_norm": math.sqrt(v[5]) if v[5] >= 0 else v[5]}
+
+    def sums(self, a, b=None, dtype="f32"):
+        """(sum a, sum a^2, sum (a-b)^2) in double over a floating tensor."""
+        n = a.numel()
+        if n == 0:
+            return 0.0, 0.0, 0.0
+        nb = self.blocks(n)
+        u64 = ctypes.c_uint64
+        self._launch("kc_sums_" + dtype, nb, [u64(a.data_ptr()), u64(b.data_ptr() if b is not None else 0),
+                                             u64(n), u64(self.part.data_ptr())])
+        self._launch("kc_sums_finish", 1, [u64(self.part.data_ptr()), ctypes.c_uint(nb),
+                                           u64(self.out.data_ptr())])
+        v = self.out[:3].tolist()
+        return v[0], v[1], v[2]
+
+    def checksum(self, words):
+        """The two wrapping sums of an int64 tensor (contiguous)."""
+        n = words.numel()
+        if n == 0:
+            return (0, 0)
+        self.ck.zero_()
+        u64 = ctypes.c_uint64
+        self._launch("kc_checksum", self.blocks(n), [u64(words.data_ptr()), u64(n), u64(self.ck.data_ptr())])
+        return tuple(int(x) for x in self.ck.tolist())
+
+
 # ------------------------------------------------------------ the state
 
 class Buf:
@@ -377,6 +822,31 @@ class Serial:
         self.input_sums = None   # checksums of the shared inputs (kept with keep)
 
 
+class GpuClock:
+    """GPU time of a request's parts (draws, forwards, comparisons) by CUDA
+    events around each, read after the request's synchronisation: the
+    reply's gpu_ms, which the sandbox sums as torch.reference_gpu_ms (what
+    an evaluation's wall time is compared with)."""
+
+    def __init__(self):
+        self.pairs = []
+        self.a = None
+
+    def start(self):
+        self.a = torch.cuda.Event(enable_timing=True)
+        self.a.record()
+
+    def stop(self):
+        b = torch.cuda.Event(enable_timing=True)
+        b.record()
+        self.pairs.append((self.a, b))
+        self.a = None
+
+    def ms(self):
+        """After a synchronisation: the parts' sum."""
+        return sum(a.elapsed_time(b) for a, b in self.pairs)
+
+
 class State:
     def __init__(self):
         self.ready = False
@@ -414,14 +884,16 @@ def _shape(t):
     return [int(d) for d in t.shape] or [1]
 
 
-def _chunks(*ts):
+def _chunks(*ts, size=CHUNK):
     flats = [t.reshape(-1) for t in ts]
     n = flats[0].numel()
-    for lo in range(0, n, CHUNK):
-        yield lo, [f[lo:lo + CHUNK] for f in flats]
+    for lo in range(0, n, size):
+        yield lo, [f[lo:lo + size] for f in flats]
 
 
-def _norm64(t):
+def _norm64(t, dtype=None):
+    if KERN is not None and dtype in KC_SUMS:
+        return math.sqrt(KERN.sums(t, None, dtype)[1])
     acc = None
     for _, (c,) in _chunks(t):
         s = c.double().square().sum()
@@ -429,7 +901,9 @@ def _norm64(t):
     return math.sqrt(acc.item()) if acc is not None else 0.0
 
 
-def _diffnorm64(a, b):
+def _diffnorm64(a, b, dtype=None):
+    if KERN is not None and dtype in KC_SUMS:
+        return math.sqrt(KERN.sums(a, b, dtype)[2])
     acc = None
     for _, (x, y) in _chunks(a, b):
         s = (x.double() - y.double()).square().sum()
@@ -498,8 +972,18 @@ def ensure_ready(st, ordinal=None):
                 "_share_cuda_ (memory of shared buffers is not returned at unload)" % describe_exc(e))
             st.driver = None
             st.ipc = "torch"
+    global KERN
+    KERN = None
+    if st.driver is not None and os.environ.get("KCLAW_TORCHREF_KERNELS") != "torch":
+        try:
+            KERN = Kernels(st.driver, st.dev, t.version.cuda)
+            log("device kernels: %s from %s" % (KERN.what, KERN.nvrtc))
+        except Exception as e:
+            log("no device kernels (%s): comparisons, norms and checksums run as PyTorch operations "
+                "in chunks" % describe_exc(e))
     st.hello = {"torch": t.__version__, "device_name": t.cuda.get_device_name(ordinal),
-                "l2_bytes": l2, "cuda": t.version.cuda, "tf32": tf32, "ipc": st.ipc}
+                "l2_bytes": l2, "cuda": t.version.cuda, "tf32": tf32, "ipc": st.ipc,
+                "kernels": KERN.what if KERN is not None else "torch"}
     st.ready = True
     log("ready: PyTorch %s, CUDA %s, %s (cuda:%d), L2 %d bytes, TF32 %s, IPC via %s"
         % (t.__version__, t.version.cuda, st.hello["device_name"], ordinal, l2,
@@ -668,6 +1152,8 @@ def _checksum(raw):
     position, wrapping): any write to the range changes them but by a
     vanishing chance. The range's length is a multiple of 8."""
     w = raw.view(torch.int64)
+    if KERN is not None:
+        return KERN.checksum(w)
     s1 = s2 = None
     for lo, (c,) in _chunks(w):
         idx = torch.arange(lo + 1, lo + 1 + c.numel(), dtype=torch.int64, device=c.device)
@@ -896,22 +1382,26 @@ def _transform(st, x, variant, gen):
     if variant == 1:
         flat.mul_(4)
     elif variant == 2:
-        s1 = s2 = None
-        for _, (c,) in _chunks(flat):
-            c64 = c.double()
-            a, b = c64.sum(), c64.square().sum()
-            s1 = a if s1 is None else s1 + a
-            s2 = b if s2 is None else s2 + b
-        s1, s2 = s1.item(), s2.item()
+        kd = _kclaw_dtype(flat)
+        if KERN is not None and kd in KC_SUMS:
+            s1, s2, _ = KERN.sums(flat, None, kd)
+        else:
+            s1 = s2 = None
+            for _, (c,) in _chunks(flat, size=RAND_CHUNK):
+                c64 = c.double()
+                a, b = c64.sum(), c64.square().sum()
+                s1 = a if s1 is None else s1 + a
+                s2 = b if s2 is None else s2 + b
+            s1, s2 = s1.item(), s2.item()
         var = (s2 - s1 * s1 / n) / (n - 1) if n > 1 else 0.0
         std = math.sqrt(var) if var > 0 and math.isfinite(var) else 0.0
         flat.add_(0.5 * std)
     elif variant == 3:
-        for _, (c,) in _chunks(flat):
+        for _, (c,) in _chunks(flat, size=RAND_CHUNK):
             u = torch.rand(c.numel(), generator=gen, device=st.dev, dtype=torch.float32)
             c.mul_(u < 0.25)
     elif variant == 4:
-        for _, (c,) in _chunks(flat):
+        for _, (c,) in _chunks(flat, size=RAND_CHUNK):
             g = torch.randn(c.numel(), generator=gen, device=st.dev, dtype=torch.float32)
             c.mul_(g.mul_(0.75).exp_())
     elif variant == 5:
@@ -919,10 +1409,10 @@ def _transform(st, x, variant, gen):
         if lo >= 0:
             hi = flat.max().item()
             if hi > 0 and math.isfinite(hi):
-                for _, (c,) in _chunks(flat):
+                for _, (c,) in _chunks(flat, size=RAND_CHUNK):
                     c.copy_(c.float().square_().div_(hi))
         else:
-            for _, (c,) in _chunks(flat):
+            for _, (c,) in _chunks(flat, size=RAND_CHUNK):
                 u = torch.rand(c.numel(), generator=gen, device=st.dev, dtype=torch.float32)
                 sign = (u < 0.1).to(torch.float32).mul_(-2).add_(1)
                 c.abs_().mul_(sign)
@@ -1073,7 +1563,10 @@ def _load(st, t, source, t0):
     # One draw to check the inputs, the outputs and count the FLOPs; the
     # forward runs on the shared inputs, as every later one (drawn there:
     # no second copy of the inputs, at load either).
+    clock = GpuClock()
+    clock.start()
     drawn = _draw(st, t.init_seed, 0, into_arena=True)
+    clock.stop()
     tens, rest = _split_inputs(t, drawn, "load")
     for b, v in zip(t.by_kind("input"), tens):
         _check_tensor(b, v, "tensor")
@@ -1087,6 +1580,7 @@ def _load(st, t, source, t0):
     # failure is the problem's.
     flops = None
     outs = None
+    clock.start()
     try:
         from torch.utils.flop_counter import FlopCounterMode
         fc = FlopCounterMode(display=False)
@@ -1105,6 +1599,7 @@ def _load(st, t, source, t0):
         args = _to_shared(t, _draw(st, t.init_seed, 0, into_arena=True))
     if outs is None:
         outs = _forward(st, args, "load")
+    clock.stop()
     # A model whose forward writes its inputs gets private copies for its
     # forward (the candidate must see them as drawn): found here, once, by
     # the inputs' checksums around the forward.
@@ -1132,7 +1627,7 @@ def _load(st, t, source, t0):
     log("load %s: %d tensors, %.1f MB shared in one %.1f MB arena, %s FLOPs, %.2f s"
         % (t.key[:16], len(t.bufs), sum(b.nbytes for b in t.bufs) / 1e6, t.arena.numel() / 1e6,
            "%.3g" % flops if flops is not None else "no", time.monotonic() - t0))
-    return dict(t.reply)
+    return dict(t.reply, gpu_ms=clock.ms())
 
 
 def _need_task(st, op):
@@ -1153,6 +1648,8 @@ def op_inputs(st, req):
     # stay for var_norm).
     st.cur = None
     _restore_params(st, t)
+    clock = GpuClock()
+    clock.start()
     drawn = _draw(st, seed, variant, into_arena=True)
     tens, rest = _split_inputs(t, drawn, "inputs")
     for b, v in zip(t.by_kind("scalar"), rest):
@@ -1170,6 +1667,8 @@ def op_inputs(st, req):
     del shared
     if not t.writes_inputs:
         del drawn, tens
+    clock.stop()
+    clock.start()
     outs = _forward(st, args, "inputs, seed %d" % seed)
     obufs = t.by_kind("output")
     if len(outs) != len(obufs):
@@ -1178,6 +1677,7 @@ def op_inputs(st, req):
     for b, o in zip(obufs, outs):
         _check_tensor(b, o, "tensor")
     exp = [o.reshape(b.shape) for b, o in zip(obufs, _own_outputs(st, outs, args))]
+    clock.stop()
     del outs, args
     if t.writes_inputs:
         del drawn, tens
@@ -1190,8 +1690,10 @@ def op_inputs(st, req):
     for b, e in zip(obufs, exp):
         var = None
         if keep and st.prev_kept is not None:
-            var = _diffnorm64(e, st.prev_kept[len(res)])
-        res.append({"name": b.name, "exp_norm": _norm64(e), "var_norm": var})
+            var = _diffnorm64(e, st.prev_kept[len(res)], b.dtype)
+        # The norms are read for kept serials only (the variation rule):
+        # a timed run's inputs skip that pass over its outputs.
+        res.append({"name": b.name, "exp_norm": _norm64(e, b.dtype) if keep else None, "var_norm": var})
     # Only kept serial 0's outputs are held, until the next serial (the
     # variation between trials 0 and 1): one more output copy at most.
     st.prev_kept = exp if keep and serial == 0 else None
@@ -1199,12 +1701,19 @@ def op_inputs(st, req):
         b.raw.fill_(255)
     torch.cuda.synchronize()
     st.cur = cur
-    return {"outputs": res}
+    return {"outputs": res, "gpu_ms": clock.ms()}
 
 
 def _compare(got, exp, dtype, atol, rtol):
     """docs/torchref.md's comparison, the sandbox's rules (verify.c), on the
-    GPU in float64 chunks; ints and bools compared exactly."""
+    GPU: one kernel pass (Kernels.compare), or PyTorch operations in float64
+    chunks where NVRTC is missing; ints and bools compared exactly."""
+    if KERN is not None:
+        return KERN.compare(got, exp, dtype, atol, rtol)
+    return _compare_torch(got, exp, dtype, atol, rtol)
+
+
+def _compare_torch(got, exp, dtype, atol, rtol):
     floating = dtype in ("f32", "f16", "bf16", "f64")
     if dtype == "bool":
         got, exp = got.view(torch.uint8), exp.view(torch.uint8)
@@ -1316,9 +1825,12 @@ def op_check(st, req):
     obufs = t.by_kind("output")
     torch.cuda.synchronize()
     res = []
+    clock = GpuClock()
     for i, (b, e) in enumerate(zip(obufs, st.cur.expected)):
         r = {"name": b.name}
+        clock.start()
         r.update(_compare(b.view, e, b.dtype, atol, rtol))
+        clock.stop()
         r["held_diff_max"], r["held_diff_count"] = None, None
         if compare_held:
             r["held_diff_max"], r["held_diff_count"] = _held_diff(b.view, st.held[i], b.dtype)
@@ -1334,7 +1846,7 @@ def op_check(st, req):
         st.held = None
         st.held = [b.view.clone() for b in obufs]
     torch.cuda.synchronize()
-    return {"outputs": res, "written": written}
+    return {"outputs": res, "written": written, "gpu_ms": clock.ms()}
 
 
 def _stats(times, setup_s):
@@ -1364,6 +1876,37 @@ def _baseline_args(t, drawn):
     return drawn if t.writes_inputs else _to_shared(t, drawn)
 
 
+PRECISIONS = ("f32", "tf32", "f16", "bf16")
+
+
+class _MathMode:
+    """The forward's math mode for a matched-precision baseline: TF32 in
+    matmuls and cuDNN (the flags as they were afterwards), or autocast to
+    float16 / bfloat16; f32 changes nothing."""
+
+    def __init__(self, precision):
+        self.precision = precision
+        self.saved = None
+        self.ac = None
+
+    def __enter__(self):
+        if self.precision == "tf32":
+            self.saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        elif self.precision in ("f16", "bf16"):
+            self.ac = torch.autocast("cuda", dtype=torch.float16 if self.precision == "f16" else torch.bfloat16)
+            self.ac.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self.saved
+        if self.ac is not None:
+            self.ac.__exit__(*exc)
+        return False
+
+
 def op_baseline(st, req):
     t = _need_task(st, "baseline")
     mode = _need(req, "mode", str)
@@ -1371,8 +1914,15 @@ def op_baseline(st, req):
     iters = _need(req, "iters", int)
     flush = bool(req.get("flush", True))
     seed = _need(req, "seed", int)
+    precision = req.get("precision") or "f32"
     if mode not in ("eager", "compile", "max-autotune"):
         raise RefError("INTERNAL", "baseline: unknown mode %r; use eager, compile or max-autotune" % mode)
+    if precision not in PRECISIONS:
+        raise RefError("INTERNAL", "baseline: unknown precision %r; use one of %s"
+                       % (precision, ", ".join(PRECISIONS)))
+    if precision != "f32" and mode != "eager":
+        raise RefError("INTERNAL", "baseline: a matched precision (%s) is timed in eager mode only"
+                       % precision)
     if not 0 <= warmup <= ITERS_MAX or not 1 <= iters <= ITERS_MAX:
         raise RefError("INTERNAL", "baseline: warmup must be 0 to %d and iters 1 to %d" % (ITERS_MAX, ITERS_MAX))
     if flush and t.flush is None:
@@ -1417,26 +1967,29 @@ def op_baseline(st, req):
     budget_s = float(req.get("budget_ms", 3000)) / 1000.0
     events = []
     times = []
+    clock = GpuClock()
     try:
         t_start = time.monotonic()
         i = 0
         goal = warmup + (min_iters if adaptive else iters)
         while True:
             while i < goal:
+                clock.start()
                 args = _baseline_args(t, _draw(st, seed + i, 0, into_arena=True))
+                clock.stop()
                 if flush:
                     # A read, as the sandbox's flush (eval.c ev_flush_l2):
                     # a fill would leave dirty lines written back inside
                     # the timed interval.
                     t.flush.sum()
-                if i >= warmup:
-                    a = torch.cuda.Event(enable_timing=True)
-                    b = torch.cuda.Event(enable_timing=True)
-                    a.record()
-                with torch.no_grad():
+                a = torch.cuda.Event(enable_timing=True)
+                b = torch.cuda.Event(enable_timing=True)
+                a.record()
+                with torch.no_grad(), _MathMode(precision):
                     out = fn(*args)
+                b.record()
+                clock.pairs.append((a, b))
                 if i >= warmup:
-                    b.record()
                     events.append((a, b))
                 del out, args
                 i += 1
@@ -1455,6 +2008,8 @@ def op_baseline(st, req):
         raise RefError("INTERNAL" if is_oom(e) else "BAD_TASK",
                        "the forward failed while timed: %s" % describe_exc(e, t.path)) from e
     r = _stats(times, setup_s)
+    r["precision"] = precision
+    r["gpu_ms"] = clock.ms()
     # The reference process's peak GPU memory since the task was loaded.
     r["peak_bytes"] = int(torch.cuda.max_memory_allocated()) + t.arena_bytes
     return r
@@ -1511,37 +2066,214 @@ def _write_all(fd, data):
         view = view[n:]
 
 
-def serve(fd):
-    st = State()
+def serve(fd, st=None):
+    """Requests on fd until end of file: 0 at end of file, 1 when a reply
+    cannot be written, 2 after an error that lost the CUDA context."""
+    st = st if st is not None else State()
     rf = os.fdopen(os.dup(fd), "rb", buffering=1 << 16)
-    while True:
-        line = rf.readline(LINE_MAX + 1)
-        if not line:
-            log("end of file on fd %d: exiting" % fd)
-            return 0
-        if len(line) > LINE_MAX and not line.endswith(b"\n"):
-            while True:
-                more = rf.readline(LINE_MAX + 1)
-                if not more or more.endswith(b"\n"):
-                    break
-            reply = {"ok": False, "code": "INTERNAL", "error": "request longer than 16 MiB"}
-        else:
+    try:
+        while True:
+            line = rf.readline(LINE_MAX + 1)
+            if not line:
+                log("end of file on fd %d" % fd)
+                return 0
+            if len(line) > LINE_MAX and not line.endswith(b"\n"):
+                while True:
+                    more = rf.readline(LINE_MAX + 1)
+                    if not more or more.endswith(b"\n"):
+                        break
+                reply = {"ok": False, "code": "INTERNAL", "error": "request longer than 16 MiB"}
+            else:
+                try:
+                    req = json.loads(line)
+                except Exception as e:
+                    req = None
+                    reply = {"ok": False, "code": "INTERNAL",
+                             "error": "request is not JSON (%s): %r" % (one_line(e, 120), line[:80])}
+                if req is not None:
+                    reply = handle(st, req)
             try:
-                req = json.loads(line)
-            except Exception as e:
-                req = None
-                reply = {"ok": False, "code": "INTERNAL",
-                         "error": "request is not JSON (%s): %r" % (one_line(e, 120), line[:80])}
-            if req is not None:
-                reply = handle(st, req)
+                _write_all(fd, encode(reply))
+            except OSError as e:
+                log("cannot write the reply (%s)" % e)
+                return 1
+            if st.fatal:
+                log("the CUDA context is lost: exiting so that a fresh process is started")
+                return 2
+    finally:
+        rf.close()
+
+
+# ------------------------------------------------------ the warm process
+
+def _peer_uid(conn):
+    cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", cred)[1]
+
+
+def _bind(path):
+    """A listening Unix socket at path, owner-only; None when another
+    process already listens there."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
         try:
-            _write_all(fd, encode(reply))
+            sock.bind(path)
         except OSError as e:
-            log("cannot write the reply (%s): exiting" % e)
+            if e.errno != errno.EADDRINUSE:
+                raise
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(path)
+                probe.close()
+                sock.close()
+                return None
+            except OSError:
+                probe.close()
+            os.unlink(path)  # a stale socket: nobody listens
+            sock.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(8)
+    return sock
+
+
+# A request still running this long after its sandbox hung up ends the
+# warm process (KCLAW_TORCHREF_ORPHAN_S).
+ORPHAN_S = 10
+
+BUSY = {"ok": False, "code": "BUSY",
+        "error": "the warm reference process serves another sandbox; start a private one"}
+
+
+def listen(path, idle_s, serve_conn):
+    """The warm reference process (docs/torchref.md "Warm process"): serves
+    one connection at a time on the Unix socket at path (mode 0600; peers
+    of another user are refused), answers BUSY to a second one while the
+    first is served, and exits after idle_s seconds without a connection.
+    serve_conn(fd) serves one connection and returns serve()'s code; 2
+    (the CUDA context is lost) ends the process. Returns the exit code."""
+    sock = _bind(path)
+    if sock is None:
+        log("another process listens on %s: exiting" % path)
+        return 0
+    log("listening on %s (idle exit after %d s)" % (path, idle_s))
+    lock = threading.Lock()
+    busy = [False]
+    active = [None]   # the connection being served
+    conns = queue.Queue()
+
+    def watchdog():
+        # A private process dies with its sandbox child (PR_SET_PDEATHSIG);
+        # this one outlives it, so a request that still runs well after its
+        # sandbox hung up (a hung forward, the child killed at its deadline)
+        # ends the process instead of holding the GPU for good.
+        since = None
+        seen = None
+        try:
+            orphan_s = float(os.environ.get("KCLAW_TORCHREF_ORPHAN_S") or ORPHAN_S)
+        except ValueError:
+            orphan_s = ORPHAN_S
+        while True:
+            time.sleep(min(1.0, orphan_s / 4))
+            with lock:
+                c = active[0]
+                hup = False
+                if c is not None:
+                    try:
+                        p = select.poll()
+                        p.register(c.fileno(), select.POLLRDHUP)
+                        hup = any(ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+                                  for _, ev in p.poll(0))
+                    except (OSError, ValueError):
+                        hup = False
+            if c is not seen or not hup:
+                seen, since = c, (time.monotonic() if hup else None)
+                continue
+            if since is None:
+                since = time.monotonic()
+            if time.monotonic() - since > orphan_s:
+                log("a request still runs %d s after its sandbox hung up: exiting" % orphan_s)
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+                os._exit(1)
+
+    def refuse(conn):
+        # BUSY, then the request read before closing: a peer whose hello
+        # meets a closed socket sees end of file, not the reason.
+        try:
+            conn.sendall(encode(BUSY))
+            conn.settimeout(2)
+            conn.recv(LINE_MAX)
+        except OSError:
+            pass
+        conn.close()
+
+    def acceptor():
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            try:
+                if _peer_uid(conn) != os.getuid():
+                    log("refused a connection of another user")
+                    conn.close()
+                    continue
+            except OSError:
+                conn.close()
+                continue
+            with lock:
+                was = busy[0]
+                busy[0] = True
+            if was:
+                threading.Thread(target=refuse, args=(conn,), daemon=True).start()
+                continue
+            conns.put(conn)
+
+    threading.Thread(target=acceptor, name="accept", daemon=True).start()
+    threading.Thread(target=watchdog, name="watchdog", daemon=True).start()
+    while True:
+        try:
+            conn = conns.get(timeout=idle_s)
+        except queue.Empty:
+            with lock:
+                if busy[0]:
+                    continue
+                busy[0] = True  # no new session from here on
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            log("idle for %d s: exiting" % idle_s)
+            return 0
+        with lock:
+            active[0] = conn
+        rc = serve_conn(conn.fileno())
+        with lock:
+            active[0] = None
+            busy[0] = False
+        conn.close()
+        if rc == 2:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
             return 1
-        if st.fatal:
-            log("the CUDA context is lost: exiting so the child starts a fresh process")
-            return 1
+
+
+def _serve_warm(st):
+    def one(fd):
+        log("a sandbox connected")
+        rc = serve(fd, st)
+        # The loaded task (model, arena, compiled modules) stays for the next
+        # evaluation; what belonged to this one goes.
+        _free_serials(st)
+        return rc
+    return one
 
 
 def _pdeathsig():
@@ -1559,18 +2291,24 @@ def _pdeathsig():
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description="The live PyTorch reference process (docs/torchref.md).")
-    ap.add_argument("--fd", type=int, required=True, help="the socket's file descriptor")
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--fd", type=int, help="the socket's file descriptor (a private process)")
+    g.add_argument("--listen", metavar="PATH", help="a Unix socket to serve sandboxes on, one at a "
+                   "time (the warm process)")
+    ap.add_argument("--idle-s", type=int, default=600, help="with --listen: exit after this many "
+                    "seconds without a connection (default 600)")
     a = ap.parse_args(argv)
-    _pdeathsig()
     fd = a.fd
-    try:
-        os.fstat(fd)
-    except OSError as e:
-        sys.exit("torchref: --fd %d is not open (%s)" % (fd, e))
-    if fd <= 2:
-        nfd = os.dup(fd)
-        os.close(fd)
-        fd = nfd
+    if a.listen is None:
+        _pdeathsig()
+        try:
+            os.fstat(fd)
+        except OSError as e:
+            sys.exit("torchref: --fd %d is not open (%s)" % (fd, e))
+        if fd <= 2:
+            nfd = os.dup(fd)
+            os.close(fd)
+            fd = nfd
     # Whatever the problem's code prints goes to the log, never to a
     # channel someone reads as protocol.
     try:
@@ -1578,13 +2316,17 @@ def main(argv=None):
         sys.stdout = sys.stderr
     except OSError:
         pass
-    log("started, pid %d, fd %d, Python %s" % (os.getpid(), fd, sys.version.split()[0]))
+    log("started, pid %d, %s, Python %s" % (os.getpid(), "fd %d" % fd if a.listen is None else
+                                             "socket %s" % a.listen, sys.version.split()[0]))
     try:
-        rc = serve(fd)
+        if a.listen is not None:
+            rc = listen(a.listen, max(1, a.idle_s), _serve_warm(State()))
+        else:
+            rc = serve(fd)
     except KeyboardInterrupt:
         rc = 130
     sys.stderr.flush()
-    os._exit(rc)  # no atexit or CUDA teardown: the child may already be gone
+    os._exit(0 if rc == 0 else 1)  # no atexit or CUDA teardown: the child may already be gone
 
 
 if __name__ == "__main__":

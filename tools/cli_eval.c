@@ -10,6 +10,7 @@
 
 #include "bundle.h"
 #include "cli.h"
+#include "kc_config.h"
 #include "kc_err.h"
 #include "pbjson.h"
 #include "sandbox.h"
@@ -67,6 +68,7 @@ cli_eval(int argc, char **argv)
 	Kclaw__Candidate *cand = NULL;
 	Kclaw__EvalResult *res = NULL;
 	sbx_session *s = NULL;
+	kc_config cfg;
 	unsigned timeout = 0, device = 0;
 	int json = 0, ndirs = 0, rv, code = CLI_FAIL;
 
@@ -173,6 +175,11 @@ cli_eval(int argc, char **argv)
 	req.task = task;
 	req.options = &opts;
 	co.device = (int)device;
+	/* A torch task's reference process stays warm between evaluations,
+	 * on a socket in the home's run/ (docs/torchref.md "Warm process"). */
+	if (getenv("KCLAW_TORCHREF_WARM") == NULL &&
+	    kc_config_load(&cfg, co.home) == 0)
+		setenv("KCLAW_TORCHREF_WARM", cfg.run_dir, 0);
 	if ((rv = sbx_session_open(&s, &co)) != 0) {
 		code = cli_fail("eval", rv);
 		goto out;

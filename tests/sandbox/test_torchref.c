@@ -5,10 +5,17 @@
  * processes over a real socketpair; crashes, hangs, garbage and a missing
  * PyTorch are the stand-in's, scripted.
  */
+#include <dirent.h>
+#include <errno.h>
 #include <limits.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "kc_err.h"
@@ -258,6 +265,282 @@ test_garbage_no_torch_no_script(void)
 	cJSON_Delete(q);
 }
 
+/* The warm process's socket in dir (the one *.sock there), or "". */
+static void
+warm_sock(const char *dir, char *out, size_t n)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	out[0] = '\0';
+	while (d != NULL && (de = readdir(d)) != NULL) {
+		size_t len = strlen(de->d_name);
+		if (len > 5 && strcmp(de->d_name + len - 5, ".sock") == 0)
+			snprintf(out, n, "%s/%s", dir, de->d_name);
+	}
+	if (d != NULL)
+		closedir(d);
+}
+
+/* Removes a warm test's folders (base/run and what is in it). */
+static void
+warm_cleanup(const char *base, const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	char p[PATH_MAX];
+
+	while (d != NULL && (de = readdir(d)) != NULL) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+		unlink(p);
+	}
+	if (d != NULL)
+		closedir(d);
+	rmdir(dir);
+	rmdir(base);
+}
+
+/* Whether something accepts connections on the Unix socket at path. */
+static int
+listening(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0), ok;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+static void
+one_call(sbx_torchref *r)
+{
+	cJSON *q = load_req(), *a;
+
+	KT_OK(sbx_torchref_call(r, q, 10000, &a));
+	KT_ASSERT(is_ok(a));
+	cJSON_Delete(a);
+	cJSON_Delete(q);
+}
+
+/*
+ * The warm process: started by the first client, kept after it, reused by
+ * the next; a second client while one is served gets a private process;
+ * killed (a hang, garbage), it is replaced by a fresh one. Its socket is
+ * owner-only in an owner-only folder.
+ */
+static void
+test_warm_reuse(void)
+{
+	char base[] = "/tmp/kc_trw.XXXXXX", dir[PATH_MAX], sock[PATH_MAX];
+	sbx_torchref *a, *b, *c;
+	struct stat sb;
+	pid_t warm;
+	uint64_t until;
+
+	KT_ASSERT(mkdtemp(base) != NULL);
+	snprintf(dir, sizeof(dir), "%s/run", base);
+	setenv("KCLAW_TORCHREF_WARM", dir, 1);
+	setenv("KCLAW_TORCHREF_IDLE_S", "60", 1);
+	a = client("ok");
+	one_call(a);
+	KT_ASSERT(sbx_torchref_is_warm(a));
+	warm = sbx_torchref_pid(a);
+	KT_ASSERT(warm > 0);
+	warm_sock(dir, sock, sizeof(sock));
+	KT_ASSERT(sock[0] != '\0');
+	KT_OK(stat(sock, &sb));
+	KT_EQ_INT(sb.st_mode & 0777, 0600);
+	KT_OK(stat(dir, &sb));
+	KT_EQ_INT(sb.st_mode & 0777, 0700);
+
+	/* Busy: the second sandbox gets a private process. */
+	b = client("ok");
+	one_call(b);
+	KT_ASSERT(!sbx_torchref_is_warm(b));
+	KT_ASSERT(sbx_torchref_pid(b) != warm);
+	sbx_torchref_free(b);
+	sbx_torchref_free(a);
+
+	/* Kept: the next sandbox is served by the same process, whose task
+	 * is still loaded. */
+	c = client("ok");
+	one_call(c);
+	KT_ASSERT(sbx_torchref_is_warm(c));
+	KT_EQ_INT(sbx_torchref_pid(c), warm);
+	KT_EQ_INT(sbx_torchref_starts(c), 1);
+
+	/* Killed, it is replaced by a fresh one. */
+	sbx_torchref_kill(c);
+	until = kc_mono_ns() + 5000000000ull;
+	while (listening(sock) && kc_mono_ns() < until)
+		kc_sleep_ms(10);
+	KT_ASSERT(!listening(sock));
+	one_call(c);
+	KT_ASSERT(sbx_torchref_is_warm(c));
+	KT_ASSERT(sbx_torchref_pid(c) != warm);
+	sbx_torchref_kill(c);
+	sbx_torchref_free(c);
+	warm_cleanup(base, dir);
+	unsetenv("KCLAW_TORCHREF_WARM");
+	unsetenv("KCLAW_TORCHREF_IDLE_S");
+}
+
+/* Left idle, the warm process exits and takes its socket with it. */
+static void
+test_warm_idle_exit(void)
+{
+	char base[] = "/tmp/kc_trw.XXXXXX", dir[PATH_MAX], sock[PATH_MAX];
+	sbx_torchref *a;
+	pid_t warm;
+	uint64_t until;
+
+	KT_ASSERT(mkdtemp(base) != NULL);
+	snprintf(dir, sizeof(dir), "%s/run", base);
+	setenv("KCLAW_TORCHREF_WARM", dir, 1);
+	setenv("KCLAW_TORCHREF_IDLE_S", "1", 1);
+	a = client("ok");
+	one_call(a);
+	warm = sbx_torchref_pid(a);
+	warm_sock(dir, sock, sizeof(sock));
+	KT_ASSERT(sock[0] != '\0');
+	sbx_torchref_free(a);
+	until = kc_mono_ns() + 10000000000ull;
+	while (access(sock, F_OK) == 0 && kc_mono_ns() < until)
+		kc_sleep_ms(20);
+	KT_ASSERT(access(sock, F_OK) != 0);
+	/* Reaped or a zombie of init's: it no longer serves. */
+	KT_ASSERT(kill(warm, 0) != 0 || !listening(sock));
+	warm_cleanup(base, dir);
+	unsetenv("KCLAW_TORCHREF_WARM");
+	unsetenv("KCLAW_TORCHREF_IDLE_S");
+}
+
+/* One line to the socket fd and, with want_reply, one line back (5 s at
+ * most): 0, 1 when the reply is BUSY, or -1. */
+static int
+raw_line(int fd, const char *line, int want_reply)
+{
+	char buf[65536];
+	size_t n = 0;
+
+	if (send(fd, line, strlen(line), MSG_NOSIGNAL) !=
+	        (ssize_t)strlen(line) ||
+	    send(fd, "\n", 1, MSG_NOSIGNAL) != 1)
+		return -1;
+	while (want_reply && n < sizeof(buf) - 1) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		ssize_t got;
+		if (poll(&pf, 1, 5000) <= 0 ||
+		    (got = read(fd, buf + n, sizeof(buf) - 1 - n)) <= 0)
+			return -1;
+		n += (size_t)got;
+		buf[n] = '\0';
+		if (memchr(buf, '\n', n) != NULL)
+			return strstr(buf, "\"BUSY\"") != NULL;
+	}
+	return 0;
+}
+
+/* A request that still runs after its sandbox hung up (the child killed
+ * at its deadline while the reference hangs) ends the warm process: it
+ * does not hold the GPU for good. */
+static void
+test_warm_orphan_exits(void)
+{
+	char base[] = "/tmp/kc_trw.XXXXXX", dir[PATH_MAX], sock[PATH_MAX];
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	sbx_torchref *a;
+	cJSON *q;
+	char *text;
+	uint64_t until;
+	int fd;
+
+	KT_ASSERT(mkdtemp(base) != NULL);
+	snprintf(dir, sizeof(dir), "%s/run", base);
+	setenv("KCLAW_TORCHREF_WARM", dir, 1);
+	setenv("KCLAW_TORCHREF_IDLE_S", "60", 1);
+	setenv("KCLAW_TORCHREF_ORPHAN_S", "1", 1);
+	a = client("hang_on_check");
+	one_call(a);
+	warm_sock(dir, sock, sizeof(sock));
+	KT_ASSERT(sock[0] != '\0');
+	sbx_torchref_free(a);
+
+	/* A sandbox of its own: hello, load, a check that hangs, and gone. */
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	/* Busy until the process has seen the last client's end of file. */
+	until = kc_mono_ns() + 5000000000ull;
+	for (;;) {
+		fd = socket(AF_UNIX, SOCK_STREAM, 0);
+		KT_OK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)));
+		if (raw_line(fd, "{\"op\":\"hello\"}", 1) == 0)
+			break;
+		close(fd);
+		KT_ASSERT(kc_mono_ns() < until);
+		kc_sleep_ms(20);
+	}
+	q = load_req();
+	text = cJSON_PrintUnformatted(q);
+	KT_OK(raw_line(fd, text, 1));
+	free(text);
+	cJSON_Delete(q);
+	KT_OK(raw_line(fd,
+	    "{\"op\":\"check\",\"serial\":0,\"atol\":0.01,\"rtol\":0.01,"
+	    "\"max_rel_norm\":0.01,\"hold\":false,\"compare_held\":false}",
+	    0));
+	close(fd);
+	until = kc_mono_ns() + 10000000000ull;
+	while (access(sock, F_OK) == 0 && kc_mono_ns() < until)
+		kc_sleep_ms(20);
+	KT_ASSERT(access(sock, F_OK) != 0);
+	KT_ASSERT(!listening(sock));
+	warm_cleanup(base, dir);
+	unsetenv("KCLAW_TORCHREF_WARM");
+	unsetenv("KCLAW_TORCHREF_IDLE_S");
+	unsetenv("KCLAW_TORCHREF_ORPHAN_S");
+}
+
+/* A baseline at the candidate's precision: the mode for what
+ * sbx_precision_scan found, and the reference's echo of it. */
+static void
+test_matched_precision(void)
+{
+	sbx_torchref *r = client("ok");
+	cJSON *q, *a;
+
+	KT_ASSERT(sbx_torchref_precision("") == NULL);
+	KT_ASSERT(sbx_torchref_precision(NULL) == NULL);
+	KT_EQ_STR(sbx_torchref_precision("tf32"), "tf32");
+	KT_EQ_STR(sbx_torchref_precision("a matmul step with tf32"), "tf32");
+	KT_EQ_STR(sbx_torchref_precision("__half, __float2half"), "f16");
+	KT_EQ_STR(sbx_torchref_precision("tf32, half2"), "f16");
+	KT_EQ_STR(sbx_torchref_precision("16-bit PTX (.f16/.bf16)"), "f16");
+	KT_EQ_STR(sbx_torchref_precision("__nv_bfloat16, __hadd"), "bf16");
+	KT_EQ_STR(sbx_torchref_precision("__nv_fp8_e4m3"), "bf16");
+	KT_ASSERT(sbx_torchref_precision("something else") == NULL);
+
+	one_call(r);
+	q = req("baseline");
+	cJSON_AddStringToObject(q, "mode", "eager");
+	cJSON_AddNumberToObject(q, "warmup", 1);
+	cJSON_AddNumberToObject(q, "iters", 5);
+	cJSON_AddBoolToObject(q, "flush", 1);
+	cJSON_AddNumberToObject(q, "seed", 7);
+	cJSON_AddStringToObject(q, "precision", "tf32");
+	KT_OK(sbx_torchref_call(r, q, 10000, &a));
+	KT_ASSERT(is_ok(a));
+	KT_EQ_STR(
+	    cJSON_GetStringValue(cJSON_GetObjectItem(a, "precision")), "tf32");
+	KT_ASSERT(num(a, "median_ms") == 0.5);
+	cJSON_Delete(a);
+	cJSON_Delete(q);
+	sbx_torchref_free(r);
+}
+
 int
 main(void)
 {
@@ -272,6 +555,10 @@ main(void)
 	KT_RUN(test_crash_then_restart);
 	KT_RUN(test_hang_is_killed);
 	KT_RUN(test_garbage_no_torch_no_script);
+	KT_RUN(test_warm_reuse);
+	KT_RUN(test_warm_idle_exit);
+	KT_RUN(test_warm_orphan_exits);
+	KT_RUN(test_matched_precision);
 	unlink(once_path);
 	return 0;
 }

@@ -47,6 +47,8 @@ KINDS = ("input", "parameter", "output", "scalar")
 HANDLE = "0" * 128
 LINE_MAX = 16 << 20
 BASELINE_MS = {"eager": 1.0, "compile": 0.8, "max-autotune": 0.7}
+# A matched-precision baseline's time, as a fraction of the f32 one.
+PRECISION_MS = {"f32": 1.0, "tf32": 0.5, "f16": 0.25, "bf16": 0.25}
 
 
 def log(msg):
@@ -184,7 +186,8 @@ class Standin:
             var = None
             if keep and self.kept > 0:
                 var = 0.25
-            res.append({"name": t["name"], "exp_norm": self.exp_norm(), "var_norm": var})
+            res.append({"name": t["name"], "exp_norm": self.exp_norm() if keep else None,
+                        "var_norm": var})
         if keep:
             self.kept += 1
         return {"outputs": res}
@@ -237,8 +240,13 @@ class Standin:
         iters = need(req, "iters", "int")
         need(req, "flush", "bool")
         need(req, "seed", "int")
+        precision = req.get("precision", "f32")
         if mode not in BASELINE_MS:
             raise Bad("INTERNAL", "baseline: unknown mode %r" % mode)
+        if precision not in PRECISION_MS:
+            raise Bad("INTERNAL", "baseline: unknown precision %r" % (precision,))
+        if precision != "f32" and mode != "eager":
+            raise Bad("INTERNAL", "baseline: a matched precision is timed in eager mode only")
         if iters < 1:
             raise Bad("INTERNAL", "baseline: iters must be at least 1")
         if mode != "eager" and self.misbehave("compile_failed"):
@@ -247,9 +255,9 @@ class Standin:
         if mode != "eager" and mode not in self.compiled:
             self.compiled.add(mode)
             setup = 1.5
-        m = BASELINE_MS[mode]
+        m = BASELINE_MS[mode] * PRECISION_MS[precision]
         return {"median_ms": m, "mean_ms": m * 1.01, "min_ms": m * 0.9, "max_ms": m * 1.2,
-                "stddev_ms": 0.01, "iterations": iters, "setup_s": setup}
+                "stddev_ms": 0.01, "iterations": iters, "setup_s": setup, "precision": precision}
 
     def unload(self, req):
         self.task = None
@@ -281,44 +289,68 @@ def write_all(fd, data):
         view = view[os.write(fd, view):]
 
 
+def serve_conn(s, fd, reqlog):
+    """One connection's requests until end of file (torchref.serve's codes:
+    0 at end of file)."""
+    rf = os.fdopen(os.dup(fd), "rb")
+    try:
+        while True:
+            line = rf.readline(LINE_MAX + 1)
+            if not line:
+                log("end of file")
+                return 0
+            if reqlog:
+                with open(reqlog, "ab") as f:
+                    f.write(line if line.endswith(b"\n") else line + b"\n")
+            try:
+                req = json.loads(line)
+            except ValueError as e:
+                reply = {"ok": False, "code": "INTERNAL", "error": "request is not JSON: %s" % e}
+            else:
+                if isinstance(req, dict) and req.get("op") == "load" and s.misbehave("garbage"):
+                    log("replying garbage to load (KCLAW_STANDIN_MODE=garbage)")
+                    write_all(fd, b"this is not JSON {{{\n")
+                    continue
+                reply = s.handle(req)
+            try:
+                write_all(fd, (json.dumps(reply, separators=(",", ":")) + "\n").encode())
+            except OSError:
+                return 1
+    finally:
+        rf.close()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Stand-in for torchref.py (CI).")
-    ap.add_argument("--fd", type=int, required=True)
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--fd", type=int)
+    g.add_argument("--listen")
+    ap.add_argument("--idle-s", type=int, default=600)
     a = ap.parse_args(argv)
-    parent = os.getppid()
-    try:
-        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except Exception as e:
-        log("prctl unavailable: %s" % e)
-    if os.getppid() != parent:
-        sys.exit(1)
+    if a.listen is None:
+        parent = os.getppid()
+        try:
+            ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except Exception as e:
+            log("prctl unavailable: %s" % e)
+        if os.getppid() != parent:
+            sys.exit(1)
     mode = os.environ.get("KCLAW_STANDIN_MODE", "ok") or "ok"
     if mode not in MODES:
         sys.exit("torchref-standin: unknown KCLAW_STANDIN_MODE %r; use one of %s"
                  % (mode, ", ".join(MODES)))
     reqlog = os.environ.get("KCLAW_STANDIN_LOG")
     s = Standin(mode, os.environ.get("KCLAW_STANDIN_ONCE"))
+    if a.listen is not None:
+        # The warm process's socket, sessions and idle exit are the real
+        # torchref.py's (listen), around the stand-in's requests.
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                        "gpu-sandbox"))
+        import torchref
+        log("started, socket %s, mode %s" % (a.listen, mode))
+        return torchref.listen(a.listen, max(1, a.idle_s), lambda fd: serve_conn(s, fd, reqlog))
     log("started, fd %d, mode %s" % (a.fd, mode))
-    rf = os.fdopen(os.dup(a.fd), "rb")
-    while True:
-        line = rf.readline(LINE_MAX + 1)
-        if not line:
-            log("end of file: exiting")
-            return 0
-        if reqlog:
-            with open(reqlog, "ab") as f:
-                f.write(line if line.endswith(b"\n") else line + b"\n")
-        try:
-            req = json.loads(line)
-        except ValueError as e:
-            reply = {"ok": False, "code": "INTERNAL", "error": "request is not JSON: %s" % e}
-        else:
-            if isinstance(req, dict) and req.get("op") == "load" and s.misbehave("garbage"):
-                log("replying garbage to load (KCLAW_STANDIN_MODE=garbage)")
-                write_all(a.fd, b"this is not JSON {{{\n")
-                continue
-            reply = s.handle(req)
-        write_all(a.fd, (json.dumps(reply, separators=(",", ":")) + "\n").encode())
+    return serve_conn(s, a.fd, reqlog)
 
 
 if __name__ == "__main__":
