@@ -124,10 +124,51 @@ int
 kc_call_authorize(bus_call *call, const void *data, size_t len, unsigned field,
     const char *token)
 {
-	if (token[0] && kc_token_check(data, len, field, token) != 0)
+	if (token[0] && kc_token_check(data, len, field, token) != 0) {
+		bus_call_reject(call);
 		return KC_EPERM;
+	}
 	bus_call_prove(call);
 	return 0;
+}
+
+int
+kc_api_proof(
+    void *token, const void *req, size_t len, void **refusal, size_t *rlen)
+{
+	Kclaw__ApiResponse ar = KCLAW__API_RESPONSE__INIT;
+	Kclaw__ApiRequest *env;
+	uint8_t *buf;
+
+	if (((const char *)token)[0] == '\0' ||
+	    kc_token_check(req, len, KC_API_TOKEN_FIELD, token) == 0)
+		return 0;
+	/* The refusal names the request it answers, as kclawd's would. */
+	if ((env = kclaw__api_request__unpack(NULL, len, req)) != NULL) {
+		ar.request_id = env->request_id;
+		kclaw__api_request__free_unpacked(env, NULL);
+	}
+	ar.code = KCLAW__API_CODE__API_UNAUTHORIZED;
+	ar.error = KC_TOKEN_REFUSED_API;
+	if (kc_pb_pack(&ar.base, &buf, rlen) == 0)
+		*refusal = buf;
+	return KC_EPERM;
+}
+
+int
+kc_work_proof(
+    void *token, const void *req, size_t len, void **refusal, size_t *rlen)
+{
+	Kclaw__WorkReply wr = KCLAW__WORK_REPLY__INIT;
+	uint8_t *buf;
+
+	if (((const char *)token)[0] == '\0' ||
+	    kc_token_check(req, len, KC_WORK_TOKEN_FIELD, token) == 0)
+		return 0;
+	wr.error = KC_TOKEN_REFUSED_WORK;
+	if (kc_pb_pack(&wr.base, &buf, rlen) == 0)
+		*refusal = buf;
+	return KC_EPERM;
 }
 
 static int

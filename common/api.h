@@ -52,11 +52,23 @@ int kc_token_check(
  * token is asked for (token not empty), the request's field `field` on the
  * wire must be it (kc_token_check). 0 when authentic, and the connection
  * is then proved (it leaves the capped set of unproven ones,
- * docs/security.md); KC_EPERM otherwise, and the caller answers with
- * KC_TOKEN_REFUSED_*.
+ * docs/security.md); KC_EPERM otherwise: the caller answers with
+ * KC_TOKEN_REFUSED_*, and the connection is closed once that answer is
+ * out (bus_call_reject).
  */
 int kc_call_authorize(bus_call *call, const void *data, size_t len,
     unsigned field, const char *token);
+/*
+ * The gate's proofs (bus_proof_fn; token is the deployment's token, a C
+ * string that outlives the server): a first request on the API or work
+ * socket must carry the token, or its connection gets the same refusal
+ * kclawd's handlers give (KC_TOKEN_REFUSED_*) and is closed before NNG
+ * sees it. An empty token proves every request.
+ */
+int kc_api_proof(
+    void *token, const void *req, size_t len, void **refusal, size_t *rlen);
+int kc_work_proof(
+    void *token, const void *req, size_t len, void **refusal, size_t *rlen);
 /* Whether msg has a top-level length-delimited field number `field` (a
  * cheap look at the wire before decoding, e.g. WorkRequest.blob = 9). */
 bool kc_pb_has_field(const void *msg, size_t len, unsigned field);

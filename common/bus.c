@@ -2,6 +2,7 @@
  * bus.c - events, request/response with contexts, over NNG. See bus.h.
  */
 #include "bus.h"
+#include "bus_gate.h"
 
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/pub.h>
@@ -29,22 +30,41 @@ bus_err(int nrv, const char *what, const char *url)
 }
 
 /*
- * Listens on url. ipc:// sockets are created owner-only so that other users
- * of the host cannot talk to kclaw's processes.
+ * Listens on url. On ipc:// and tcp:// the accept gate stands in front
+ * (bus_gate.h): NNG listens on the gate's private ipc:// path and never
+ * sees a peer before it proved itself. ipc:// sockets are created
+ * owner-only so that other users of the host cannot talk to kclaw's
+ * processes.
  */
 static int
-bus_listen(nng_socket sock, const char *url)
+bus_listen(
+    nng_socket sock, const char *url, const bus_gate_opts *go, bus_gate **gate)
 {
+	char priv[300];
 	nng_listener l;
-	int nrv;
+	int nrv, rv;
 
-	if ((nrv = nng_listener_create(&l, sock, url)) != 0)
-		return bus_err(nrv, "cannot listen on", url);
-	if (strncmp(url, "ipc://", 6) == 0 &&
-	    (nrv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0600)) != 0)
-		return bus_err(nrv, "cannot restrict permissions of", url);
-	if ((nrv = nng_listener_start(l, 0)) != 0)
-		return bus_err(nrv, "cannot listen on", url);
+	*gate = NULL;
+	if (go != NULL && bus_gate_handles(url)) {
+		if ((rv = bus_gate_open(gate, go, priv, sizeof(priv))) != 0)
+			return rv;
+		url = priv;
+	}
+	if ((nrv = nng_listener_create(&l, sock, url)) != 0 ||
+	    (strncmp(url, "ipc://", 6) == 0 &&
+	        (nrv = nng_listener_set_int(
+	             l, NNG_OPT_IPC_PERMISSIONS, 0600)) != 0) ||
+	    (nrv = nng_listener_start(l, 0)) != 0) {
+		rv = bus_err(nrv, "cannot listen on", url);
+		bus_gate_close(*gate);
+		*gate = NULL;
+		return rv;
+	}
+	if (*gate != NULL && (rv = bus_gate_start(*gate)) != 0) {
+		bus_gate_close(*gate);
+		*gate = NULL;
+		return rv;
+	}
 	return 0;
 }
 
@@ -74,6 +94,8 @@ bus_limits(nng_socket sock, size_t max_msg)
 struct bus_pub {
 	nng_socket sock;
 	nng_mtx *mtx;
+	bus_gate *gate;
+	bool gated; /* set before listening, read by the pipe callback */
 	unsigned npipes;
 	unsigned refused; /* subscribers turned away since the last warning */
 };
@@ -88,7 +110,9 @@ bus_pub_pipe_cb(nng_pipe pipe, nng_pipe_ev ev, void *arg)
 
 	nng_mtx_lock(p->mtx);
 	if (ev == NNG_PIPE_EV_ADD_PRE) {
-		if (++p->npipes > BUS_MAX_SUBSCRIBERS) {
+		/* Behind a gate, which caps subscribers itself, this is a
+		 * backstop with room for closed pipes not yet reaped. */
+		if (++p->npipes > (p->gated ? 2u : 1u) * BUS_MAX_SUBSCRIBERS) {
 			warn = p->refused++ == 0;
 			nng_pipe_close(pipe);
 		}
@@ -129,11 +153,18 @@ bus_pub_open(bus_pub **out, const char *url)
 	/* Each subscriber holds a queue of up to 1024 events: cap them. */
 	nng_pipe_notify(p->sock, NNG_PIPE_EV_ADD_PRE, bus_pub_pipe_cb, p);
 	nng_pipe_notify(p->sock, NNG_PIPE_EV_REM_POST, bus_pub_pipe_cb, p);
-	if ((rv = bus_listen(p->sock, url)) != 0) {
+	bus_gate_opts go = {.url = url, .proto = 0x20, .max_msg = 64};
+	p->gated = bus_gate_handles(url);
+	if ((rv = bus_listen(p->sock, url, &go, &p->gate)) != 0) {
 		nng_close(p->sock);
 		nng_mtx_free(p->mtx);
 		free(p);
 		return rv;
+	}
+	if (p->gate != NULL) {
+		bus_gate_limits gl = {.max_relayed = BUS_MAX_SUBSCRIBERS,
+		    .relayed_per_peer = BUS_MAX_SUBSCRIBERS_PER_PEER};
+		bus_gate_set_limits(p->gate, &gl);
 	}
 	*out = p;
 	return 0;
@@ -164,9 +195,24 @@ bus_pub_close(bus_pub *p)
 {
 	if (p == NULL)
 		return;
+	bus_gate_close(p->gate);
 	nng_close(p->sock);
 	nng_mtx_free(p->mtx);
 	free(p);
+}
+
+void
+bus_pub_stats(bus_pub *p, bus_listener_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (p->gate != NULL) {
+		bus_gate_stats(p->gate, st);
+		return;
+	}
+	st->healthy = true;
+	nng_mtx_lock(p->mtx);
+	st->relayed = p->npipes;
+	nng_mtx_unlock(p->mtx);
 }
 
 struct bus_sub {
@@ -262,6 +308,7 @@ struct bus_call {
 	nng_msg *req;
 	nng_pipe pipe; /* the connection the request came on */
 	enum bus_call_state state;
+	bool reject; /* close the connection once the reply is out */
 };
 
 /* A connection of the server. NEW until proved (by its first whole
@@ -281,11 +328,14 @@ struct bus_server {
 	void *arg;
 	unsigned nctx;
 	unsigned flags; /* BUS_PROVE_BY_HANDLER */
+	bus_gate *gate;
+	bool gated;  /* set before listening, read by the pipe callback */
+	bool proved; /* the gate proves every connection's first request */
 	struct bus_call *calls;
 	nng_mtx *mtx;
 	bool closing;
 	bus_server_limits lim;
-	struct bus_conn *conns; /* lim.max_conns of them */
+	struct bus_conn *conns; /* 2 x BUS_MAX_CONNS of them */
 	unsigned nconns, nnew;
 	unsigned refused, stalled; /* since the last warning of each */
 	nng_aio *reaper;
@@ -322,24 +372,27 @@ bus_conn_find(bus_server *s, uint32_t id)
 }
 
 /*
- * Admits a connection while fewer than max_conns are open and fewer than
- * max_new are not yet proved; closes it otherwise (the
- * peer's NNG redials). A pipe closed in ADD_PRE still gets REM_POST.
+ * Counts connections. Without a gate (inproc://) a connection is admitted
+ * while fewer than max_conns are open and fewer than max_new are not yet
+ * proved, and closed otherwise (the peer's NNG redials). Behind a gate,
+ * which has capped and proved them already, none is refused short of a
+ * backstop with room for closed pipes not yet reaped. A pipe closed in
+ * ADD_PRE still gets REM_POST. Other pipes are never closed from here:
+ * the reaper does that.
  */
 static void
 bus_server_pipe_cb(nng_pipe pipe, nng_pipe_ev ev, void *arg)
 {
 	bus_server *s = arg;
-	nng_pipe old[8];
-	unsigned nold = 0, nconns = 0, nnew = 0;
+	unsigned nconns = 0, nnew = 0, cap;
 	bool refuse = false, warn = false;
 	struct bus_conn *k;
 
 	nng_mtx_lock(s->mtx);
 	if (ev == NNG_PIPE_EV_ADD_PRE) {
-		nold = bus_conn_expired(s, old, KC_ARRAY_LEN(old));
-		if (s->nconns >= s->lim.max_conns ||
-		    s->nnew >= s->lim.max_new_conns) {
+		cap = s->gated ? 2 * BUS_MAX_CONNS : s->lim.max_conns;
+		if (s->nconns >= cap ||
+		    (!s->gated && s->nnew >= s->lim.max_new_conns)) {
 			refuse = true;
 			warn = s->refused++ % 1000 == 0;
 			nconns = s->nconns;
@@ -349,8 +402,9 @@ bus_server_pipe_cb(nng_pipe pipe, nng_pipe_ev ev, void *arg)
 			k->id = (uint32_t)nng_pipe_id(pipe);
 			k->pipe = pipe;
 			k->since_ms = kc_mono_ms();
-			k->active = false;
-			s->nnew++;
+			k->active = s->proved;
+			if (!k->active)
+				s->nnew++;
 		}
 	} else if ((k = bus_conn_find(s, (uint32_t)nng_pipe_id(pipe))) !=
 	    NULL) {
@@ -359,8 +413,6 @@ bus_server_pipe_cb(nng_pipe pipe, nng_pipe_ev ev, void *arg)
 		*k = s->conns[--s->nconns];
 	}
 	nng_mtx_unlock(s->mtx);
-	for (unsigned i = 0; i < nold; i++)
-		nng_pipe_close(old[i]);
 	if (refuse) {
 		nng_pipe_close(pipe);
 		if (warn)
@@ -431,12 +483,18 @@ bus_call_cb(void *arg)
 		}
 		c->req = nng_aio_get_msg(c->aio);
 		c->pipe = nng_msg_get_pipe(c->req);
+		c->reject = false;
 		if ((s->flags & BUS_PROVE_BY_HANDLER) == 0)
 			bus_call_prove(c);
 		c->state = BUS_CALL_HELD;
 		s->fn(s->arg, c);
 		return;
 	case BUS_CALL_SEND:
+		if (c->reject) {
+			/* Failed its proof: the connection goes now. */
+			c->reject = false;
+			nng_pipe_close(c->pipe);
+		}
 		if (nrv != 0) {
 			nng_msg_free(nng_aio_get_msg(c->aio));
 			if (nrv == NNG_ECLOSED || closing)
@@ -481,15 +539,49 @@ bus_server_set_limits(bus_server *s, const bus_server_limits *l)
 	nng_mtx_lock(s->mtx);
 	s->lim = n;
 	nng_mtx_unlock(s->mtx);
+	if (s->gate != NULL) {
+		bus_gate_limits gl = {.max_relayed = l->max_conns,
+		    .max_new = l->max_new_conns,
+		    .new_per_peer = l->new_per_peer,
+		    .max_pre = l->max_pre,
+		    .pre_per_peer = l->pre_per_peer,
+		    .pre_ms = l->pre_ms,
+		    .new_ms = l->new_ms};
+		bus_gate_set_limits(s->gate, &gl);
+	}
 	return 0;
 }
 
 void
 bus_server_counts(bus_server *s, unsigned *open, unsigned *unproven)
 {
+	bus_listener_stats st;
+
 	nng_mtx_lock(s->mtx);
 	*open = s->nconns;
 	*unproven = s->nnew;
+	nng_mtx_unlock(s->mtx);
+	if (s->gate != NULL) {
+		bus_gate_stats(s->gate, &st);
+		*open = st.pre + st.unproven + st.relayed;
+		*unproven += st.pre + st.unproven;
+	}
+}
+
+void
+bus_server_stats(bus_server *s, bus_listener_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (s->gate != NULL)
+		bus_gate_stats(s->gate, st);
+	else {
+		kc_strlcpy(st->url, s->url, sizeof(st->url));
+		st->healthy = true;
+	}
+	nng_mtx_lock(s->mtx);
+	st->unproven += s->nnew;
+	if (s->gate == NULL)
+		st->relayed = s->nconns - s->nnew;
 	nng_mtx_unlock(s->mtx);
 }
 
@@ -504,6 +596,15 @@ int
 bus_server_open_flags(bus_server **out, const char *url, unsigned nctx,
     size_t max_msg, unsigned flags, bus_request_fn fn, void *arg)
 {
+	return bus_server_open_proof(
+	    out, url, nctx, max_msg, flags, NULL, NULL, fn, arg);
+}
+
+int
+bus_server_open_proof(bus_server **out, const char *url, unsigned nctx,
+    size_t max_msg, unsigned flags, bus_proof_fn proof, void *proof_arg,
+    bus_request_fn fn, void *arg)
+{
 	bus_server *s;
 	int nrv, rv = 0;
 
@@ -513,7 +614,7 @@ bus_server_open_flags(bus_server **out, const char *url, unsigned nctx,
 		    "callback");
 	if ((s = calloc(1, sizeof(*s))) == NULL ||
 	    (s->calls = calloc(nctx, sizeof(*s->calls))) == NULL ||
-	    (s->conns = calloc(BUS_MAX_CONNS, sizeof(*s->conns))) == NULL) {
+	    (s->conns = calloc(2 * BUS_MAX_CONNS, sizeof(*s->conns))) == NULL) {
 		if (s)
 			free(s->calls);
 		free(s);
@@ -541,6 +642,11 @@ bus_server_open_flags(bus_server **out, const char *url, unsigned nctx,
 		return rv;
 	}
 	bus_limits(s->sock, max_msg);
+	s->gated = bus_gate_handles(url);
+	/* Proved by the gate: by a proof function, or (without
+	 * BUS_PROVE_BY_HANDLER) by any whole first request. */
+	s->proved =
+	    s->gated && (proof != NULL || (flags & BUS_PROVE_BY_HANDLER) == 0);
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_PRE, bus_server_pipe_cb, s);
 	nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, bus_server_pipe_cb, s);
 	for (unsigned i = 0; i < nctx; i++) {
@@ -553,8 +659,15 @@ bus_server_open_flags(bus_server **out, const char *url, unsigned nctx,
 		}
 		s->nctx++;
 	}
-	if (rv == 0)
-		rv = bus_listen(s->sock, url);
+	if (rv == 0) {
+		bus_gate_opts go = {.url = url,
+		    .proto = 0x31,
+		    .max_msg = max_msg ? max_msg : BUS_DEFAULT_MAX_MSG,
+		    .first_msg = true,
+		    .proof = proof,
+		    .proof_arg = proof_arg};
+		rv = bus_listen(s->sock, url, &go, &s->gate);
+	}
 	if (rv != 0) {
 		bus_server_close(s);
 		return rv;
@@ -574,6 +687,7 @@ bus_server_close(bus_server *s)
 	nng_mtx_lock(s->mtx);
 	s->closing = true;
 	nng_mtx_unlock(s->mtx);
+	bus_gate_close(s->gate);
 	nng_aio_stop(s->reaper);
 	for (unsigned i = 0; i < s->nctx; i++)
 		nng_aio_stop(s->calls[i].aio);
@@ -640,10 +754,20 @@ bus_call_prove(bus_call *c)
 }
 
 void
+bus_call_reject(bus_call *c)
+{
+	c->reject = true;
+}
+
+void
 bus_call_drop(bus_call *c)
 {
 	nng_msg_free(c->req);
 	c->req = NULL;
+	if (c->reject) {
+		c->reject = false;
+		nng_pipe_close(c->pipe);
+	}
 	bus_call_recv(c);
 }
 

@@ -19,30 +19,70 @@
 #ifndef KC_BUS_H
 #define KC_BUS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define BUS_DEFAULT_MAX_MSG (64u << 20) /* 64 MiB: tensors travel as blobs */
 
 /*
- * Limits of every bus_server (docs/security.md "Connections"). NNG buffers
- * a message whole before kclaw sees it, so a connection whose peer has not
- * proved itself may be holding up to max_msg bytes: at most
- * BUS_MAX_NEW_CONNS such connections at once, each closed BUS_NEW_CONN_MS
- * after it opened unless proved by then; memory for them stays below
- * BUS_MAX_NEW_CONNS * max_msg. A connection is proved by its first whole
- * request, or, on a server opened with BUS_PROVE_BY_HANDLER, only when the
- * handler says a request of it was authentic (bus_call_prove): a request
- * with a wrong token then leaves its connection counted and on the clock.
+ * Limits of every listener (docs/security.md "Connections"). On ipc://
+ * and tcp:// kclaw's own accept gate stands in front of NNG (bus_gate.h,
+ * docs/DESIGN.md "The accept gate"): a connection first has
+ * BUS_PRE_MS to send its 8-byte SP header (at most BUS_MAX_PRE_CONNS such
+ * connections, BUS_MAX_PRE_PER_PEER of one peer); on a server it then has
+ * BUS_NEW_CONN_MS to send a whole first request that proves it (its
+ * token, when the server was opened with a proof function; at most
+ * BUS_MAX_NEW_CONNS of them, BUS_MAX_NEW_PER_PEER of one peer, and their
+ * first requests buffered at once within BUS_NEW_BUFFERED x max_msg
+ * bytes). A newcomer over a cap evicts the oldest unproven connection of
+ * its own peer, or else of the peer holding the most: it is never refused.
+ * A request that fails its proof is answered with the proof's refusal and
+ * its connection closed at once; NNG never sees it. At most BUS_MAX_CONNS
+ * connections are relayed to a server, BUS_MAX_SUBSCRIBERS to a
+ * publisher (BUS_MAX_SUBSCRIBERS_PER_PEER of one peer).
  * A reply the peer's connection does not take within BUS_SEND_MS (it does
  * not read) closes that connection, so one peer cannot hold the contexts
  * that serve everyone.
  */
 #define BUS_MAX_CONNS 256
-#define BUS_MAX_NEW_CONNS 4
+#define BUS_MAX_PRE_CONNS 64
+#define BUS_MAX_PRE_PER_PEER 16
+#define BUS_PRE_MS 2000
+#define BUS_MAX_NEW_CONNS 64
+#define BUS_MAX_NEW_PER_PEER 16
+#define BUS_NEW_BUFFERED 4
 #define BUS_NEW_CONN_MS 10000
 #define BUS_SEND_MS 5000
 #define BUS_MAX_SUBSCRIBERS 256 /* per bus_pub; each queues 1024 events */
+#define BUS_MAX_SUBSCRIBERS_PER_PEER 64
+
+/*
+ * A server's proof of a connection's first request (req: its body, len
+ * bytes, without NNG's REQ header), run on the gate's thread: 0 when it
+ * is authentic; otherwise nonzero, and *refusal (malloc'd, *rlen bytes;
+ * may stay NULL) is the reply the peer gets before its connection closes.
+ * Must not block.
+ */
+typedef int (*bus_proof_fn)(
+    void *arg, const void *req, size_t len, void **refusal, size_t *rlen);
+
+/* What a listener reports in Health. */
+typedef struct bus_listener_stats {
+	char url[256];
+	bool gated;   /* kclaw's accept gate stands in front of NNG */
+	bool healthy; /* NNG took the last connection the gate relayed */
+	unsigned pre, unproven, relayed; /* connections now, by class */
+	uint64_t accepted, evicted, refused, link_timeouts;
+	uint64_t last_link_ms; /* how long NNG took to answer the last one */
+} bus_listener_stats;
+
+/*
+ * The folder for the private ipc:// sockets behind tcp:// listeners
+ * (kclawd's run folder); an ipc:// listener's private socket sits beside
+ * its public one. Unset or absent: a fresh owner-only folder in $TMPDIR.
+ */
+void bus_set_private_dir(const char *dir);
 
 /* ---- events ---- */
 
@@ -98,6 +138,11 @@ enum {
 /* bus_server_open with flags (BUS_PROVE_BY_HANDLER). */
 int bus_server_open_flags(bus_server **out, const char *url, unsigned nctx,
     size_t max_msg, unsigned flags, bus_request_fn fn, void *arg);
+/* bus_server_open_flags whose gate proves each connection's first request
+ * with proof (bus_proof_fn) before NNG sees it. */
+int bus_server_open_proof(bus_server **out, const char *url, unsigned nctx,
+    size_t max_msg, unsigned flags, bus_proof_fn proof, void *proof_arg,
+    bus_request_fn fn, void *arg);
 /* Stops receiving, aborts held calls (their replies become no-ops), frees. */
 void bus_server_close(bus_server *s);
 
@@ -107,13 +152,20 @@ typedef struct bus_server_limits {
 	unsigned max_new_conns; /* of them, not yet proved */
 	int new_ms;             /* a connection must be proved within */
 	int send_ms; /* the peer's connection must take a reply within */
+	unsigned new_per_peer, max_pre, pre_per_peer; /* the gate's */
+	int pre_ms;
 } bus_server_limits;
 
 /* Changes the limits of a running server (tests use short ones). */
 int bus_server_set_limits(bus_server *s, const bus_server_limits *l);
 
-/* How many connections are open, and how many of them are not proved. */
+/* How many connections are open, and how many of them are not proved
+ * (in the gate: before their header or first request; in NNG: before
+ * bus_call_prove). */
 void bus_server_counts(bus_server *s, unsigned *open, unsigned *unproven);
+/* The listener's state for Health. */
+void bus_server_stats(bus_server *s, bus_listener_stats *st);
+void bus_pub_stats(bus_pub *p, bus_listener_stats *st);
 
 /* The request's bytes, valid until the call is replied to or dropped. */
 const void *bus_call_data(const bus_call *c, size_t *len);
@@ -129,6 +181,12 @@ void bus_call_drop(bus_call *c);
  * no-op when the connection is gone or already proved.
  */
 void bus_call_prove(bus_call *c);
+/*
+ * Marks the request as failing its proof: once its reply is sent (or the
+ * call dropped) its connection is closed, at once and once, so it holds
+ * no context. Call before replying.
+ */
+void bus_call_reject(bus_call *c);
 
 typedef struct bus_client bus_client;
 

@@ -494,8 +494,47 @@ api_health(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 		procs[i] = &o->procs[i];
 	resp.processes = procs;
 	resp.n_processes = o->nprocs;
-	orch_api_answer(o, call, env->request_id, KCLAW__API_CODE__API_OK, NULL,
-	    &resp.base);
+	/* The listeners as their gates see them, and the queues. */
+	{
+		static const char *names[] = {"api", "work", "events"};
+		Kclaw__ListenerHealth lh[3], *lp[3];
+		bus_listener_stats st[3];
+		bus_server_stats(o->api, &st[0]);
+		bus_server_stats(o->work, &st[1]);
+		bus_pub_stats(o->pub, &st[2]);
+		for (int i = 0; i < 3; i++) {
+			kclaw__listener_health__init(&lh[i]);
+			lh[i].name = (char *)names[i];
+			lh[i].url = i == 0 ? o->opt.cfg.api_url
+			    : i == 1       ? o->opt.cfg.work_url
+			                   : o->opt.cfg.events_url;
+			lh[i].healthy = st[i].healthy;
+			lh[i].gated = st[i].gated;
+			lh[i].pre_handshake = st[i].pre;
+			lh[i].unproven = st[i].unproven;
+			lh[i].connections = st[i].relayed;
+			lh[i].accepted = st[i].accepted;
+			lh[i].evicted = st[i].evicted;
+			lh[i].refused = st[i].refused;
+			lh[i].link_timeouts = st[i].link_timeouts;
+			lh[i].last_link_ms = st[i].last_link_ms;
+			lp[i] = &lh[i];
+		}
+		resp.listeners = lp;
+		resp.n_listeners = 3;
+		for (int r = 0; r < ORCH_NROLES; r++) {
+			uint32_t q = 0;
+			for (struct orch_job *j = o->qhead[r]; j; j = j->qnext)
+				q++;
+			for (struct orch_job *j = o->rhead[r]; j; j = j->qnext)
+				resp.jobs_running++;
+			resp.jobs_queued += q;
+			if (q > 0 && o->waiters[r] == NULL)
+				resp.roles_starved++;
+		}
+		orch_api_answer(o, call, env->request_id,
+		    KCLAW__API_CODE__API_OK, NULL, &resp.base);
+	}
 }
 
 /* The supervisor's process table and PROCESS_* events. */

@@ -2144,13 +2144,14 @@ orch_open(orch **out, const orch_options *opt)
 	     * (blobs travel from kclawd in chunks): a smaller limit keeps
 	     * what unproven connections may make NNG buffer at 4 x 16 MiB
 	     * (bus.h). */
-	    (rv = bus_server_open_flags(&o->work, opt->cfg.work_url, 512,
-	         ORCH_WORK_MAX_MSG, BUS_PROVE_BY_HANDLER, orch_on_work, o)) !=
-	        0 ||
+	    (rv = bus_server_open_proof(&o->work, opt->cfg.work_url, 512,
+	         ORCH_WORK_MAX_MSG, BUS_PROVE_BY_HANDLER, kc_work_proof,
+	         o->opt.cfg.token, orch_on_work, o)) != 0 ||
 	    /* Tensors come with PutBlob in pieces of at most 2 MiB, not
 	     * with Submit: 4 MiB admits every request (upload.h). */
-	    (rv = bus_server_open_flags(&o->api, opt->cfg.api_url, 64,
-	         ORCH_API_MAX_MSG, BUS_PROVE_BY_HANDLER, orch_on_api, o)) != 0)
+	    (rv = bus_server_open_proof(&o->api, opt->cfg.api_url, 64,
+	         ORCH_API_MAX_MSG, BUS_PROVE_BY_HANDLER, kc_api_proof,
+	         o->opt.cfg.token, orch_on_api, o)) != 0)
 		goto fail;
 	*out = o;
 	return 0;

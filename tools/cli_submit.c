@@ -383,6 +383,9 @@ submit_json(const char *id, bool duplicate)
 	cli_json_print_obj(stdout, o);
 }
 
+/* Submit stores the spec (and its tensors' records) before it answers. */
+#define SUBMIT_TIMEOUT_MS 60000
+
 int
 cli_submit(int argc, char **argv)
 {
@@ -455,9 +458,33 @@ cli_submit(int argc, char **argv)
 		orch_client_close(&c);
 		goto out;
 	}
-	rv = orch_client_call(&c, "Submit", &req.base,
-	    &kclaw__submit_response__descriptor, (ProtobufCMessage **)&resp);
-	if (rv != 0) {
+	/* Once an orchestrator answered, a Submit without an answer is a
+	 * slow one (a large bundle stored), not a missing orchestrator: wait
+	 * longer, and on a timeout say the task may have been created rather
+	 * than invite a retry that duplicates it. */
+	{
+		Kclaw__HealthRequest hq = KCLAW__HEALTH_REQUEST__INIT;
+		ProtobufCMessage *hr;
+		if ((rv = orch_client_call(&c, "Health", &hq.base,
+		         &kclaw__health_response__descriptor, &hr)) != 0) {
+			code = cli_fail("submit", rv);
+			orch_client_close(&c);
+			goto out;
+		}
+		protobuf_c_message_free_unpacked(hr, NULL);
+	}
+	rv = kc_api_call(c.bus, "Submit", &req.base, c.cfg.token,
+	    SUBMIT_TIMEOUT_MS, &kclaw__submit_response__descriptor,
+	    (ProtobufCMessage **)&resp);
+	if (rv == KC_ETIMEDOUT) {
+		fprintf(stderr,
+		    "kclaw submit: the orchestrator on %s took the bundle but "
+		    "gave no answer within %d s; the task may exist: `kclaw "
+		    "status` lists it (submitting again would find it as a "
+		    "duplicate)\n",
+		    c.cfg.api_url, SUBMIT_TIMEOUT_MS / 1000);
+		code = CLI_FAIL;
+	} else if (rv != 0) {
 		code = cli_fail("submit", rv);
 		if (code == CLI_USAGE)
 			code = CLI_FAIL; /* the bundle, not the command line */
