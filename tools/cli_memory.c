@@ -372,6 +372,34 @@ cli_memory_methods(int argc, char **argv, const cli_memory_opts *o)
 	return cli_memory_print("methods", rv, text);
 }
 
+/* 0 when the running orchestrator knows task id; KC_ENOENT (exit 3)
+ * with what to do when it does not. */
+static int
+memory_task_known(int argc, char **argv, const char *id)
+{
+	Kclaw__StatusRequest req = KCLAW__STATUS_REQUEST__INIT;
+	ProtobufCMessage *resp = NULL;
+	kc_config cfg;
+	orch_client c;
+	int rv;
+
+	if ((rv = cli_config(argc, argv, &cfg)) != 0 ||
+	    (rv = orch_client_open(&c, &cfg)) != 0)
+		return rv;
+	req.task_id = (char *)id;
+	rv = orch_client_call(&c, "Status", &req.base,
+	    &kclaw__status_response__descriptor, &resp);
+	orch_client_close(&c);
+	if (resp != NULL)
+		protobuf_c_message_free_unpacked(resp, NULL);
+	if (rv == KC_ENOENT)
+		kc_seterr(KC_ENOENT,
+		    "no task %s in this deployment; `kclaw status` lists the "
+		    "tasks",
+		    id);
+	return rv;
+}
+
 static int
 cli_memory_short_term(int argc, char **argv, const cli_memory_opts *o)
 {
@@ -399,6 +427,9 @@ cli_memory_short_term(int argc, char **argv, const cli_memory_opts *o)
 	}
 	rv = cli_memory_open(argc, argv, false, &s);
 	if (rv == KC_EBUSY) {
+		/* An unknown task is not an empty memory (exit 3). */
+		if ((rv = memory_task_known(argc, argv, o->arg)) != 0)
+			return cli_memory_print("short-term", rv, NULL);
 		rv = cli_memory_via_api(
 		    argc, argv, "short_term", o, o->base, o->arg, NULL);
 		return rv == 0 ? CLI_OK
@@ -407,6 +438,19 @@ cli_memory_short_term(int argc, char **argv, const cli_memory_opts *o)
 	if (rv == 0 &&
 	    (rv = memst_repair_chain_text(s, o->arg, bytes, &chain)) == 0)
 		rv = memst_opt_history_text(s, o->arg, o->base, bytes, &hist);
+	/* Nothing remembered and no such task: an unknown task (exit 3),
+	 * not an empty memory. */
+	if (rv == 0 && !*chain && !*hist) {
+		void *rec = NULL;
+		size_t rlen;
+		if (store_get(s, STORE_CF_TASKS, o->arg, strlen(o->arg), &rec,
+		        &rlen) == KC_ENOENT)
+			rv = kc_seterr(KC_ENOENT,
+			    "no task %s in this deployment's store; `kclaw "
+			    "status` lists the tasks",
+			    o->arg);
+		free(rec);
+	}
 	store_close(s);
 	if (rv == 0 && o->json) {
 		cJSON *doc = cJSON_CreateObject();

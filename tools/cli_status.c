@@ -32,6 +32,18 @@ status_usage(FILE *f)
 	    "running.\n");
 }
 
+/* "1.2345 ms", or "–" for what was never measured (0.0000 ms would read
+ * as a measurement). */
+static const char *
+status_ms(double ms, char *buf, size_t n)
+{
+	if (ms > 0)
+		snprintf(buf, n, "%.4f ms", ms);
+	else
+		snprintf(buf, n, "\u2013");
+	return buf;
+}
+
 static double
 status_speedup(const Kclaw__TaskRecord *t)
 {
@@ -116,11 +128,16 @@ status_task(const kc_config *cfg, const Kclaw__TaskRecord *t)
 	if (t->state_detail && *t->state_detail)
 		printf("  detail     %s\n", t->state_detail);
 	printf("  round      %u\n", t->round);
-	printf("  reference  %.4f ms\n", t->reference_ms);
-	printf("  base       %s  %.4f ms\n", *t->base_id ? t->base_id : "-",
-	    t->base_ms);
-	printf("  best       %s  %.4f ms  %.3fx\n",
-	    *t->best_id ? t->best_id : "-", t->best_ms, status_speedup(t));
+	char m1[32], m2[32];
+	printf("  reference  %s\n", status_ms(t->reference_ms, m1, sizeof(m1)));
+	printf("  base       %s  %s\n", *t->base_id ? t->base_id : "\u2013",
+	    status_ms(t->base_ms, m1, sizeof(m1)));
+	if (status_speedup(t) > 0)
+		snprintf(m2, sizeof(m2), "%.3fx", status_speedup(t));
+	else
+		snprintf(m2, sizeof(m2), "\u2013");
+	printf("  best       %s  %s  %s\n", *t->best_id ? t->best_id : "\u2013",
+	    status_ms(t->best_ms, m1, sizeof(m1)), m2);
 	printf("  tokens     %llu\n", (unsigned long long)t->tokens);
 	status_refcheck(t->reference_check);
 	if (t->n_usage) {

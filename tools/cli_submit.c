@@ -78,10 +78,15 @@ submit_wait(orch_client *c, const char *id, bool json)
 			cli_json_print(stdout, s);
 			free(s);
 		} else {
-			printf("%s %s round %u best %.4f ms%s%s\n", id,
-			    resp->task->state, resp->task->round,
-			    resp->task->best_ms, *resp->task->error ? ": " : "",
-			    resp->task->error);
+			char best[32];
+			if (resp->task->best_ms > 0)
+				snprintf(best, sizeof(best), "%.4f ms",
+				    resp->task->best_ms);
+			else
+				snprintf(best, sizeof(best), "\u2013");
+			printf("%s %s round %u best %s%s%s\n", id,
+			    resp->task->state, resp->task->round, best,
+			    *resp->task->error ? ": " : "", resp->task->error);
 		}
 		code =
 		    strcmp(resp->task->state, "DONE") == 0 ? CLI_OK : CLI_FAIL;

@@ -9,6 +9,7 @@
  * every event (filtering here) so that gaps show for one task too.
  */
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,17 @@ watch_view_note(struct watch_view *v, const Kclaw__Event *ev)
 	v->last[i].ms = ev->value;
 }
 
+/* The terminal's width (80 when it does not say). */
+static int
+watch_columns(void)
+{
+	struct winsize ws;
+
+	if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+		return ws.ws_col;
+	return 80;
+}
+
 /* "[#####-----]" for done out of total (total 0: unlimited). */
 static void
 watch_bar(char *buf, size_t n, double done, double total)
@@ -209,8 +221,20 @@ watch_view_draw(orch_client *c, struct watch_view *v, const char *task)
 	       "running, %u down, %u restarts  (Ctrl-C to quit)\n\n",
 	    health->tasks_active, health->tasks_total,
 	    (unsigned long long)health->last_seq, running, down, restarts);
-	printf("%-16s %-18s %-12s %-18s %-20s %7s %7s  %s\n", "TASK", "NAME",
-	    "STATE", "ROUNDS", "TOKENS", "BASE", "BEST", "LAST EVAL");
+	/* Fit the terminal: NAME and TOKENS only where there is room, the
+	 * last column cut to what is left (a wrapped row breaks the view). */
+	int cols = watch_columns();
+	bool wide = cols >= 130;
+	int lastw = cols - (wide ? 106 : 66) - 1;
+	if (lastw < 8)
+		lastw = 8;
+	if (wide)
+		printf("%-16s %-18s %-12s %-18s %-20s %7s %7s  %s\n", "TASK",
+		    "NAME", "STATE", "ROUNDS", "TOKENS", "BASE", "BEST",
+		    "LAST EVAL");
+	else
+		printf("%-16s %-12s %-18s %7s %7s  %s\n", "TASK", "STATE",
+		    "ROUNDS", "BASE", "BEST", "LAST EVAL");
 	for (size_t i = 0; i < list->n_tasks; i++) {
 		const Kclaw__TaskRecord *t = list->tasks[i];
 		const Kclaw__Budget *b = t->spec ? t->spec->budget : NULL;
@@ -245,19 +269,36 @@ watch_view_draw(orch_client *c, struct watch_view *v, const char *task)
 				    protobuf_c_enum_descriptor_get_value(
 				        &kclaw__eval_status__descriptor,
 				        v->last[k].status);
-				snprintf(last, sizeof(last), "%s %.4g ms",
-				    ev ? ev->name : "?", v->last[k].ms);
+				/* A reused evaluation carries no status of
+				 * its own: the candidate's earlier one. */
+				const char *st = v->last[k].status ==
+				        KCLAW__EVAL_STATUS__EVAL_STATUS_UNSPECIFIED
+				    ? "reused"
+				    : ev ? ev->name
+				         : "?";
+				if (v->last[k].ms > 0)
+					snprintf(last, sizeof(last),
+					    "%s %.4g ms", st, v->last[k].ms);
+				else
+					snprintf(last, sizeof(last), "%s", st);
 			}
-		char base[16] = "-", best[16] = "-";
+		char base[16] = "\u2013", best[16] = "\u2013";
 		if (t->reference_ms > 0 && t->base_ms > 0)
 			snprintf(base, sizeof(base), "%.2fx",
 			    t->reference_ms / t->base_ms);
 		if (t->reference_ms > 0 && t->best_ms > 0)
 			snprintf(best, sizeof(best), "%.2fx",
 			    t->reference_ms / t->best_ms);
-		printf("%-16.16s %-18.18s %-12.12s %-18s %-20s %7s %7s  %s\n",
-		    t->id, t->spec && t->spec->name ? t->spec->name : "",
-		    t->state, rounds, tokens, base, best, last);
+		if (wide)
+			printf(
+			    "%-16.16s %-18.18s %-12.12s %-18s %-20s %7s %7s  "
+			    "%.*s\n",
+			    t->id,
+			    t->spec && t->spec->name ? t->spec->name : "",
+			    t->state, rounds, tokens, base, best, lastw, last);
+		else
+			printf("%-16.16s %-12.12s %-18s %7s %7s  %.*s\n", t->id,
+			    t->state, rounds, base, best, lastw, last);
 	}
 	if (down > 0) {
 		printf("\n");

@@ -103,5 +103,10 @@ timeout 60 "$K" --home "$H" watch "$id" >"$H/watch.txt" ||
 grep -q "TASK_FINISHED" "$H/watch.txt" || fail "the task did not finish"
 grep -q "AGENT_REPLIED" "$H/watch.txt" || fail "no agent's job came through"
 grep -q "EVAL_FINISHED" "$H/watch.txt" || fail "no sandbox's job came through"
+# Exit codes and unmeasured figures (issue 27, item 4).
+"$K" --home "$H" memory short-term no-such-task >/dev/null 2>&1
+[ $? -eq 3 ] || fail "memory short-term of an unknown task must exit 3"
+"$K" --home "$H" status "$id" | grep -q "0\.0000 ms" &&
+	fail "status prints 0.0000 ms for a figure never measured"
 cleanup
 echo "hangup ok"
