@@ -37,6 +37,10 @@
  * first requests buffered at once within BUS_NEW_BUFFERED x max_msg
  * bytes). A newcomer over a cap evicts the oldest unproven connection of
  * its own peer, or else of the peer holding the most: it is never refused.
+ * The per-peer caps leave room for a host's whole fleet reconnecting at
+ * once over tcp:// (one address, one peer: 100 workers), since the gate
+ * accepts a burst before it reads any header; an outsider's idle
+ * connections still cannot lock anyone out, they are evicted.
  * A request that fails its proof is answered with the proof's refusal and
  * its connection closed at once; NNG never sees it. At most BUS_MAX_CONNS
  * connections are relayed to a server, BUS_MAX_SUBSCRIBERS to a
@@ -46,11 +50,11 @@
  * that serve everyone.
  */
 #define BUS_MAX_CONNS 256
-#define BUS_MAX_PRE_CONNS 64
-#define BUS_MAX_PRE_PER_PEER 16
+#define BUS_MAX_PRE_CONNS 192
+#define BUS_MAX_PRE_PER_PEER 128
 #define BUS_PRE_MS 2000
-#define BUS_MAX_NEW_CONNS 64
-#define BUS_MAX_NEW_PER_PEER 16
+#define BUS_MAX_NEW_CONNS 192
+#define BUS_MAX_NEW_PER_PEER 128
 #define BUS_NEW_BUFFERED 4
 #define BUS_NEW_CONN_MS 10000
 #define BUS_SEND_MS 5000

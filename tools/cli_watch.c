@@ -221,11 +221,12 @@ watch_view_draw(orch_client *c, struct watch_view *v, const char *task)
 	       "running, %u down, %u restarts  (Ctrl-C to quit)\n\n",
 	    health->tasks_active, health->tasks_total,
 	    (unsigned long long)health->last_seq, running, down, restarts);
-	/* Fit the terminal: NAME and TOKENS only where there is room, the
-	 * last column cut to what is left (a wrapped row breaks the view). */
+	/* Fit the terminal: TOKENS and BASE only where there is room, the
+	 * name cut short otherwise, the last column cut to what is left (a
+	 * wrapped row breaks the view). */
 	int cols = watch_columns();
 	bool wide = cols >= 130;
-	int lastw = cols - (wide ? 106 : 66) - 1;
+	int lastw = cols - (wide ? 106 : 71) - 1;
 	if (lastw < 8)
 		lastw = 8;
 	if (wide)
@@ -233,8 +234,8 @@ watch_view_draw(orch_client *c, struct watch_view *v, const char *task)
 		    "NAME", "STATE", "ROUNDS", "TOKENS", "BASE", "BEST",
 		    "LAST EVAL");
 	else
-		printf("%-16s %-12s %-18s %7s %7s  %s\n", "TASK", "STATE",
-		    "ROUNDS", "BASE", "BEST", "LAST EVAL");
+		printf("%-16s %-12s %-12s %-18s %7s  %s\n", "TASK", "NAME",
+		    "STATE", "ROUNDS", "BEST", "LAST EVAL");
 	for (size_t i = 0; i < list->n_tasks; i++) {
 		const Kclaw__TaskRecord *t = list->tasks[i];
 		const Kclaw__Budget *b = t->spec ? t->spec->budget : NULL;
@@ -297,8 +298,10 @@ watch_view_draw(orch_client *c, struct watch_view *v, const char *task)
 			    t->spec && t->spec->name ? t->spec->name : "",
 			    t->state, rounds, tokens, base, best, lastw, last);
 		else
-			printf("%-16.16s %-12.12s %-18s %7s %7s  %.*s\n", t->id,
-			    t->state, rounds, base, best, lastw, last);
+			printf("%-16.16s %-12.12s %-12.12s %-18s %7s  %.*s\n",
+			    t->id,
+			    t->spec && t->spec->name ? t->spec->name : "",
+			    t->state, rounds, best, lastw, last);
 	}
 	if (down > 0) {
 		printf("\n");
