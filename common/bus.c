@@ -813,16 +813,27 @@ bus_client_call(bus_client *c, const void *req, size_t len, int timeout_ms,
 
 	nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, to);
 	nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, to);
-	if ((nrv = nng_msg_alloc(&m, len)) != 0)
-		return bus_err(nrv, "cannot allocate request for", c->url);
-	if (len > 0)
-		memcpy(nng_msg_body(m), req, len);
-	if ((nrv = nng_sendmsg(c->sock, m, 0)) != 0) {
-		nng_msg_free(m);
-		return bus_err(nrv, "cannot send request to", c->url);
+	/* A connection reset before the reply is asked once more, as REQ
+	 * itself resends on a new pipe: a server's accept gate refuses a
+	 * wrong token and hangs up, and an NNG client that finds the hang-up
+	 * before it read the refusal (or a request sent on that connection
+	 * after it) reports a reset rather than the answer. */
+	for (int attempt = 0;; attempt++) {
+		nng_msg *q;
+		if ((nrv = nng_msg_alloc(&q, len)) != 0)
+			return bus_err(
+			    nrv, "cannot allocate request for", c->url);
+		if (len > 0)
+			memcpy(nng_msg_body(q), req, len);
+		if ((nrv = nng_sendmsg(c->sock, q, 0)) != 0) {
+			nng_msg_free(q);
+			return bus_err(nrv, "cannot send request to", c->url);
+		}
+		if ((nrv = nng_recvmsg(c->sock, &m, 0)) == 0)
+			break;
+		if (nrv != NNG_ECONNRESET || attempt > 0)
+			return bus_err(nrv, "no reply from", c->url);
 	}
-	if ((nrv = nng_recvmsg(c->sock, &m, 0)) != 0)
-		return bus_err(nrv, "no reply from", c->url);
 	*rlen = nng_msg_len(m);
 	if ((*reply = malloc(*rlen + 1)) == NULL) {
 		nng_msg_free(m);
