@@ -10,6 +10,7 @@
 #include "kc_util.h"
 #include "kc_log.h"
 #include "monitor.h"
+#include "notify.h"
 #include "orch.h"
 #include "security.h"
 
@@ -44,6 +45,7 @@ main(int argc, char **argv)
 	const char *home = NULL, *http = NULL;
 	kc_config cfg;
 	mon *dashboard = NULL;
+	orch_notify *notify = NULL;
 	orch_options opt;
 	struct sigaction sa;
 	int rv;
@@ -111,7 +113,12 @@ main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	KC_INFO("listening: api %s, events %s, work %s; memory: %s",
 	    cfg.api_url, cfg.events_url, cfg.work_url, opt.memory->name);
+	/* systemd's Type=notify and WatchdogSec=: fed only while kclawd
+	 * answers its own Health (notify.c). */
+	if (orch_notify_start(&notify, &cfg) != 0)
+		KC_WARN("kclawd: %s", kc_lasterr());
 	rv = orch_run(kclawd_orch);
+	orch_notify_stop(notify);
 	mon_stop(dashboard);
 	orch_close(kclawd_orch);
 	KC_INFO("stopped");

@@ -45,6 +45,7 @@ struct sup_proc {
 	uint64_t restart_at;  /* mono ms; 0: running */
 	off_t log_start;      /* its log's size when it was last started */
 	char last_error[256]; /* the last error line of its last life */
+	char killed_why[128]; /* why the watchdog killed it ("" if not) */
 };
 
 struct sup {
@@ -56,6 +57,11 @@ struct sup {
 	bus_client *api;
 	uint64_t last_report;
 	unsigned failed_reports;
+	/* The watchdog: the last Health asked, the misses in a row, and
+	 * whether kclawd answered once since it was started. */
+	uint64_t last_health;
+	unsigned health_misses;
+	bool health_seen;
 };
 
 /* ------------------------------------------------------------- options */
@@ -69,6 +75,23 @@ sup_bin(char *dst, const char *env, const char *dir, const char *name)
 		snprintf(dst, KC_PATH_MAX, "%s", v);
 	else
 		snprintf(dst, KC_PATH_MAX, "%s/%s", dir, name);
+}
+
+/* A non-negative number from the environment, when set. */
+static void
+sup_env_u32(const char *name, uint32_t *dst)
+{
+	const char *v = getenv(name);
+	char *end;
+	unsigned long n;
+
+	if (v == NULL || *v == '\0')
+		return;
+	n = strtoul(v, &end, 10);
+	if (*end == '\0' && n <= UINT32_MAX)
+		*dst = (uint32_t)n;
+	else
+		KC_WARN("%s=%s is not a number; ignored", name, v);
 }
 
 int
@@ -112,6 +135,10 @@ sup_options_load(sup_options *opt, const kc_config *cfg)
 	sup_bin(opt->orch_bin, "KCLAW_ORCH_BIN", dir, "kclawd");
 	sup_bin(opt->agent_bin, "KCLAW_AGENT_BIN", dir, "kclaw-agent");
 	sup_bin(opt->sandbox_bin, "KCLAW_SANDBOX_BIN", dir, "kclaw-sandbox");
+	opt->health_interval_ms = 5000;
+	opt->health_misses = 3;
+	sup_env_u32("KCLAW_UP_HEALTH_MS", &opt->health_interval_ms);
+	sup_env_u32("KCLAW_UP_HEALTH_MISSES", &opt->health_misses);
 	if (kc_read_file(cfg->config_path, 1 << 20, &text, &len) != 0) {
 		kc_clearerr();
 		return 0;
@@ -122,6 +149,14 @@ sup_options_load(sup_options *opt, const kc_config *cfg)
 		const cJSON *agents =
 		    cJSON_GetObjectItemCaseSensitive(up, "agents");
 		const cJSON *a;
+		a = cJSON_GetObjectItemCaseSensitive(up, "health_interval_ms");
+		if (cJSON_IsNumber(a) && a->valuedouble >= 0 &&
+		    getenv("KCLAW_UP_HEALTH_MS") == NULL)
+			opt->health_interval_ms = (uint32_t)a->valuedouble;
+		a = cJSON_GetObjectItemCaseSensitive(up, "health_misses");
+		if (cJSON_IsNumber(a) && a->valuedouble >= 0 &&
+		    getenv("KCLAW_UP_HEALTH_MISSES") == NULL)
+			opt->health_misses = (uint32_t)a->valuedouble;
 		cJSON_ArrayForEach(a, agents)
 		{
 			if (!cJSON_IsNumber(a) || a->valuedouble < 0 ||
@@ -394,7 +429,10 @@ sup_exited(struct sup *s, struct sup_proc *p, int status)
 	uint64_t backoff;
 	pid_t pid = p->pid;
 
-	if (WIFSIGNALED(status))
+	if (p->killed_why[0] != '\0')
+		snprintf(text, sizeof(text), "%s (pid %d) killed: %s", p->name,
+		    (int)pid, p->killed_why);
+	else if (WIFSIGNALED(status))
 		snprintf(text, sizeof(text), "%s (pid %d) killed by signal %d",
 		    p->name, (int)pid, WTERMSIG(status));
 	else
@@ -417,6 +455,60 @@ sup_exited(struct sup *s, struct sup_proc *p, int status)
 	p->restart_at = kc_mono_ms() + backoff;
 	KC_WARN("%s; restarting in %llu ms", text, (unsigned long long)backoff);
 	sup_event(s, KCLAW__EVENT_KIND__PROCESS_CRASHED, p, text, pid);
+}
+
+/*
+ * The watchdog: a kclawd that is running but does not answer Health (a
+ * wedged loop, a stopped process) or lists an unhealthy listener is not
+ * restarted by waitpid alone. After health_misses such answers in a row
+ * it is killed; sup_exited restarts it and the restart says why. Misses
+ * count only once this life of kclawd answered, so a slow start is not
+ * taken for a wedge.
+ */
+static void
+sup_watchdog(struct sup *s, struct sup_proc *p)
+{
+	Kclaw__HealthRequest req = KCLAW__HEALTH_REQUEST__INIT;
+	Kclaw__HealthResponse *h = NULL;
+	const uint32_t every = s->opt->health_interval_ms;
+	char why[128] = "";
+
+	if (every == 0 || s->opt->health_misses == 0 || p->pid <= 0 ||
+	    kc_mono_ms() - s->last_health < every)
+		return;
+	s->last_health = kc_mono_ms();
+	if (kc_api_call(s->api, "Health", &req.base, s->opt->cfg.token,
+	        every < 1000 ? 1000 : every,
+	        &kclaw__health_response__descriptor,
+	        (ProtobufCMessage **)&h) != 0) {
+		kc_clearerr();
+		snprintf(why, sizeof(why),
+		    "kclawd did not answer Health for "
+		    "%.3g s",
+		    (double)every * (s->health_misses + 1) / 1000);
+	} else {
+		for (size_t i = 0; i < h->n_listeners; i++)
+			if (!h->listeners[i]->healthy) {
+				snprintf(why, sizeof(why),
+				    "kclawd's %s listener (%s) is unhealthy",
+				    h->listeners[i]->name,
+				    h->listeners[i]->url);
+				break;
+			}
+		kclaw__health_response__free_unpacked(h, NULL);
+		s->health_seen = true;
+	}
+	if (why[0] == '\0') {
+		s->health_misses = 0;
+		return;
+	}
+	if (!s->health_seen || ++s->health_misses < s->opt->health_misses)
+		return;
+	KC_WARN("%s (pid %d): killed to be restarted", why, (int)p->pid);
+	kc_strlcpy(p->killed_why, why, sizeof(p->killed_why));
+	kill(p->pid, SIGKILL);
+	s->health_misses = 0;
+	s->health_seen = false;
 }
 
 static void
@@ -511,7 +603,7 @@ sup_run(const sup_options *opt, volatile sig_atomic_t *stop)
 					sup_exited(s, &s->procs[i], status);
 		for (size_t i = 0; i < s->n && !*stop; i++) {
 			struct sup_proc *p = &s->procs[i];
-			char text[160];
+			char text[320];
 			if (p->pid > 0 || p->restart_at == 0 ||
 			    kc_mono_ms() < p->restart_at)
 				continue;
@@ -524,13 +616,16 @@ sup_run(const sup_options *opt, volatile sig_atomic_t *stop)
 			p->restarts++;
 			snprintf(text, sizeof(text),
 			    "%s restarted (pid %d, "
-			    "restart %u)",
-			    p->name, (int)p->pid, p->restarts);
+			    "restart %u)%s%s",
+			    p->name, (int)p->pid, p->restarts,
+			    p->killed_why[0] ? ": " : "", p->killed_why);
+			p->killed_why[0] = '\0';
 			sup_event(s, KCLAW__EVENT_KIND__PROCESS_RESTARTED, p,
 			    text, p->pid);
 		}
 		if (s->npending || kc_mono_ms() - s->last_report >= 1000)
 			sup_report(s);
+		sup_watchdog(s, &s->procs[0]);
 		kc_sleep_ms(50);
 	}
 	{

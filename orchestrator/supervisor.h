@@ -25,6 +25,12 @@ typedef struct {
 	unsigned agents[SUP_NROLES]; /* processes per Kclaw__Role (1..6) */
 	int gpus;                    /* sandboxes: one per GPU, at least 1 */
 	uint32_t backoff_min_ms, backoff_max_ms;
+	/* The watchdog: kclawd is asked for Health every health_interval_ms
+	 * (KCLAW_UP_HEALTH_MS, "up"."health_interval_ms"; default 5000) and
+	 * killed and restarted after health_misses (KCLAW_UP_HEALTH_MISSES,
+	 * "up"."health_misses"; default 3) unanswered or unhealthy ones in
+	 * a row; 0 turns it off. */
+	uint32_t health_interval_ms, health_misses;
 } sup_options;
 
 /* Defaults, then kclaw.json's "up": {"agents": {"planner": 2, ...}}. */

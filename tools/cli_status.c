@@ -10,6 +10,7 @@
 #include "cli_args.h"
 #include "client.h"
 #include "kc_err.h"
+#include "kc_util.h"
 #include "pbjson.h"
 #include "report.h"
 
@@ -143,6 +144,17 @@ status_task(const kc_config *cfg, const Kclaw__TaskRecord *t)
 	if (t->n_usage) {
 		printf("  usage\n");
 		cli_usage_print(stdout, cfg, t->usage, t->n_usage, "    ");
+	}
+	/* A job whose model calls fail says so while it is retried, not
+	 * only once its retries are spent. */
+	if (t->last_agent_error && *t->last_agent_error) {
+		uint64_t now = kc_now_ms();
+		uint64_t at = t->last_agent_error_unix_ms;
+		printf("  agent      %s", t->last_agent_error);
+		if (at > 0 && now >= at)
+			printf(" (%llu s ago)",
+			    (unsigned long long)((now - at) / 1000));
+		printf("\n");
 	}
 	if (t->error && *t->error) {
 		printf("  why        %s\n", t->error);

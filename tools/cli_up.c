@@ -12,6 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cJSON.h>
+#include <curl/curl.h>
+
 #include "cli.h"
 #include "client.h"
 #include "kc_err.h"
@@ -180,6 +183,151 @@ up_starts_agents(const sup_options *opt)
 	return n > 0 && strcmp(base, "kclaw-agent") == 0;
 }
 
+/* How long up waits for the model endpoint to list its models. */
+#define UP_PROBE_MS 3000
+
+static size_t
+up_probe_write(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+	kc_str *body = arg;
+
+	/* A model list is small; a huge answer is not one. */
+	if (body->len + size * nmemb > (1u << 20))
+		return 0;
+	return kc_str_appendn(body, ptr, size * nmemb) == 0 ? size * nmemb : 0;
+}
+
+/* What a 200 of GET /models says of lc's model, into msg. */
+static void
+up_probe_models(const llm_config *lc, const char *url, const kc_str *body,
+    char *msg, size_t n)
+{
+	cJSON *root =
+	    cJSON_ParseWithLength(body->buf ? body->buf : "", body->len);
+	const cJSON *it, *id;
+	char seen[256] = "";
+	size_t nseen = 0;
+
+	cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(root, "data"))
+	{
+		id = cJSON_GetObjectItemCaseSensitive(it, "id");
+		if (!cJSON_IsString(id))
+			continue;
+		if (strcmp(id->valuestring, lc->model) == 0) {
+			snprintf(msg, n, "model: %s answers and lists %s", url,
+			    lc->model);
+			goto out;
+		}
+		if (nseen++ < 5)
+			snprintf(seen + strlen(seen),
+			    sizeof(seen) - strlen(seen), "%s%s",
+			    nseen > 1 ? ", " : "", id->valuestring);
+	}
+	snprintf(msg, n,
+	    "warning: %s answers but does not list model %s (it lists %s%s); "
+	    "check KCLAW_LLM_MODEL or \"llm\".\"model\" (up goes on)",
+	    url, lc->model, nseen ? seen : "no models",
+	    nseen > 5 ? ", ..." : "");
+out:
+	cJSON_Delete(root);
+}
+
+/*
+ * Asks the model endpoint for its models with the configured key (GET
+ * <base>/models; Anthropic's API at <base>/v1/models), so that a wrong
+ * URL, a refused key or an unknown model is said at start-up rather than
+ * by the first job. A warning, never a refusal: the endpoint may come up
+ * later, and the agents retry.
+ */
+static void
+up_probe_model(const llm_config *lc)
+{
+	char url[KC_URL_MAX + 16], errbuf[CURL_ERROR_SIZE] = "";
+	char msg[KC_URL_MAX + 512], *auth = NULL;
+	const char *base =
+	    *lc->base_url ? lc->base_url : "https://api.openai.com/v1";
+	struct curl_slist *headers = NULL, *nh;
+	kc_str body = {0};
+	long status = 0;
+	size_t blen = strlen(base), an;
+	CURLcode cc;
+	CURL *c;
+
+	if (lc->api == LLM_API_AZURE) {
+		printf("model: %s not probed (Azure lists deployments "
+		       "elsewhere)\n",
+		    base);
+		return;
+	}
+	while (blen > 0 && base[blen - 1] == '/')
+		blen--;
+	if (lc->api == LLM_API_ANTHROPIC &&
+	    (blen < 3 || strncmp(base + blen - 3, "/v1", 3) != 0))
+		snprintf(url, sizeof(url), "%.*s/v1/models", (int)blen, base);
+	else
+		snprintf(url, sizeof(url), "%.*s/models", (int)blen, base);
+	if ((c = curl_easy_init()) == NULL)
+		return;
+	an = strlen(lc->api_key) + 32;
+	if (*lc->api_key && (auth = malloc(an)) != NULL) {
+		if (lc->api == LLM_API_ANTHROPIC)
+			snprintf(auth, an, "x-api-key: %s", lc->api_key);
+		else
+			snprintf(
+			    auth, an, "Authorization: Bearer %s", lc->api_key);
+		if ((nh = curl_slist_append(headers, auth)) != NULL)
+			headers = nh;
+		memset(auth, 0, an);
+		free(auth);
+	}
+	if (lc->api == LLM_API_ANTHROPIC) {
+		char ver[64];
+		snprintf(ver, sizeof(ver), "anthropic-version: %s",
+		    lc->anthropic_version);
+		if ((nh = curl_slist_append(headers, ver)) != NULL)
+			headers = nh;
+	}
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, up_probe_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)UP_PROBE_MS);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_USERAGENT, "kclaw-up");
+	if ((cc = curl_easy_perform(c)) != CURLE_OK) {
+		snprintf(msg, sizeof(msg),
+		    "warning: the model endpoint %s did not answer (%s); check "
+		    "KCLAW_LLM_BASE_URL or \"llm\".\"base_url\" and that the "
+		    "server runs (up goes on; the agents retry)",
+		    url, *errbuf ? errbuf : curl_easy_strerror(cc));
+		goto out;
+	}
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	if (status == 401 || status == 403)
+		snprintf(msg, sizeof(msg),
+		    "warning: the model endpoint %s refused the key (HTTP "
+		    "%ld); set KCLAW_LLM_API_KEY (or KCLAW_LLM_API_KEY_FILE, "
+		    "or \"llm\".\"api_key\") to a key it accepts (up goes "
+		    "on; every model call will fail until then)",
+		    url, status);
+	else if (status == 200)
+		up_probe_models(lc, url, &body, msg, sizeof(msg));
+	else
+		snprintf(msg, sizeof(msg),
+		    "warning: the model endpoint %s answered HTTP %ld to GET "
+		    "(it may not list models; up goes on)",
+		    url, status);
+out:
+	printf("%s\n", msg);
+	fflush(stdout);
+	kc_str_free(&body);
+	for (nh = headers; nh != NULL; nh = nh->next)
+		memset(nh->data, 0, strlen(nh->data));
+	curl_slist_free_all(headers);
+	curl_easy_cleanup(c);
+}
+
 /*
  * Who answers the agents: a model or recordings, into who. Refuses (with
  * how to configure either) when neither is configured, as the agents
@@ -215,6 +363,7 @@ up_check_llm(const kc_config *cfg, const sup_options *opt, char *who, size_t n,
 		*model = true;
 		snprintf(who, n, "agents: model %s at %s", lc.model,
 		    *lc.base_url ? lc.base_url : "the default endpoint");
+		up_probe_model(&lc);
 		return 0;
 	}
 	if (kc_share_dir("examples", rec, sizeof(rec)) != 0) {

@@ -302,6 +302,11 @@ watch_view_draw(orch_client *c, struct watch_view *v, const char *task)
 			    t->id,
 			    t->spec && t->spec->name ? t->spec->name : "",
 			    t->state, rounds, best, lastw, last);
+		/* A job's model calls failing while it is retried: the
+		 * agent's error on a row of its own, cut to the terminal. */
+		if (t->last_agent_error && *t->last_agent_error)
+			printf("  ! %.*s\n", cols > 5 ? cols - 5 : 8,
+			    t->last_agent_error);
 	}
 	if (down > 0) {
 		printf("\n");

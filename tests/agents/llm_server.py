@@ -165,12 +165,28 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 self._send(200, json.dumps({"served": STATE["model_log"]}))
             return
-        with LOCK:
-            models = STATE["opts"].get("models")
-        if self.path.split("?")[0].endswith("/models") and models is not None:
-            self._send(200, json.dumps({"object": "list", "data": models}))
+        if self.path.split("?")[0].endswith("/models") and self._models():
             return
         self._send(404, json.dumps({"error": {"message": "not found"}}))
+
+    def _models(self):
+        """GET .../models: the scripted list; with a scripted "key", a
+        request without it (Bearer or x-api-key) gets a 401. False when no
+        list is scripted."""
+        with LOCK:
+            models = STATE["opts"].get("models")
+            key = STATE["opts"].get("key")
+        if models is None:
+            return False
+        if key is not None and \
+                self.headers.get("Authorization") != "Bearer " + key and \
+                self.headers.get("x-api-key") != key:
+            self._send(401, json.dumps({"error": {
+                "message": "Incorrect API key provided",
+                "type": "invalid_request_error"}}))
+            return True
+        self._send(200, json.dumps({"object": "list", "data": models}))
+        return True
 
     def _refusal(self, body):
         """The 400 of a model that does not take a parameter, or None."""

@@ -63,6 +63,9 @@ grep -q '^DeviceAllow=/dev/nvidiactl rw' "$D/kclaw-sandbox@.service" || bad "san
 grep -q -- '--device %i' "$D/kclaw-sandbox@.service" || bad "sandbox: --device %i"
 grep -q -- '--role %i' "$D/kclaw-agent@.service" || bad "agent: --role %i"
 grep -q '^Wants=kclawd.service' "$D/kclaw.target" || bad "kclaw.target does not pull in kclawd"
+# The watchdog: kclawd notifies readiness and feeds WatchdogSec itself.
+grep -q '^Type=notify$' "$D/kclawd.service" && grep -q '^WatchdogSec=' "$D/kclawd.service" &&
+	grep -q '^NotifyAccess=main$' "$D/kclawd.service" || bad "kclawd.service has no notify watchdog"
 
 # Every option an ExecStart= passes is one its binary documents.
 for u in kclawd.service kclaw-agent@.service kclaw-sandbox@.service; do
