@@ -127,6 +127,7 @@ async function pages(doneId, failedId, shots) {
     await expect(await page.isHidden("#list-view"), "the list still shows on the task page");
     await expect((await field(page, "state")).startsWith("DONE"), "state field: " + (await field(page, "state")));
     await expect((await field(page, "stop")) === "stopped: round budget spent", "stop field: " + (await field(page, "stop")));
+    await expect((await page.$('#facts dd[data-field="agent"]')) === null, "an agent error row on a task whose jobs succeeded");
     await expect((await field(page, "rounds")).startsWith(`${t.round}/${t.max_rounds}`), "rounds field: " + (await field(page, "rounds")));
     await expect((await field(page, "reference")).startsWith(t.reference_ms.toFixed(4) + " ms"), "reference field: " + (await field(page, "reference")));
     await expect((await field(page, "best")).startsWith(t.best_ms.toFixed(4) + " ms"), "best field: " + (await field(page, "best")));

@@ -43,10 +43,11 @@ for d in nobudget seven; do
 	"$B/kclaw" submit "$H/$d" >/dev/null || fail "submit $d"
 done
 
-# The live view on a pseudo-terminal, for 3 s; the task is cancelled
+# The live view on a pseudo-terminal 160 columns wide (NAME is shown from
+# 130), for 3 s; the task is cancelled
 # after 1.5 s and the view must show both states.
 (sleep 1.5; "$B/kclaw" cancel "$TASK" >/dev/null) &
-timeout 3 script -qfc "$B/kclaw watch --home $H" /dev/null >"$H/view.txt" 2>&1
+timeout 3 script -qfc "stty cols 160; $B/kclaw watch --home $H" /dev/null >"$H/view.txt" 2>&1
 grep -q "kclaw watch" "$H/view.txt" || fail "no view header"
 grep -q "sum_reduce" "$H/view.txt" || fail "the task's name is not shown"
 grep -q "SEEDING" "$H/view.txt" || fail "the task's running state is not shown"

@@ -159,6 +159,9 @@ function facts(t, best) {
   const rows = [
     ["state", "State", `<span class="st-${esc(st)}">${esc(st)}</span>` + (t.state_detail ? ` <span class="muted">${esc(t.state_detail)}</span>` : "")],
     ["stop", FINAL.has(st) ? "Why it ended" : "Progress", esc(why(t)) || "–"],
+    // A job whose model calls fail, while it is retried (cleared once one succeeds).
+    ...(t.last_agent_error ? [["agent", "Agent error", esc(t.last_agent_error) +
+      (t.last_agent_error_unix_ms ? ` <span class="muted">(${Math.max(0, Math.round((Date.now() - Number(t.last_agent_error_unix_ms)) / 1000))} s ago)</span>` : "")]] : []),
     ["rounds", "Rounds", `${roundText(t)}` + (t.failed_rounds ? ` (${t.failed_rounds} failed)` : "") + (t.token_budget ? ` · token budget ${fmtInt(t.token_budget)}` : "")],
     ["reference", "Reference time", fmtMs(t.reference_ms) + (t.reference_median_ms > 0 && Math.abs(t.reference_median_ms - t.reference_ms) > 1e-9 ? ` <span class="muted">(median over the task ${fmtMs(t.reference_median_ms)})</span>` : "")],
     ["best", "Best time", fmtMs(t.best_ms) + (t.best_id ? ` <span class="muted mono">${esc(t.best_id)}</span>` : "")],
