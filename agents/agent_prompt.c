@@ -339,11 +339,14 @@ agent_render_eval(const Kclaw__EvalResult *e, kc_str *s)
 		    "speedup over torch.compile: %.3fx (torch.compile %.4f "
 		    "ms)\n",
 		    e->compile_speedup, e->torch_compile_ms);
+	/* The roofline (sol_fraction's numerator) where the sandbox gives
+	 * it; an older one's loose speed of light otherwise. */
 	if (rv == 0 && e->sol_fraction > 0)
 		rv = kc_str_printf(s,
 		    "speed of light: %.4f ms, so this kernel is at %.0f%% of "
 		    "what the memory bandwidth and peak arithmetic allow\n",
-		    e->speed_of_light_ms, 100 * e->sol_fraction);
+		    e->roofline_ms > 0 ? e->roofline_ms : e->speed_of_light_ms,
+		    100 * e->sol_fraction);
 	if (rv == 0 && e->status == KCLAW__EVAL_STATUS__OK &&
 	    (e->rel_norm > 0 || e->max_abs_err > 0))
 		rv = kc_str_printf(s,

@@ -374,6 +374,34 @@ ev_note_degenerate(ev *e)
 }
 
 /*
+ * Whether every output is degenerate (it varies with the inputs by less
+ * than the tolerance admits) and the candidate's were exact on every
+ * checked run: then a time below the speed of light is the problem's, not
+ * a trick (a kernel that writes level2/80's zeros is right for every
+ * input).
+ */
+static int
+ev_exact_on_degenerate(const ev *e)
+{
+	Kclaw__Tolerance dflt;
+	const Kclaw__Tolerance *tol = ev_tolerance(e, &dflt);
+	int outputs = 0;
+
+	if (e->max_abs != 0)
+		return 0;
+	for (size_t t = 0; t < e->nt && t < EV_MAX_TENSORS; t++) {
+		if (e->task->tensors[t]->kind != KCLAW__TENSOR_KIND__OUTPUT)
+			continue;
+		if (!e->var_known[t] ||
+		    !sbx_output_degenerate(e->var_rel[t], tol) ||
+		    e->err_rel[t] != 0)
+			return 0;
+		outputs++;
+	}
+	return outputs > 0;
+}
+
+/*
  * After the timed runs: the figures an OK result carries, the precision
  * check, the speed of light. 0 when the candidate stands (status OK), 1
  * when it is refused (result filled).
@@ -439,10 +467,36 @@ ev_judge(ev *e)
 		flops = task->reference->flops;
 	res->speed_of_light_ms = sbx_speed_of_light_ms(in_bytes, out_bytes,
 	    flops, e->g->bw_bytes_per_ms, e->g->peak_flops_per_ms);
+	/* The honest figure for how close it is to what the GPU allows;
+	 * the speed of light above is only the impossibility check. */
+	res->roofline_ms =
+	    sbx_roofline_ms(in_bytes, out_bytes, flops, e->g->bw_bytes_per_ms,
+	        e->g->peak_flops_per_ms / SBX_OPS_FP8 *
+	            sbx_precision_ops(
+	                e->req->candidate->source, e->cand.plan, task));
+	if (res->roofline_ms > 0 && res->timing->median_ms > 0)
+		res->sol_fraction = res->roofline_ms / res->timing->median_ms;
 	if (res->speed_of_light_ms > 0 && res->timing->median_ms > 0) {
-		res->sol_fraction =
-		    res->speed_of_light_ms / res->timing->median_ms;
-		if (res->timing->median_ms < res->speed_of_light_ms) {
+		if (res->timing->median_ms < res->speed_of_light_ms &&
+		    ev_exact_on_degenerate(e)) {
+			res->degenerate_output = 1;
+			ev_warn(e,
+			    "degenerate output: every output is the same for "
+			    "every input (within the tolerance) and this "
+			    "kernel's were exact on every checked run, so its "
+			    "median %.4f ms, below the speed of light (%.4f "
+			    "ms), measures no computation; the problem, not "
+			    "the kernel, is what is fast",
+			    res->timing->median_ms, res->speed_of_light_ms);
+			sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
+			    "correct on %u trials and every one of %u timed "
+			    "runs, exactly, on outputs that do not vary with "
+			    "the inputs (degenerate output); median %.4f ms, "
+			    "below the speed of light, which does not bound "
+			    "such a problem",
+			    e->trials, res->timing->iterations,
+			    res->timing->median_ms);
+		} else if (res->timing->median_ms < res->speed_of_light_ms) {
 			sbx_result_status(res, KCLAW__EVAL_STATUS__WRONG_RESULT,
 			    "faster than the speed of light: a median of %.4f "
 			    "ms, where writing its %.0f output bytes and "

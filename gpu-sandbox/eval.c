@@ -542,6 +542,12 @@ ph_result(ev *e)
 		    "(%.4f ms)",
 		    e->trials, res->timing->iterations, res->timing->median_ms,
 		    res->timing->stddev_ms, res->speedup, res->reference_ms);
+		if (res->degenerate_output)
+			sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
+			    "%s; degenerate output: exact on outputs that do "
+			    "not vary with the inputs, below the speed of "
+			    "light",
+			    res->message);
 	}
 	return 0;
 }

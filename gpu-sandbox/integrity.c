@@ -252,6 +252,52 @@ sbx_speed_of_light_ms(double in_bytes, double out_bytes, double flops,
 	return mem > comp ? mem : comp;
 }
 
+double
+sbx_precision_ops(
+    const char *source, const sbx_plan *plan, const Kclaw__TaskSpec *task)
+{
+	double ops = 0;
+	char what[512];
+
+	for (size_t t = 0; task != NULL && t < task->n_tensors; t++) {
+		Kclaw__DType d = task->tensors[t]->dtype;
+		double o = d == KCLAW__DTYPE__F16 || d == KCLAW__DTYPE__BF16
+		    ? SBX_OPS_16
+		    : d == KCLAW__DTYPE__F32 ? SBX_OPS_F32
+		    : d == KCLAW__DTYPE__F64 ? SBX_OPS_F64
+		                             : 0;
+		if (o > ops)
+			ops = o;
+	}
+	if (ops == 0)
+		return SBX_OPS_FP8;
+	if (!sbx_precision_scan(source, plan, task, what, sizeof(what)))
+		return ops;
+	if (strstr(what, "fp8") != NULL || strstr(what, "e4m3") != NULL ||
+	    strstr(what, "e5m2") != NULL)
+		return SBX_OPS_FP8;
+	if ((strstr(what, "16") != NULL || strstr(what, "half") != NULL ||
+	        strstr(what, "__h") != NULL) &&
+	    ops < SBX_OPS_16)
+		ops = SBX_OPS_16;
+	if (strstr(what, "tf32") != NULL && ops < SBX_OPS_TF32)
+		ops = SBX_OPS_TF32;
+	return ops;
+}
+
+double
+sbx_roofline_ms(double in_bytes, double out_bytes, double flops,
+    double bw_bytes_per_ms, double peak_flops_per_ms)
+{
+	double mem = 0, comp = 0;
+
+	if (bw_bytes_per_ms > 0)
+		mem = (in_bytes + out_bytes) / bw_bytes_per_ms;
+	if (flops > 0 && peak_flops_per_ms > 0)
+		comp = flops / peak_flops_per_ms;
+	return mem > comp ? mem : comp;
+}
+
 int
 sbx_error_small_vs_variation(double err_rel, double var_rel)
 {

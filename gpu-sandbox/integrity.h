@@ -58,6 +58,37 @@ double sbx_speed_of_light_ms(double in_bytes, double out_bytes, double flops,
     double bw_bytes_per_ms, double peak_flops_per_ms);
 
 /*
+ * Dense operations per SM per clock of Hopper's fastest unit for each
+ * precision: f64 (DMMA) and f32 (FFMA) 256, tf32 2048, f16/bf16 4096,
+ * fp8 8192 (the rate the speed of light assumes for every kernel).
+ */
+#define SBX_OPS_F64 256.0
+#define SBX_OPS_F32 256.0
+#define SBX_OPS_TF32 2048.0
+#define SBX_OPS_16 4096.0
+#define SBX_OPS_FP8 8192.0
+
+/*
+ * The operations per SM per clock of the precision a candidate computes
+ * in: the task's floating types, lowered by what its source or plan uses
+ * (sbx_precision_scan: tf32, half/bf16, fp8), the fastest of them. A task
+ * without floating tensors: SBX_OPS_FP8.
+ */
+double sbx_precision_ops(
+    const char *source, const sbx_plan *plan, const Kclaw__TaskSpec *task);
+
+/*
+ * The honest roofline, in ms: the compulsory bytes (every input read once,
+ * every output written once) at the measured copy bandwidth (bytes per
+ * ms, reads and writes counted), or flops (0 = unknown) at the peak of the
+ * precision used (per ms), whichever takes longer. A kernel's time over it
+ * is how far it is from what the GPU allows (sol_fraction = roofline /
+ * median); 0 when nothing is known.
+ */
+double sbx_roofline_ms(double in_bytes, double out_bytes, double flops,
+    double bw_bytes_per_ms, double peak_flops_per_ms);
+
+/*
  * The variation rule: a candidate's relative error err_rel (||got - exp||
  * / ||exp||, worst over trials) must be small against var_rel, the
  * smallest relative difference between the expected outputs of two

@@ -147,7 +147,7 @@ ev_gpu_measure_ceilings(ev_gpu *g)
 	float best = 0;
 	int clock_khz = ev_gpu_attr(g, CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
 
-	g->peak_flops_per_ms = (double)g->sms * clock_khz * 8192.0;
+	g->peak_flops_per_ms = (double)g->sms * clock_khz * SBX_OPS_FP8;
 	if (g->cu.cuMemAlloc(&buf, 2 * half) != CUDA_SUCCESS)
 		return;
 	if (g->cu.cuEventCreate(&a, CU_EVENT_DEFAULT) == CUDA_SUCCESS &&

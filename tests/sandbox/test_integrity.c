@@ -141,6 +141,53 @@ test_speed_of_light(void)
 	KT_ASSERT(sbx_speed_of_light_ms(0, 0, 0, 0, 0) == 0);
 }
 
+/*
+ * The honest roofline on known sizes: KernelBench 19_ReLU moves 12.9 GB
+ * (6.45 GB read, 6.45 GB written) in 3.23 ms at a measured copy bandwidth
+ * of 4.0 TB/s: at the roofline, where the loose speed of light reads 50 %.
+ */
+static void
+test_roofline(void)
+{
+	double half = 6.45e9, bw = 4.0e9, median = 3.23;
+	/* One operation per element at an H200's f32 peak (132 SMs, 1.98 GHz,
+	 * 256 per SM per clock): far below the memory time. */
+	double peak = 132 * 1980000.0 * SBX_OPS_F32;
+	double roof = sbx_roofline_ms(half, half, half / 4, bw, peak);
+	double sol = sbx_speed_of_light_ms(half, half, half / 4, bw, peak);
+
+	KT_ASSERT(fabs(roof - 3.225) < 1e-9);
+	KT_ASSERT(roof / median >= 0.95 && roof / median <= 1);
+	KT_ASSERT(sol / median < 0.55);
+	/* Compute-bound: the FLOPs at the precision's peak win. */
+	KT_ASSERT(sbx_roofline_ms(4, 4, 1e12, bw, 1e9) == 1000);
+	KT_ASSERT(sbx_roofline_ms(0, 0, 0, 0, 0) == 0);
+}
+
+/* The peak is the precision's the candidate computes in. */
+static void
+test_precision_ops(void)
+{
+	Kclaw__TensorSpec x = KCLAW__TENSOR_SPEC__INIT,
+	                  y = KCLAW__TENSOR_SPEC__INIT;
+	Kclaw__TensorSpec *ts[2] = {&x, &y};
+	Kclaw__TaskSpec task = KCLAW__TASK_SPEC__INIT;
+
+	x.dtype = y.dtype = KCLAW__DTYPE__F32;
+	task.tensors = ts;
+	task.n_tensors = 2;
+	KT_ASSERT(sbx_precision_ops("y = x;", NULL, &task) == SBX_OPS_F32);
+	KT_ASSERT(sbx_precision_ops("__half h;", NULL, &task) == SBX_OPS_16);
+	KT_ASSERT(sbx_precision_ops("wmma::precision::tf32 t;", NULL, &task) ==
+	    SBX_OPS_TF32);
+	KT_ASSERT(
+	    sbx_precision_ops("__nv_fp8_e4m3 q;", NULL, &task) == SBX_OPS_FP8);
+	KT_ASSERT(sbx_precision_ops(NULL, NULL, NULL) == SBX_OPS_FP8);
+	/* A bf16 task computes in 16 bits whatever its source says. */
+	x.dtype = y.dtype = KCLAW__DTYPE__BF16;
+	KT_ASSERT(sbx_precision_ops("y = x;", NULL, &task) == SBX_OPS_16);
+}
+
 static void
 test_variation_rule(void)
 {
@@ -186,6 +233,8 @@ main(void)
 	KT_RUN(test_heap_and_printf_refused);
 	KT_RUN(test_precision_scan);
 	KT_RUN(test_speed_of_light);
+	KT_RUN(test_roofline);
+	KT_RUN(test_precision_ops);
 	KT_RUN(test_variation_rule);
 	KT_RUN(test_sample_less_launch_cost);
 	return 0;

@@ -54,6 +54,8 @@ static fk_fn fk_fns[] = {
     {"bad_run", 3, {8, 8, 4}},
     {"writes_input", 3, {8, 8, 4}},
     {"faults", 3, {8, 8, 4}},
+    {"zeros", 3, {8, 8, 4}},
+    {"near_zeros", 3, {8, 8, 4}},
 };
 
 typedef struct {
@@ -517,6 +519,9 @@ fk_candidate(const char *name, void **params)
 	}
 	for (int i = 0; i < n; i++)
 		y[i] = (strcmp(name, "scale3") == 0 ? 3.0f : 2.0f) * x[i];
+	if (strcmp(name, "zeros") == 0 || strcmp(name, "near_zeros") == 0)
+		for (int i = 0; i < n; i++)
+			y[i] = name[0] == 'z' ? 0.0f : 1e-8f;
 	if (strcmp(name, "bad_run") == 0 && fk.cand_launches == fk.bad_launch)
 		y[n / 2] += 1.0f;
 	if (strcmp(name, "writes_input") == 0)
@@ -598,6 +603,9 @@ typedef struct {
 } sc_state;
 
 static int sc_usable_answer = 1;
+/* The task's output is 0 for every input (KernelBench level2/80's kind of
+ * problem): degenerate. */
+static int sc_zero;
 
 static int
 sc_usable(const Kclaw__Reference *ref)
@@ -624,7 +632,7 @@ sc_make(ev *e, unsigned serial)
 
 	for (int i = 0; i < N; i++) {
 		x[i] = sinf((float)serial * 7.1f + (float)i * 0.37f);
-		exp[i] = 2 * x[i];
+		exp[i] = sc_zero ? 0.0f : 2 * x[i];
 	}
 }
 
@@ -637,7 +645,7 @@ sc_prepare(ev *e)
 	if (e->g->cu.cuMemAlloc(&st->exp, N * sizeof(float)) != CUDA_SUCCESS)
 		return -1;
 	e->var_known[1] = 1;
-	e->var_rel[1] = 1.0;
+	e->var_rel[1] = sc_zero ? 0.0 : 1.0;
 	return 0;
 }
 
@@ -879,6 +887,16 @@ test_phases_in_order(void)
 	KT_ASSERT(fabs(res->speedup - 2.0) < 1e-3);
 	KT_EQ_INT(res->nondeterministic, 0);
 	kclaw__eval_result__free_unpacked(res, NULL);
+	/* The roofline: 1024 bytes read and 1024 written at 204800 bytes per
+	 * ms is 0.01 ms, half the kernel's 0.02 ms; the speed of light
+	 * ((1024 + 1024 / 4) / (1.25 * 204800) = 0.005 ms) is no obstacle. */
+	c.bandwidth = 204800;
+	res = evaluate(&c, &fatal);
+	expect(res, KCLAW__EVAL_STATUS__OK, "2.00x the reference");
+	KT_ASSERT(fabs(res->roofline_ms - 0.01) < 1e-12);
+	KT_ASSERT(fabs(res->sol_fraction - 0.5) < 1e-4);
+	KT_ASSERT(fabs(res->speed_of_light_ms - 0.005) < 1e-12);
+	kclaw__eval_result__free_unpacked(res, NULL);
 }
 
 static void
@@ -979,6 +997,39 @@ test_faster_than_light(void)
 	kclaw__eval_result__free_unpacked(res, NULL);
 }
 
+/* A kernel that writes zeros where the output is zero for every input is
+ * right, and fast because the problem is: OK, counted apart (degenerate
+ * output), not "faster than the speed of light". Not exact (a 1e-8 error,
+ * within the tolerance), or on a task whose output varies, it is
+ * refused. */
+static void
+test_degenerate_output(void)
+{
+	sc_case c = {.kernel = "zeros", .bandwidth = 1000};
+	Kclaw__EvalResult *res;
+	int fatal;
+
+	sc_zero = 1;
+	res = evaluate(&c, &fatal);
+	expect(res, KCLAW__EVAL_STATUS__OK, "degenerate output");
+	KT_EQ_INT(res->degenerate_output, 1);
+	KT_CONTAINS(res->message, "2.00x the reference");
+	KT_EQ_INT(res->n_degenerate, 1);
+	kclaw__eval_result__free_unpacked(res, NULL);
+	c.kernel = "near_zeros";
+	res = evaluate(&c, &fatal);
+	expect(res, KCLAW__EVAL_STATUS__WRONG_RESULT,
+	    "faster than the speed of light");
+	KT_EQ_INT(res->degenerate_output, 0);
+	kclaw__eval_result__free_unpacked(res, NULL);
+	sc_zero = 0;
+	c.kernel = "zeros";
+	res = evaluate(&c, &fatal);
+	expect(res, KCLAW__EVAL_STATUS__WRONG_RESULT, "verification trial 0");
+	KT_EQ_INT(res->degenerate_output, 0);
+	kclaw__eval_result__free_unpacked(res, NULL);
+}
+
 static void
 test_fault(void)
 {
@@ -1049,6 +1100,7 @@ main(void)
 	KT_RUN(test_writes_its_input);
 	KT_RUN(test_one_wrong_timed_run);
 	KT_RUN(test_faster_than_light);
+	KT_RUN(test_degenerate_output);
 	KT_RUN(test_fault);
 	KT_RUN(test_reference_only);
 	KT_RUN(test_compile_only);
