@@ -2136,9 +2136,9 @@ orch_open(orch **out, const orch_options *opt)
 	/* Listen last: a worker's request is only taken once every task is
 	 * loaded. */
 	/* A connection is proved only by a request whose token matched
-	 * (bus_call_prove in api.c, sched.c, blobs.c): until then it counts
-	 * among the few unproven ones that may hold a partial message, and
-	 * is closed at their deadline (docs/security.md). */
+	 * (bus_call_prove in orch_api.c, sched.c, blobs.c): until then it
+	 * counts among the few unproven ones that may hold a partial message,
+	 * and is closed at their deadline (docs/security.md). */
 	if ((rv = bus_pub_open(&o->pub, opt->cfg.events_url)) != 0 ||
 	    /* Work requests are results and Blob requests, never tensors
 	     * (blobs travel from kclawd in chunks): a smaller limit keeps

@@ -1,6 +1,6 @@
 /*
  * orch_int.h - what orch.c (loop, transitions, records), sched.c (jobs and
- * workers) and api.c (requests) share inside the orchestrator.
+ * workers) and orch_api.c (requests) share inside the orchestrator.
  */
 #ifndef ORCH_INT_H
 #define ORCH_INT_H
@@ -278,7 +278,7 @@ int orch_import_queue(orch *o, struct orch_task *t);
 /* t no longer waits for its import (cancelled, out of time). */
 void orch_import_cancel(orch *o, struct orch_task *t);
 
-/* ---- api.c ---- */
+/* ---- orch_api.c ---- */
 void orch_api_call(orch *o, bus_call *call);
 /* Queues an API answer for after the commit; takes payload (malloc'd). */
 void orch_api_answer(orch *o, bus_call *call, uint64_t request_id,

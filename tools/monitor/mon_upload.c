@@ -259,7 +259,7 @@ mon_rm_one(const char *path, const struct stat *st, int flag, struct FTW *f)
 /* ------------------------------------------------------------ submit */
 
 /* A tensor file of the bundle, sent by content and then named by hash
- * (as `kclaw submit` does, tools/cli_submit.c). */
+ * (as `kclaw submit` does, tools/cli/cli_submit.c). */
 static int
 mon_upload_tensor(Kclaw__TensorData *td, void *arg)
 {

@@ -1086,7 +1086,7 @@ out:
 }
 
 /* GET /api/report?tasks=ID,ID&by=level: `kclaw report --json` (the same
- * code, tools/cli_report.c). */
+ * code, tools/cli/cli_report.c). */
 static void
 mon_report(mon *m, nng_aio *aio, const char *uri)
 {

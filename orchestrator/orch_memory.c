@@ -1,5 +1,5 @@
 /*
- * memory.c - the orchestrator's own memory seam (orch.h orch_memory_ops):
+ * orch_memory.c - the orchestrator's own memory seam (orch.h orch_memory_ops):
  * short-term records in STORE_CF_SHORT_TERM under task id + '\0' + the
  * round (big-endian), kept as the text the agents are shown, and bounded
  * renderings of the open repair chain and of a base's optimisation

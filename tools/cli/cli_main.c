@@ -4,7 +4,7 @@
  * On a host with an NVIDIA GPU it starts a deployment (`kclaw up
  * --detach`) under a fresh home, submits the shipped examples, streams one
  * line per notable event until every task has ended, prints the report
- * (tools/report.h) and stops the deployment. The agents answer from the
+ * (tools/cli/report.h) and stops the deployment. The agents answer from the
  * recordings under examples/recordings unless an LLM is configured
  * (KCLAW_LLM_MODEL, or "llm" in kclaw.json), or KCLAW_LLM_REPLAY names
  * other recordings. --live insists on the configured model; --record DIR

@@ -19,7 +19,7 @@
  *   submit    each bundle as soon as it exists, with the run's settings;
  *   watch     per level done, failed, running and an ETA (a bar on a
  *             terminal, a line per change otherwise) until every task ended;
- *   report    the per-level report (tools/report.h) on stdout and into
+ *   report    the per-level report (tools/cli/report.h) on stdout and into
  *             OUT/report.txt and OUT/report.json, the run into OUT/run.json.
  */
 #include <cjson/cJSON.h>

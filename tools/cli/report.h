@@ -1,7 +1,7 @@
 /*
  * report.h - the report over finished tasks that `kclaw report` prints and
  * `kclaw main` prints at its end, and the LLM usage and cost of a task that
- * the report and `kclaw status ID` show (tools/cli_report.c).
+ * the report and `kclaw status ID` show (tools/cli/cli_report.c).
  */
 #ifndef CLI_REPORT_H
 #define CLI_REPORT_H

@@ -1,5 +1,5 @@
 /*
- * api.c - the API of `service Kclaw` (proto/kclaw.proto): one handler per
+ * orch_api.c - the API of `service Kclaw` (proto/kclaw.proto): one handler per
  * rpc. Answers wait for the cycle's commit, so a Submit is only
  * acknowledged once the task is durable. A bad request is refused with a
  * message that says what is wrong, before anything changes.

@@ -1,5 +1,5 @@
 /*
- * bench.c - how long the memories take at the sizes a long-running
+ * memory_bench.c - how long the memories take at the sizes a long-running
  * deployment reaches: `memory_bench DB_DIR N KNOWLEDGE_DIR` learns N
  * attempts in one batch, then times retrieval with and without them, the
  * two short-term renderings over 1000 records, and loading the knowledge.

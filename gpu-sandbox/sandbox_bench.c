@@ -1,6 +1,6 @@
 /*
- * bench.c - kclaw-sandbox-bench: the sandbox's own costs, measured on a GPU
- * through a real kclaw-sandbox (as the orchestrator would drive it):
+ * sandbox_bench.c - kclaw-sandbox-bench: the sandbox's own costs, measured on a
+ * GPU through a real kclaw-sandbox (as the orchestrator would drive it):
  *
  *  - compile time: a fresh source (cold) and the same again (cache hit);
  *  - evaluation overhead for an elementwise task of N elements (default

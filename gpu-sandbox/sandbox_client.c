@@ -1,5 +1,5 @@
 /*
- * client.c - a one-sandbox orchestrator (see sandbox_client.h).
+ * sandbox_client.c - a one-sandbox orchestrator (see sandbox_client.h).
  */
 #include <errno.h>
 #include <libgen.h>
