@@ -73,6 +73,10 @@ void cli_json_stream(void);
 /* Runs this kclaw binary with args (NULL-terminated, at most 14), its
  * stdout to /dev/null; returns its exit status (kclaw up --detach). */
 int cli_self(const char *const *args);
+/* Stops the service a job started in home (`kclaw up --stop`) and says so
+ * on progress as "WHO: service stopped", or where to look when it did not
+ * stop cleanly. kclaw main and kclaw kernelbench share it. */
+void cli_service_stop(const char *home, const char *who, FILE *progress);
 /* stderr itself, for progress that is no error (kclaw main's). */
 FILE *cli_stderr_raw(void);
 /* Adds s to o under k, null when s is NULL or empty. */

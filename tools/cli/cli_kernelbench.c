@@ -550,17 +550,8 @@ kb_start(kb_run *r, const kc_config *cfg, orch_client *c)
 static void
 kb_shutdown(kb_run *r)
 {
-	const char *args[] = {"--home", r->home, "up", "--stop", NULL};
-
-	if (!r->started || r->keep)
-		return;
-	if (cli_self(args) == 0)
-		fprintf(r->progress, "kclaw kernelbench: service stopped\n");
-	else
-		fprintf(r->progress,
-		    "kclaw kernelbench: the service did not stop cleanly; see "
-		    "%s/run/up.log\n",
-		    r->home);
+	if (r->started && !r->keep)
+		cli_service_stop(r->home, "kclaw kernelbench", r->progress);
 }
 
 static bool

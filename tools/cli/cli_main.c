@@ -513,20 +513,24 @@ main_start(main_job *m, const kc_config *cfg, orch_client *c)
 	return 0;
 }
 
+void
+cli_service_stop(const char *home, const char *who, FILE *progress)
+{
+	const char *args[] = {"--home", home, "up", "--stop", NULL};
+
+	if (cli_self(args) == 0)
+		fprintf(progress, "%s: service stopped\n", who);
+	else
+		fprintf(progress,
+		    "%s: the service did not stop cleanly; see %s/run/up.log\n",
+		    who, home);
+}
+
 static void
 main_shutdown(main_job *m)
 {
-	const char *args[] = {"--home", m->home, "up", "--stop", NULL};
-
-	if (!m->started || m->keep)
-		return;
-	if (cli_self(args) == 0)
-		fprintf(m->progress, "kclaw main: service stopped\n");
-	else
-		fprintf(m->progress,
-		    "kclaw main: the service did not stop cleanly; see "
-		    "%s/run/up.log\n",
-		    m->home);
+	if (m->started && !m->keep)
+		cli_service_stop(m->home, "kclaw main", m->progress);
 }
 
 /* -------------------------------------------------------- submit, watch */
