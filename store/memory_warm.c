@@ -183,7 +183,7 @@ memwarm_put(store *s, store_batch *b, const char *task_id,
 	memwarm_vector v;
 	cJSON *o = NULL, *arr;
 	char key[256], *text = NULL;
-	size_t klen;
+	size_t klen = 0;
 	int rv;
 
 	if ((rv = memwarm_key(task_id, key, sizeof(key), &klen)) != 0)

@@ -1,29 +1,37 @@
 #!/bin/sh
-# Builds a self-contained folder that runs the sandbox's GPU suite and
-# benchmark on a machine with only a GPU driver, the CUDA toolkit and a C
-# compiler: the binaries (non-sanitized build) plus every shared library
-# they need that is not glibc, the compiler's runtime, the GPU driver or
-# the CUDA toolkit.
+# Builds a self-contained folder that runs kclaw's GPU work (the sandbox's
+# GPU suite and benchmark, and the service itself for the benchmarks under
+# tools/bench and tools/kernelbench) on a machine with only a GPU driver,
+# the CUDA toolkit and a C compiler: an install (`cmake --install`: bin/
+# and share/kclaw/) of a non-sanitized build, the GPU test programs and
+# the exporter's test driver beside it, and every shared library they need
+# that is not glibc, the compiler's runtime, the GPU driver or the CUDA
+# toolkit, in lib/ (with-env puts it on LD_LIBRARY_PATH).
 #
 #   tools/pack-gpu-suite.sh [OUT_DIR [BUILD_DIR]]
 #
 # Then, on the GPU machine: OUT_DIR/run-gpu-suite.sh [LOG_DIR]
 # (SKIP_GPU_SUITE=1, SKIP_ADV=1, SKIP_AGREE=1, SKIP_BENCH=1 leave a part
-# out).
+# out), or OUT_DIR/with-env COMMAND (e.g. a benchmark of tools/bench).
 set -eu
 cd "$(dirname "$0")/.."
+command -v patchelf >/dev/null || {
+	echo "pack-gpu-suite: needs patchelf (apt-get install patchelf)" >&2
+	exit 1
+}
 out=${1:-.carry/gpu-suite}
 build=${2:-build-sandbox-rel}
+tests="sbx_gpu_suite sbx_adversarial kc-export-test"
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKC_SANITIZE=OFF \
 	-DKC_TESTS=ON >/dev/null
-cmake --build "$build" -j 2 --target kclaw kclaw-sandbox kclaw-sandbox-child \
-	kclaw-sandbox-bench sbx_gpu_suite sbx_adversarial >/dev/null
+cmake --build "$build" -j 2 >/dev/null
 
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/lib"
-for b in kclaw kclaw-sandbox kclaw-sandbox-child kclaw-sandbox-bench \
-	sbx_gpu_suite sbx_adversarial; do
+mkdir -p "$out/lib"
+cmake --install "$build" --prefix "$out" >/dev/null
+rm -rf "$out/share/doc"
+for b in $tests; do
 	cp "$build/bin/$b" "$out/bin/"
 done
 
@@ -38,12 +46,25 @@ done | sort -u | while read -r lib; do
 	fi
 	cp -L "$lib" "$out/lib/$name"
 done
-
-cp -r examples "$out/examples" 2>/dev/null || true
+# The binaries find lib/ first through their own DT_RPATH ($ORIGIN/../lib),
+# which, unlike LD_LIBRARY_PATH, a Python they start does not inherit: the
+# GPU machine's PyTorch keeps its own libraries.
+for b in "$out"/bin/*; do
+	patchelf --force-rpath --set-rpath '$ORIGIN/../lib' "$b"
+done
+cat >"$out/with-env" <<'ENV'
+#!/bin/sh
+# OUT_DIR/with-env COMMAND...: runs COMMAND with the CUDA toolkit's
+# libraries on LD_LIBRARY_PATH and the pack's bin/ as KCLAW_BIN.
+here=$(cd "$(dirname "$0")" && pwd)
+cuda=${CUDA_HOME:-/usr/local/cuda}
+export LD_LIBRARY_PATH="$cuda/lib64:$cuda/extras/CUPTI/lib64:${LD_LIBRARY_PATH:-}"
+export KCLAW_BIN="$here/bin" PATH="$here/bin:$PATH"
+exec "$@"
+ENV
+chmod +x "$out/with-env"
+cp -r examples "$out/examples"
 cp tests/gpu/timing/timing_agree.py "$out/"
-# The live PyTorch reference's script, where the child looks for it.
-mkdir -p "$out/share/kclaw/torch"
-cp gpu-sandbox/torchref.py "$out/share/kclaw/torch/"
 mkdir -p "$out/adversarial"
 cp -r tests/gpu/adversarial/cases tests/gpu/adversarial/tasks "$out/adversarial/"
 cat >"$out/run-gpu-suite.sh" <<'RUN'
@@ -54,7 +75,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 logs=${1:-$here/logs}
 mkdir -p "$logs"
 cuda=${CUDA_HOME:-/usr/local/cuda}
-export LD_LIBRARY_PATH="$here/lib:$cuda/lib64:$cuda/extras/CUPTI/lib64:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$cuda/lib64:$cuda/extras/CUPTI/lib64:${LD_LIBRARY_PATH:-}"
 export KCLAW_BIN="$here/bin" KCLAW_HOME="${KCLAW_HOME:-$here/.kclaw}"
 export KCLAW_GPU_LOG="$logs/gpu-suite.jsonl"
 nvidia-smi -L >"$logs/nvidia-smi.txt" 2>&1 || true

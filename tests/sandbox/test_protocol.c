@@ -291,7 +291,7 @@ fk_mem_free(CUdeviceptr p)
 static CUresult CUDAAPI
 fk_host_alloc(void **p, size_t bytes)
 {
-	CUdeviceptr d;
+	CUdeviceptr d = 0;
 	CUresult r = fk_mem_alloc(&d, bytes);
 
 	*p = fk_ptr(d);
