@@ -623,7 +623,7 @@ sbx_torchref_call(
 	int rv;
 
 	*reply = NULL;
-	if (r->pid <= 0 && (rv = tr_start(r)) != 0)
+	if (r->fd < 0 && (rv = tr_start(r)) != 0)
 		return rv;
 	return tr_exchange(r, req, timeout_ms, reply);
 }

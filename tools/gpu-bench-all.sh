@@ -3,11 +3,12 @@
 # GPU, PyTorch and the CUDA toolkit but none of kclaw's build dependencies,
 # from the repository's root, in groups that each fit in ten minutes:
 #
-#   tools/gpu-bench-all.sh suite|torch|jobs|search [PACK [KB_DIR]]
+#   tools/gpu-bench-all.sh suite|cases|torch|jobs|search [PACK [KB_DIR]]
 #
 #   suite   the GPU suite, the adversarial suite, timing_agree.py and
 #           kclaw-sandbox-bench (run-gpu-suite.sh), then the KernelBench
 #           cases of tests/gpu/kernelbench (run.py)
+#   cases   only those KernelBench cases
 #   torch   bench_torch_eval.py (what a torch evaluation costs), then
 #           torch_ops_bench.py (the export as PyTorch operators)
 #   jobs    tools/kernelbench/kb-h200-bench.sh (`kclaw kernelbench`:
@@ -22,7 +23,7 @@
 # the group's summary lines to $OUT/<group>/summary.txt.
 set -u
 cd "$(dirname "$0")/.."
-group=${1:?usage: tools/gpu-bench-all.sh suite|torch|jobs|search [PACK [KB_DIR]]}
+group=${1:?usage: tools/gpu-bench-all.sh suite|cases|torch|jobs|search [PACK [KB_DIR]]}
 P=$(cd "${2:-.carry/gpu-suite}" && pwd)
 KB=$(cd "${3:-.carry/kernelbench}" && pwd)
 O=${OUT:-gpu-bench-out}/$group
@@ -47,8 +48,9 @@ part() { # part NAME SECONDS COMMAND...: runs it, logs, says how it ended
 }
 
 case "$group" in
-suite)
-	part gpu-suite "${T_SUITE:-240}" "$P/run-gpu-suite.sh" "$O/suite"
+suite | cases)
+	[ "$group" = cases ] ||
+		part gpu-suite "${T_SUITE:-240}" "$P/run-gpu-suite.sh" "$O/suite"
 	part kb-cases "${T_CASES:-300}" "$W" python3 tests/gpu/kernelbench/run.py \
 		"$P/bin" "$KB" --out "$O/kb-cases.jsonl" --budget-s "${B_CASES:-270}"
 	;;
@@ -73,7 +75,7 @@ search)
 		"$W" sh tools/bench/parallel_candidates.sh
 	;;
 *)
-	echo "usage: tools/gpu-bench-all.sh suite|torch|jobs|search [PACK [KB_DIR]]" >&2
+	echo "usage: tools/gpu-bench-all.sh suite|cases|torch|jobs|search [PACK [KB_DIR]]" >&2
 	exit 2
 	;;
 esac

@@ -326,6 +326,22 @@ one_call(sbx_torchref *r)
 	cJSON_Delete(q);
 }
 
+/* inputs after one_call's load: the same process, which has the task. */
+static void
+inputs_call(sbx_torchref *r)
+{
+	cJSON *q = req("inputs"), *a;
+
+	cJSON_AddNumberToObject(q, "serial", 0);
+	cJSON_AddNumberToObject(q, "seed", 7);
+	cJSON_AddNumberToObject(q, "variant", 0);
+	cJSON_AddBoolToObject(q, "keep", 1);
+	KT_OK(sbx_torchref_call(r, q, 10000, &a));
+	KT_ASSERT(is_ok(a));
+	cJSON_Delete(a);
+	cJSON_Delete(q);
+}
+
 /*
  * The warm process: started by the first client, kept after it, reused by
  * the next; a second client while one is served gets a private process;
@@ -350,6 +366,13 @@ test_warm_reuse(void)
 	KT_ASSERT(sbx_torchref_is_warm(a));
 	warm = sbx_torchref_pid(a);
 	KT_ASSERT(warm > 0);
+	/* Every request of one sandbox goes over its one connection: the
+	 * task it loaded is there for its inputs (a new connection per
+	 * request met BUSY and fell to a private process with no task). */
+	inputs_call(a);
+	KT_ASSERT(sbx_torchref_is_warm(a));
+	KT_EQ_INT(sbx_torchref_pid(a), warm);
+	KT_EQ_INT(sbx_torchref_starts(a), 1);
 	warm_sock(dir, sock, sizeof(sock));
 	KT_ASSERT(sock[0] != '\0');
 	KT_OK(stat(sock, &sb));
