@@ -20,7 +20,8 @@
 # on any machine), KB_DIR a KernelBench tree (default .carry/kernelbench).
 # Logs go to $OUT/<group> (default ./gpu-bench-out), each part under its
 # own `timeout` (seconds in the environment: T_SUITE, T_CASES, ...), and
-# the group's summary lines to $OUT/<group>/summary.txt.
+# the group's summary lines to $OUT/<group>/summary.txt. OPS_ONLY=CASE,...
+# limits torch_ops_bench.py's cases; T_EVAL=0 or T_TUNE=0 leaves a part out.
 set -u
 cd "$(dirname "$0")/.."
 group=${1:?usage: tools/gpu-bench-all.sh suite|cases|torch|jobs|search [PACK [KB_DIR]]}
@@ -55,11 +56,12 @@ suite | cases)
 		"$P/bin" "$KB" --out "$O/kb-cases.jsonl" --budget-s "${B_CASES:-270}"
 	;;
 torch)
-	part torch-eval "${T_EVAL:-330}" "$W" python3 \
+	[ "${T_EVAL:-330}" = 0 ] || part torch-eval "${T_EVAL:-330}" "$W" python3 \
 		tests/gpu/kernelbench/bench_torch_eval.py --bin "$P/bin" --kb "$KB" \
 		--out "$O/torch-eval" --budget-s "${B_EVAL:-300}"
 	part torch-ops "${T_OPS:-200}" "$W" python3 tools/bench/torch_ops_bench.py \
-		--export "$P/bin/kc-export-test" --kb "$KB" --out "$O/torch-ops"
+		--export "$P/bin/kc-export-test" --kb "$KB" --out "$O/torch-ops" \
+		${OPS_ONLY:+--only "$OPS_ONLY"}
 	;;
 jobs)
 	part kernelbench "${T_KB:-500}" "$W" sh tools/kernelbench/kb-h200-bench.sh \
@@ -69,7 +71,8 @@ search)
 	part parallel "${T_PAR:-270}" env KCLAW_BIN="$P/bin" OUT="$O/parallel" \
 		LATENCY="${LATENCY:-5}" ROUNDS="${ROUNDS:-8}" K="${K:-4}" \
 		TOKENS="${TOKENS:-150000}" "$W" sh tools/bench/parallel_candidates.sh
-	part parallel-tune "${T_TUNE:-270}" env KCLAW_BIN="$P/bin" \
+	[ "${T_TUNE:-270}" = 0 ] ||
+		part parallel-tune "${T_TUNE:-270}" env KCLAW_BIN="$P/bin" \
 		OUT="$O/parallel-tune" TUNE=1 LATENCY="${LATENCY:-5}" \
 		ROUNDS="${ROUNDS:-8}" K="${K:-4}" TOKENS="${TOKENS:-150000}" \
 		"$W" sh tools/bench/parallel_candidates.sh

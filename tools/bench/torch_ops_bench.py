@@ -54,8 +54,11 @@ def expect(case):
 
 
 def load(path, name):
+    """The module at path, imported as `name` would be: registered in
+    sys.modules (torch.compile imports a custom op's module by name)."""
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
 
