@@ -253,6 +253,7 @@ agent_fit_prompt(const agent_ctx *ctx, const agent_role *role,
 	    "or num_ctx), lower max_tokens, or shorten the task's description "
 	    "and reference",
 	    role->title, tokens, lim.context_window, reserve);
+	r->stop_task = true;
 	return rv == 0 ? KC_ENOSPC : rv;
 }
 
@@ -372,6 +373,9 @@ agent_converse(const agent_ctx *ctx, const agent_role *role,
 			llm_response_free(&resp);
 			if (rv == KC_ENOMEM)
 				break;
+			/* The server cut the prompt to its context: so it
+			 * will every prompt of the task. */
+			r->stop_task = rv == KC_ENOSPC;
 			rv = agent_fail(
 			    r, "the LLM call failed: %s", kc_lasterr());
 			break;

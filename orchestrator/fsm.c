@@ -32,6 +32,7 @@ static void fsm_wave_evaluated(
     orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_job_failed(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_cancel(orch_fsm *f, const orch_input *in, orch_actions *a);
+static void fsm_model_unfit(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_tick(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_tuned(orch_fsm *f, const orch_input *in, orch_actions *a);
 static void fsm_wave_start(orch_fsm *f, orch_actions *a);
@@ -60,6 +61,7 @@ static const struct fsm_row {
 	{ORCH_ST_WAVE,         ORCH_IN_EVALUATED,  fsm_wave_evaluated}, /* (same) FEATURES WAVE DIAGNOSE DONE FAILED */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_JOB_FAILED, fsm_job_failed},   /* seeding goes on; a failed round */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_CANCEL,     fsm_cancel},       /* CANCELLED */
+	{ORCH_ANY_ACTIVE,      ORCH_IN_MODEL_UNFIT, fsm_model_unfit}, /* DONE FAILED: every job would fail so */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_TICK,       fsm_tick},         /* (same) DONE FAILED */
 	{ORCH_ANY_ACTIVE,      ORCH_IN_TUNED,      fsm_tuned},        /* (same): judged with the next round */
 };
@@ -984,6 +986,16 @@ fsm_cancel(orch_fsm *f, const orch_input *in, orch_actions *a)
 	fsm_finish(f, a, ORCH_STOP_CANCELLED);
 }
 
+/* An agent found that the model cannot take this task's prompts (its
+ * context window): every later job would fail the same way, so the task
+ * stops now, keeping a best kernel it already has. */
+static void
+fsm_model_unfit(orch_fsm *f, const orch_input *in, orch_actions *a)
+{
+	(void)in;
+	fsm_finish(f, a, ORCH_STOP_MODEL_UNFIT);
+}
+
 static void
 fsm_tick(orch_fsm *f, const orch_input *in, orch_actions *a)
 {
@@ -998,7 +1010,7 @@ fsm_has_job(enum orch_input_kind k)
 {
 	return k != ORCH_IN_START && k != ORCH_IN_CANCEL && k != ORCH_IN_TICK &&
 	    k != ORCH_IN_IMPORT && k != ORCH_IN_IMPORTED &&
-	    k != ORCH_IN_IMPORT_FAILED;
+	    k != ORCH_IN_IMPORT_FAILED && k != ORCH_IN_MODEL_UNFIT;
 }
 
 bool
@@ -1222,7 +1234,7 @@ orch_input_name(enum orch_input_kind kind)
 	static const char *names[ORCH_IN_COUNT] = {"START", "SEEDS",
 	    "EVALUATED", "DIAGNOSED", "CANDIDATE", "FEATURES", "RETRIEVED",
 	    "PLANNED", "JOB_FAILED", "CANCEL", "TICK", "IMPORT", "IMPORTED",
-	    "IMPORT_FAILED", "TUNED"};
+	    "IMPORT_FAILED", "TUNED", "MODEL_UNFIT"};
 
 	return (unsigned)kind < ORCH_IN_COUNT ? names[kind] : "UNKNOWN";
 }
@@ -1255,6 +1267,10 @@ orch_stop_text(uint32_t stop)
 	case ORCH_STOP_SOL:
 		return "near the speed of light: the best kernel reached "
 		       "params.sol_stop of the fastest the GPU allows";
+	case ORCH_STOP_MODEL_UNFIT:
+		return "the model cannot take this task's prompts: its context "
+		       "window is too small (the task's agent error says what "
+		       "to set); every job would fail the same way";
 	default: return "";
 	}
 }

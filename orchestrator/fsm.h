@@ -58,6 +58,7 @@ enum orch_input_kind {
 	ORCH_IN_IMPORTED,      /* the import finished */
 	ORCH_IN_IMPORT_FAILED, /* the import failed (why: the caller's) */
 	ORCH_IN_TUNED,         /* the tune candidate's sweep (job tune_job) */
+	ORCH_IN_MODEL_UNFIT,   /* an agent: the model cannot take the task */
 	ORCH_IN_COUNT
 };
 
@@ -74,7 +75,8 @@ enum orch_stop {
 	ORCH_STOP_JOB_FAILED,   /* every Generator or seed evaluation failed */
 	ORCH_STOP_NO_CANDIDATE, /* no Generator answered with a candidate */
 	ORCH_STOP_IMPORT_FAILED, /* the task's tensors could not be imported */
-	ORCH_STOP_SOL            /* the best is within sol_stop of light */
+	ORCH_STOP_SOL,           /* the best is within sol_stop of light */
+	ORCH_STOP_MODEL_UNFIT    /* the model cannot take the task's prompts */
 };
 
 /* Every parameter a task may set (TaskSpec.params and .budget). */

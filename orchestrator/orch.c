@@ -1690,7 +1690,9 @@ orch_task_input(orch *o, struct orch_task *t, const orch_input *in,
 	}
 	o->counters.transitions++;
 	rv = orch_task_put(o, t,
-	    in->kind != ORCH_IN_JOB_FAILED && in->kind != ORCH_IN_IMPORT_FAILED
+	    in->kind != ORCH_IN_JOB_FAILED &&
+	            in->kind != ORCH_IN_IMPORT_FAILED &&
+	            in->kind != ORCH_IN_MODEL_UNFIT
 	        ? NULL
 	        : t->why ? t->why
 	                 : kc_lasterr());

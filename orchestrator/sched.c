@@ -282,6 +282,25 @@ orch_job_failed(orch *o, struct orch_job *j, const char *why)
 	}
 }
 
+/* An agent's failure that every job of the task would meet (the model's
+ * context window cannot hold its prompts): no retry; the task stops at
+ * once, the agent's error as the task's error and in last_agent_error. */
+static void
+orch_model_unfit(orch *o, struct orch_job *j, const char *why)
+{
+	struct orch_task *t = j->task;
+	orch_input in = {.kind = ORCH_IN_MODEL_UNFIT};
+	char text[1024];
+
+	snprintf(text, sizeof(text), "%s job failed, not retried: %s",
+	    orch_role_name(j->role), why && *why ? why : "the agent failed");
+	orch_job_forget(o, j);
+	t->why = text;
+	if (orch_task_input(o, t, &in, NULL, NULL, NULL) != 0)
+		KC_ERROR("task %s: %s", t->id, kc_lasterr());
+	t->why = NULL;
+}
+
 /* ------------------------------------------------------ results */
 
 static struct orch_job *
@@ -366,6 +385,10 @@ orch_agent_result(orch *o, const Kclaw__AgentReply *r)
 	        : r->error && *r->error ? r->error
 	                                : "the agent failed");
 	orch_task_usage(o, j->task, r);
+	if (!r->ok && r->stop_task) {
+		orch_model_unfit(o, j, r->error);
+		return;
+	}
 	if (!r->ok) {
 		orch_job_failed(o, j,
 		    r->error && *r->error ? r->error : "the agent failed");

@@ -1656,6 +1656,27 @@ test_names(void)
 	KT_EQ_STR(orch_role_name(KCLAW__ROLE__REPAIRER), "repairer");
 }
 
+/* An agent says the model cannot take the task's prompts: the task stops
+ * at once (no retry, no other job waited for), with its own stop text. */
+static void
+test_model_unfit(void)
+{
+	orch_fsm f = fsm_new(3, 15);
+
+	step(&f, (orch_input){.kind = ORCH_IN_START});
+	KT_EQ_INT(f.state, ORCH_ST_SEEDING);
+	KT_EQ_INT(count(ORCH_ACT_AGENT), 3);
+	step(&f, (orch_input){.kind = ORCH_IN_MODEL_UNFIT});
+	KT_EQ_INT(f.state, ORCH_ST_FAILED);
+	KT_EQ_INT(f.stop, ORCH_STOP_MODEL_UNFIT);
+	KT_EQ_INT(count(ORCH_ACT_DROP_JOBS), 1);
+	KT_ASSERT(find_event(KCLAW__EVENT_KIND__TASK_FINISHED) != NULL);
+	KT_CONTAINS(orch_stop_text(f.stop), "context window");
+	/* The other Generators' late replies change nothing. */
+	ignored(&f, in_n(ORCH_IN_SEEDS, 1, 1));
+	ignored(&f, (orch_input){.kind = ORCH_IN_MODEL_UNFIT});
+}
+
 int
 main(void)
 {
@@ -1694,6 +1715,7 @@ main(void)
 	KT_RUN(test_resume_and_replay_keys);
 	KT_RUN(test_options_role_deadlines);
 	KT_RUN(test_importing);
+	KT_RUN(test_model_unfit);
 	KT_RUN(test_names);
 	return 0;
 }
