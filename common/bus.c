@@ -45,6 +45,15 @@ bus_listen(
 	int nrv, rv;
 
 	*gate = NULL;
+	/* Every socket an outsider can reach goes through the gate; NNG's
+	 * other transports (ws://, tls+tcp://, ...) would bypass it. */
+	if (go != NULL && !bus_gate_handles(url) &&
+	    strncmp(url, "inproc://", 9) != 0)
+		return kc_seterr(KC_EINVAL,
+		    "bus: cannot listen on %s: kclaw listens on ipc://PATH, "
+		    "tcp://HOST:PORT, tcp4:// or tcp6:// only (its accept gate "
+		    "guards those); use one of them",
+		    url);
 	if (go != NULL && bus_gate_handles(url)) {
 		if ((rv = bus_gate_open(gate, go, priv, sizeof(priv))) != 0)
 			return rv;

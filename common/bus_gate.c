@@ -1006,10 +1006,24 @@ gate_main(void *arg)
 
 /* ------------------------------------------------------------ setup */
 
+/* The address family a tcp://, tcp4:// or tcp6:// URL asks for; -1 for
+ * any other. */
+static int
+gate_tcp_family(const char *url)
+{
+	if (strncmp(url, "tcp://", 6) == 0)
+		return AF_UNSPEC;
+	if (strncmp(url, "tcp4://", 7) == 0)
+		return AF_INET;
+	if (strncmp(url, "tcp6://", 7) == 0)
+		return AF_INET6;
+	return -1;
+}
+
 bool
 bus_gate_handles(const char *url)
 {
-	return strncmp(url, "ipc://", 6) == 0 || strncmp(url, "tcp://", 6) == 0;
+	return strncmp(url, "ipc://", 6) == 0 || gate_tcp_family(url) >= 0;
 }
 
 /* Whether a unix socket at path answers (a live listener owns it). */
@@ -1067,7 +1081,8 @@ gate_listen_ipc(bus_gate *g)
 static int
 gate_listen_tcp(bus_gate *g)
 {
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+	struct addrinfo hints = {.ai_family = gate_tcp_family(g->url),
+	    .ai_socktype = SOCK_STREAM,
 	    .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
 	struct addrinfo *ai = NULL;
 	nng_url *u = NULL;
@@ -1091,6 +1106,10 @@ gate_listen_tcp(bus_gate *g)
 	if (g->lfd < 0 ||
 	    setsockopt(g->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) !=
 	        0 ||
+	    /* tcp6:// is IPv6 alone, as NNG's own tcp6 transport. */
+	    (hints.ai_family == AF_INET6 &&
+	        setsockopt(g->lfd, IPPROTO_IPV6, IPV6_V6ONLY, &one,
+	            sizeof(one)) != 0) ||
 	    bind(g->lfd, ai->ai_addr, ai->ai_addrlen) != 0 ||
 	    listen(g->lfd, 512) != 0)
 		rv = kc_seterr(KC_EBUS, "bus: cannot listen on %s: %s", g->url,
@@ -1127,7 +1146,7 @@ bus_gate_open(bus_gate **out, const bus_gate_opts *o, char *priv, size_t n)
 	kc_strlcpy(g->url, o->url, sizeof(g->url));
 	kc_strlcpy(g->st.url, o->url, sizeof(g->st.url));
 	g->st.gated = true;
-	g->tcp = strncmp(o->url, "tcp://", 6) == 0;
+	g->tcp = gate_tcp_family(o->url) >= 0;
 	g->cur = g->lim = (bus_gate_limits){.max_relayed = BUS_MAX_CONNS,
 	    .relayed_per_peer = BUS_MAX_CONNS,
 	    .max_pre = BUS_MAX_PRE_CONNS,

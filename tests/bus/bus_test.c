@@ -645,8 +645,8 @@ main(int argc, char **argv)
 
 	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kc-bus-XXXXXX");
 	KT_ASSERT(mkdtemp(tmpdir) != NULL);
-	int port[4];
-	kt_free_ports(port, 4);
+	int port[6];
+	kt_free_ports(port, 6);
 
 	/* Test-only: `bus_test repeat work N` runs the work section N
 	 * times (to chase a race under load). */
@@ -688,6 +688,25 @@ main(int argc, char **argv)
 	fprintf(stderr, "-- prove tcp\n");
 	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port[3]);
 	test_prove(url);
+
+	/* tcp4:// is gated as tcp:// is (its unproven connection closed at
+	 * the gate's deadline); a transport the gate cannot guard is refused
+	 * with what to use instead. */
+	fprintf(stderr, "-- api and prove tcp4\n");
+	snprintf(url, sizeof(url), "tcp4://127.0.0.1:%d", port[4]);
+	test_api(url);
+	snprintf(url, sizeof(url), "tcp4://127.0.0.1:%d", port[5]);
+	test_prove(url);
+	fprintf(stderr, "-- ungated transports refused\n");
+	{
+		bus_server *srv = NULL;
+		snprintf(url, sizeof(url), "ws://127.0.0.1:%d/x", port[5]);
+		KT_EQ_INT(
+		    bus_server_open(&srv, url, 4, 1024, prove_on_request, NULL),
+		    KC_EINVAL);
+		KT_CONTAINS(kc_lasterr(), "accept gate");
+		KT_CONTAINS(kc_lasterr(), "tcp://HOST:PORT");
+	}
 
 	char cmd[256];
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
