@@ -8,9 +8,7 @@
  * succeeds the error is cleared.
  */
 #include "agent_testlib.h"
-/* The harness's helpers this test has no use for. */
-#pragma GCC diagnostic ignored "-Wunused-function"
-#include "orchestrator/harness.h"
+#include "agent_service.h"
 
 #define SEED_REPLY                                                             \
 	"### Candidate 1: copy\n```cuda\nextern \"C\" __global__ void "        \
@@ -79,15 +77,7 @@ main(void)
 	kt_llm_script(&srv, overloaded(), overloaded(), kt_reply(SEED_REPLY),
 	    kt_reply(SEED_REPLY), kt_reply(SEED_REPLY), kt_reply(SEED_REPLY),
 	    NULL);
-	h_setup("agenterr", NULL);
-	setenv("KCLAW_LLM_BASE_URL", srv.base_url, 1);
-	setenv("KCLAW_LLM_MODEL", "test-model", 1);
-	setenv("KCLAW_LLM_API_KEY", KT_TEST_KEY, 1);
-	setenv("KCLAW_LLM_BACKOFF_MS", "20", 1);
-	h_kclawd();
-	h_wait_up();
-	h_spawn("kclaw-agent", "--role", "generator", "--home", h_home,
-	    (char *)NULL);
+	as_start("agenterr", &srv, "generator");
 	KT_OK(h_submit(h_spec("agent_error", "", 1), NULL, id));
 
 	fprintf(stderr, "-- the error is in the task's status while retried\n");

@@ -8,9 +8,7 @@
  * retried.
  */
 #include "agent_testlib.h"
-/* The harness's helpers this test has no use for. */
-#pragma GCC diagnostic ignored "-Wunused-function"
-#include "orchestrator/harness.h"
+#include "agent_service.h"
 
 static kt_llm_server srv;
 
@@ -35,15 +33,7 @@ main(void)
 	kt_llm_start(&srv);
 	kt_llm_script(&srv, ollama_cut(50), ollama_cut(50), ollama_cut(50),
 	    ollama_cut(50), ollama_cut(50), ollama_cut(50), NULL);
-	h_setup("agentunfit", NULL);
-	setenv("KCLAW_LLM_BASE_URL", srv.base_url, 1);
-	setenv("KCLAW_LLM_MODEL", "test-model", 1);
-	setenv("KCLAW_LLM_API_KEY", KT_TEST_KEY, 1);
-	setenv("KCLAW_LLM_BACKOFF_MS", "20", 1);
-	h_kclawd();
-	h_wait_up();
-	h_spawn("kclaw-agent", "--role", "generator", "--home", h_home,
-	    (char *)NULL);
+	as_start("agentunfit", &srv, "generator");
 	t0 = kc_mono_ms();
 	KT_OK(h_submit(h_spec("agent_unfit", "", 3), NULL, id));
 
