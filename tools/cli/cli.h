@@ -77,6 +77,17 @@ int cli_self(const char *const *args);
  * on progress as "WHO: service stopped", or where to look when it did not
  * stop cleanly. kclaw main and kclaw kernelbench share it. */
 void cli_service_stop(const char *home, const char *who, FILE *progress);
+/* Opens c on the service of home, starting one (`kclaw up --detach`, with
+ * --agents and --gpus where not 0) when none answers Health; *started says
+ * whether it did. "WHO: using the service already running in HOME" goes to
+ * progress when one answered. kclaw main and kclaw kernelbench share it. */
+int cli_service_open(const char *home, const kc_config *cfg, orch_client *c,
+    unsigned agents, unsigned gpus, const char *who, FILE *progress,
+    bool *started);
+/* Health of the service c is open on. */
+int cli_health(orch_client *c, Kclaw__HealthResponse **h);
+/* Whether path is a folder. */
+bool cli_is_dir(const char *path);
 /* stderr itself, for progress that is no error (kclaw main's). */
 FILE *cli_stderr_raw(void);
 /* Adds s to o under k, null when s is NULL or empty. */

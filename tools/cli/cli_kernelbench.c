@@ -191,14 +191,6 @@ kb_task_name(const char *file, unsigned level, char *out, size_t n)
 	snprintf(out, n, "L%u_%.120s", level, k ? stem : "problem");
 }
 
-static bool
-kb_is_dir(const char *path)
-{
-	struct stat st;
-
-	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 /* The problem number ("19" of "19_ReLU.py"), for KernelBench's order. */
 static unsigned long
 kb_number(const char *file)
@@ -288,7 +280,7 @@ kb_plan(kb_run *r)
 
 	snprintf(dir, sizeof(dir), "%s/KernelBench/level%u", r->kb_dir,
 	    r->levels[0]);
-	nested = kb_is_dir(dir);
+	nested = cli_is_dir(dir);
 	for (size_t l = 0; l < r->nlevels && rv == 0; l++) {
 		DIR *d;
 		struct dirent *e;
@@ -491,60 +483,17 @@ kb_convert(kb_run *r, kb_problem *p)
 
 /* ----------------------------------------------------------- service */
 
-static int
-kb_health(orch_client *c, Kclaw__HealthResponse **h)
-{
-	Kclaw__HealthRequest req = KCLAW__HEALTH_REQUEST__INIT;
-
-	return orch_client_call(c, "Health", &req.base,
-	    &kclaw__health_response__descriptor, (ProtobufCMessage **)h);
-}
-
 /* Opens c on the home's service, starting one when none answers. */
 static int
 kb_start(kb_run *r, const kc_config *cfg, orch_client *c)
 {
-	Kclaw__HealthResponse *h = NULL;
-	char agents[16], gpus[16];
-	const char *args[12];
-	size_t n = 0;
-	int code;
+	int rv = cli_service_open(r->home, cfg, c, r->agents, r->gpus,
+	    "kclaw kernelbench", r->progress, &r->started);
 
-	if (orch_client_open(c, cfg) == 0) {
-		if (kb_health(c, &h) == 0) {
-			kclaw__health_response__free_unpacked(h, NULL);
-			fprintf(r->progress,
-			    "kclaw kernelbench: using the service running in "
-			    "%s\n",
-			    r->home);
-			return 0;
-		}
-		orch_client_close(c);
-	}
-	kc_clearerr();
-	args[n++] = "--home";
-	args[n++] = r->home;
-	args[n++] = "up";
-	args[n++] = "--detach";
-	if (r->agents) {
-		snprintf(agents, sizeof(agents), "%u", r->agents);
-		args[n++] = "--agents";
-		args[n++] = agents;
-	}
-	if (r->gpus) {
-		snprintf(gpus, sizeof(gpus), "%u", r->gpus);
-		args[n++] = "--gpus";
-		args[n++] = gpus;
-	}
-	args[n] = NULL;
-	if ((code = cli_self(args)) != 0)
-		return kc_seterr(KC_ETIMEDOUT,
-		    "`kclaw up` failed (exit %d); see %s/run/up.log", code,
-		    r->home);
-	r->started = true;
-	fprintf(
-	    r->progress, "kclaw kernelbench: service started in %s\n", r->home);
-	return orch_client_open(c, cfg);
+	if (rv == 0 && r->started)
+		fprintf(r->progress,
+		    "kclaw kernelbench: service started in %s\n", r->home);
+	return rv;
 }
 
 static void
@@ -1094,7 +1043,7 @@ kb_paths(kb_run *r, const char *kb_dir, const char *out, kc_config *cfg,
 {
 	int rv;
 
-	if (realpath(kb_dir, r->kb_dir) == NULL || !kb_is_dir(r->kb_dir))
+	if (realpath(kb_dir, r->kb_dir) == NULL || !cli_is_dir(r->kb_dir))
 		return kc_seterr(KC_ENOENT,
 		    "KB_DIR %s is not a folder; give a KernelBench checkout",
 		    kb_dir);

@@ -129,8 +129,8 @@ main_usage(FILE *f)
 
 /* ------------------------------------------------------------ the tasks */
 
-static bool
-main_is_dir(const char *path)
+bool
+cli_is_dir(const char *path)
 {
 	struct stat st;
 
@@ -151,7 +151,7 @@ main_find_examples(main_job *m, const char *given)
 		given = env;
 	if (given != NULL) {
 		if (realpath(given, m->examples) == NULL ||
-		    !main_is_dir(m->examples))
+		    !cli_is_dir(m->examples))
 			return kc_seterr(KC_ENOENT,
 			    "the examples folder %s does not exist", given);
 		return 0;
@@ -167,12 +167,12 @@ main_find_examples(main_job *m, const char *given)
 		const char *up[] = {"/../examples", "/../../examples"};
 		for (size_t i = 0; i < 2; i++) {
 			snprintf(cand, sizeof(cand), "%s%s", exe, up[i]);
-			if (main_is_dir(cand) &&
+			if (cli_is_dir(cand) &&
 			    realpath(cand, m->examples) != NULL)
 				return 0;
 		}
 	}
-	if (main_is_dir("examples") && realpath("examples", m->examples))
+	if (cli_is_dir("examples") && realpath("examples", m->examples))
 		return 0;
 	return kc_seterr(KC_ENOENT,
 	    "cannot find the shipped examples; give --examples DIR or set "
@@ -354,7 +354,7 @@ main_plan(main_job *m, const kc_config *cfg, const char *recordings)
 		recordings = path;
 	}
 	if (realpath(recordings, m->recordings) == NULL ||
-	    !main_is_dir(m->recordings))
+	    !cli_is_dir(m->recordings))
 		return kc_seterr(KC_ENOENT,
 		    "no recordings at %s and no LLM configured: set "
 		    "KCLAW_LLM_MODEL (and KCLAW_LLM_BASE_URL) or give "
@@ -382,10 +382,10 @@ main_packed_env(const main_job *m)
 		return;
 	*slash = '\0';
 	snprintf(path, sizeof(path), "%s/agents/prompts", root);
-	if (getenv("KCLAW_PROMPTS_DIR") == NULL && main_is_dir(path))
+	if (getenv("KCLAW_PROMPTS_DIR") == NULL && cli_is_dir(path))
 		setenv("KCLAW_PROMPTS_DIR", path, 1);
 	snprintf(path, sizeof(path), "%s/store/knowledge", root);
-	if (getenv("KCLAW_KNOWLEDGE") == NULL && main_is_dir(path))
+	if (getenv("KCLAW_KNOWLEDGE") == NULL && cli_is_dir(path))
 		setenv("KCLAW_KNOWLEDGE", path, 1);
 }
 
@@ -426,8 +426,8 @@ cli_self(const char *const *args)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
-static int
-main_health(orch_client *c, Kclaw__HealthResponse **h)
+int
+cli_health(orch_client *c, Kclaw__HealthResponse **h)
 {
 	Kclaw__HealthRequest req = KCLAW__HEALTH_REQUEST__INIT;
 
@@ -452,53 +452,73 @@ main_print_health(const main_job *m, const Kclaw__HealthResponse *h)
 
 /* Starts the deployment, unless one already answers in the home, and
  * opens c on it (the caller closes c after a success). */
-static int
-main_start(main_job *m, const kc_config *cfg, orch_client *c)
+int
+cli_service_open(const char *home, const kc_config *cfg, orch_client *c,
+    unsigned agents, unsigned gpus, const char *who, FILE *progress,
+    bool *started)
 {
 	Kclaw__HealthResponse *h = NULL;
-	char agents[16];
+	char na[16], ng[16];
 	const char *args[12];
 	size_t n = 0;
-	int rv, code;
+	int code;
 
+	*started = false;
 	if (orch_client_open(c, cfg) == 0) {
-		if (main_health(c, &h) == 0) {
-			fprintf(m->progress,
-			    "kclaw main: using the service already running "
-			    "in %s\n",
-			    m->home);
-			if (*m->record || m->live)
-				fprintf(m->progress,
-				    "kclaw main: its agents answer as they "
-				    "were started; --live and --record reach "
-				    "only a service this command starts\n");
+		if (cli_health(c, &h) == 0) {
 			kclaw__health_response__free_unpacked(h, NULL);
+			fprintf(progress,
+			    "%s: using the service already running in %s\n",
+			    who, home);
 			return 0;
 		}
 		orch_client_close(c);
 	}
 	kc_clearerr();
 	args[n++] = "--home";
-	args[n++] = m->home;
+	args[n++] = home;
 	args[n++] = "up";
 	args[n++] = "--detach";
-	if (m->agents) {
-		snprintf(agents, sizeof(agents), "%u", m->agents);
+	if (agents) {
+		snprintf(na, sizeof(na), "%u", agents);
 		args[n++] = "--agents";
-		args[n++] = agents;
+		args[n++] = na;
+	}
+	if (gpus) {
+		snprintf(ng, sizeof(ng), "%u", gpus);
+		args[n++] = "--gpus";
+		args[n++] = ng;
 	}
 	args[n] = NULL;
 	if ((code = cli_self(args)) != 0)
 		return kc_seterr(KC_ETIMEDOUT,
 		    "`kclaw up` failed (exit %d); see %s/run/up.log", code,
-		    m->home);
-	m->started = true;
-	if ((rv = orch_client_open(c, cfg)) != 0)
+		    home);
+	*started = true;
+	return orch_client_open(c, cfg);
+}
+
+static int
+main_start(main_job *m, const kc_config *cfg, orch_client *c)
+{
+	Kclaw__HealthResponse *h = NULL;
+	int rv;
+
+	if ((rv = cli_service_open(m->home, cfg, c, m->agents, 0, "kclaw main",
+	         m->progress, &m->started)) != 0)
 		return rv;
+	if (!m->started) {
+		if (*m->record || m->live)
+			fprintf(m->progress,
+			    "kclaw main: its agents answer as they were "
+			    "started; --live and --record reach only a "
+			    "service this command starts\n");
+		return 0;
+	}
 	/* The supervisor registers its processes shortly after kclawd
 	 * answers; wait for them so the health shows the whole deployment. */
 	for (int i = 0; i < 40; i++) {
-		if ((rv = main_health(c, &h)) != 0) {
+		if ((rv = cli_health(c, &h)) != 0) {
 			orch_client_close(c);
 			return rv;
 		}
@@ -764,7 +784,7 @@ main_last_seq(orch_client *c)
 	Kclaw__HealthResponse *h;
 	uint64_t seq = 0;
 
-	if (main_health(c, &h) == 0) {
+	if (cli_health(c, &h) == 0) {
 		seq = h->last_seq;
 		kclaw__health_response__free_unpacked(h, NULL);
 	}
