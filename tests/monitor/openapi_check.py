@@ -3,7 +3,7 @@
     python3 openapi_check.py URL TOKEN DONE_TASK SRC
 
 1. The paths and methods the server routes (the mon_routes table of
-   tools/monitor/monitor.c) are exactly those the description has.
+   monitor/monitor.c) are exactly those the description has.
 2. Every described GET under /api/ (ids filled in with DONE_TASK) answers
    with a status the description declares for it, and its JSON body has
    the declared shape (type, required, properties, items, enum, pattern,
@@ -122,7 +122,7 @@ def call(method, tmpl, path, want=None, **kw):
 
 
 # 1. The route table and the description agree.
-src = open(SRC + "/tools/monitor/monitor.c").read()
+src = open(SRC + "/monitor/monitor.c").read()
 table = src[src.index("mon_routes[] = {"):]
 table = table[:table.index("};")]
 served = set(re.findall(r'\{"([A-Z]+)", "([^"]+)", MON_[A-Z_]+\}', table))

@@ -4,7 +4,7 @@
 
 1,000 connections each send half a request's headers and stop. Within a
 few seconds kclawd holds at most the connection guard's cap of them
-(tools/monitor/mon_guard.c, MON_MAX_PENDING = 64, plus slack for the
+(monitor/mon_guard.c, MON_MAX_PENDING = 64, plus slack for the
 scan interval), most of them see their connection closed, and a real
 request is answered meanwhile. One connection that sends its headers a
 byte a second is closed at the header deadline (10 s), not served.
