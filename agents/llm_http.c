@@ -320,6 +320,28 @@ llm_http_content(const cJSON *content)
 	return kc_str_take(&s);
 }
 
+/* The end of a parsed reply, whichever API: the exchange's id (the
+ * reply's, else a new one), the document freed, KC_ENOMEM when a field
+ * could not be copied. */
+static int
+llm_http_reply_done(cJSON *root, llm_response *resp)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "id");
+
+	if (cJSON_IsString(v) && v->valuestring[0] != '\0') {
+		resp->exchange_id = strdup(v->valuestring);
+	} else {
+		char id[17];
+		kc_new_id(id);
+		resp->exchange_id = strdup(id);
+	}
+	cJSON_Delete(root);
+	if (resp->content == NULL || resp->finish_reason == NULL ||
+	    resp->exchange_id == NULL)
+		return KC_ENOMEM;
+	return 0;
+}
+
 /*
  * Reads a chat-completions reply into resp. Anything unreadable is a
  * retryable failure: a complete reply from a healthy server always parses.
@@ -373,19 +395,7 @@ llm_http_parse(const kc_str *body, llm_response *resp, llm_try *t)
 	resp->reasoning_bytes =
 	    cJSON_IsString(reasoning) ? strlen(reasoning->valuestring) : 0;
 	resp->finish_reason = strdup(finish);
-	v = cJSON_GetObjectItemCaseSensitive(root, "id");
-	if (cJSON_IsString(v) && v->valuestring[0] != '\0') {
-		resp->exchange_id = strdup(v->valuestring);
-	} else {
-		char id[17];
-		kc_new_id(id);
-		resp->exchange_id = strdup(id);
-	}
-	cJSON_Delete(root);
-	if (resp->content == NULL || resp->finish_reason == NULL ||
-	    resp->exchange_id == NULL)
-		return KC_ENOMEM;
-	return 0;
+	return llm_http_reply_done(root, resp);
 }
 
 /* libcurl's progress callback: a non-zero return aborts the transfer. */
@@ -1317,19 +1327,7 @@ llm_anth_parse(const kc_str *body, llm_response *resp, llm_try *t)
 		stop = "stop";
 	resp->content = s.buf != NULL ? kc_str_take(&s) : strdup("");
 	resp->finish_reason = strdup(stop);
-	v = cJSON_GetObjectItemCaseSensitive(root, "id");
-	if (cJSON_IsString(v) && v->valuestring[0] != '\0') {
-		resp->exchange_id = strdup(v->valuestring);
-	} else {
-		char id[17];
-		kc_new_id(id);
-		resp->exchange_id = strdup(id);
-	}
-	cJSON_Delete(root);
-	if (resp->content == NULL || resp->finish_reason == NULL ||
-	    resp->exchange_id == NULL)
-		return KC_ENOMEM;
-	return 0;
+	return llm_http_reply_done(root, resp);
 nomem:
 	kc_str_free(&s);
 	cJSON_Delete(root);
