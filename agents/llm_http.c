@@ -177,6 +177,21 @@ llm_http_limit_name(const llm_http *h)
 static char *llm_anth_body(
     const llm_http *h, const llm_request *req, unsigned limit);
 
+/* The sampling parameters the profile sends (temperature, top_p), as both
+ * APIs name them; -1 when out of memory. */
+static int
+llm_http_sampling(const llm_http *h, unsigned sent, cJSON *root)
+{
+	if ((sent & LLM_P_TEMPERATURE) &&
+	    cJSON_AddNumberToObject(root, "temperature", h->cfg.temperature) ==
+	        NULL)
+		return -1;
+	if ((sent & LLM_P_TOP_P) &&
+	    cJSON_AddNumberToObject(root, "top_p", h->cfg.top_p) == NULL)
+		return -1;
+	return 0;
+}
+
 /* The request body: the messages and the parameters the profile sends;
  * limit is the reply's token limit, num_ctx Ollama's window (0: none). */
 static char *
@@ -198,12 +213,7 @@ llm_http_body(
 		cJSON_Delete(msgs);
 		goto out;
 	}
-	if ((sent & LLM_P_TEMPERATURE) &&
-	    cJSON_AddNumberToObject(root, "temperature", h->cfg.temperature) ==
-	        NULL)
-		goto out;
-	if ((sent & LLM_P_TOP_P) &&
-	    cJSON_AddNumberToObject(root, "top_p", h->cfg.top_p) == NULL)
+	if (llm_http_sampling(h, sent, root) != 0)
 		goto out;
 	if ((sent & LLM_P_LIMIT) &&
 	    cJSON_AddNumberToObject(root, llm_http_limit_name(h), limit) ==
@@ -1220,12 +1230,7 @@ llm_anth_body(const llm_http *h, const llm_request *req, unsigned limit)
 		if (user)
 			first_user = false;
 	}
-	if ((sent & LLM_P_TEMPERATURE) &&
-	    cJSON_AddNumberToObject(root, "temperature", h->cfg.temperature) ==
-	        NULL)
-		goto out;
-	if ((sent & LLM_P_TOP_P) &&
-	    cJSON_AddNumberToObject(root, "top_p", h->cfg.top_p) == NULL)
+	if (llm_http_sampling(h, sent, root) != 0)
 		goto out;
 	if (sent & LLM_P_REASONING_EFFORT) {
 		/* The budget must leave the answer room within max_tokens. */
