@@ -6,7 +6,6 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/pub.h>
-#include <nng/protocol/pubsub0/sub.h>
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/util/platform.h>
@@ -224,85 +223,7 @@ bus_pub_stats(bus_pub *p, bus_listener_stats *st)
 	nng_mtx_unlock(p->mtx);
 }
 
-struct bus_sub {
-	nng_socket sock;
-};
-
-int
-bus_sub_open(bus_sub **out, const char *url, size_t max_msg)
-{
-	bus_sub *s;
-	int nrv, rv;
-
-	if ((s = calloc(1, sizeof(*s))) == NULL)
-		return KC_ENOMEM;
-	if ((nrv = nng_sub0_open(&s->sock)) != 0) {
-		free(s);
-		return bus_err(nrv, "cannot open SUB for", url);
-	}
-	bus_limits(s->sock, max_msg);
-	nng_socket_set_int(s->sock, NNG_OPT_RECVBUF, 1024);
-	if ((rv = bus_dial(s->sock, url)) != 0) {
-		nng_close(s->sock);
-		free(s);
-		return rv;
-	}
-	*out = s;
-	return 0;
-}
-
-int
-bus_sub_subscribe(bus_sub *s, const char *prefix)
-{
-	int nrv = nng_socket_set(
-	    s->sock, NNG_OPT_SUB_SUBSCRIBE, prefix, strlen(prefix));
-
-	return nrv ? bus_err(nrv, "cannot subscribe to", prefix) : 0;
-}
-
-int
-bus_sub_recv(bus_sub *s, int timeout_ms, char **topic, void **data, size_t *len)
-{
-	nng_msg *m;
-	size_t n, tl;
-	const char *body;
-	int nrv;
-
-	nng_socket_set_ms(s->sock, NNG_OPT_RECVTIMEO,
-	    timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
-	if ((nrv = nng_recvmsg(s->sock, &m, 0)) != 0)
-		return nrv == NNG_ETIMEDOUT ? KC_ETIMEDOUT
-		                            : bus_err(nrv, "receive", "events");
-	body = nng_msg_body(m);
-	n = nng_msg_len(m);
-	tl = strnlen(body, n);
-	if (tl == n) {
-		nng_msg_free(m);
-		return kc_seterr(KC_EPROTO, "bus: event without a topic");
-	}
-	*topic = strndup(body, tl);
-	*len = n - tl - 1;
-	*data = malloc(*len + 1);
-	if (*topic == NULL || *data == NULL) {
-		free(*topic);
-		free(*data);
-		nng_msg_free(m);
-		return KC_ENOMEM;
-	}
-	memcpy(*data, body + tl + 1, *len);
-	((char *)*data)[*len] = '\0';
-	nng_msg_free(m);
-	return 0;
-}
-
-void
-bus_sub_close(bus_sub *s)
-{
-	if (s == NULL)
-		return;
-	nng_close(s->sock);
-	free(s);
-}
+/* The subscriber, bus_sub, is kclaw's own: common/bus_sub.c. */
 
 /* ---------------------------------------------------- request/response */
 

@@ -2,7 +2,7 @@
  * bus.h - kclaw's three messaging patterns over NNG (DESIGN.md "Processes").
  *
  *  - Events: bus_pub (listens) and bus_sub (dials). A message is the topic,
- *    one NUL byte, then the payload (an encoded kclaw.Event), so NNG's
+ *    one NUL byte, then the payload (an encoded kclaw.Event), so a
  *    prefix subscription filters on topic prefixes ("task.<id>.").
  *    PUB/SUB drops messages; subscribers recover gaps from the event log.
  *  - Request/response with one context per waiting peer: bus_server
@@ -98,8 +98,12 @@ int bus_pub_open(bus_pub **out, const char *url);
 int bus_pub_send(bus_pub *p, const char *topic, const void *data, size_t len);
 void bus_pub_close(bus_pub *p);
 
-/* Dials url and keeps redialling in the background; never fails on an
- * absent publisher. */
+/*
+ * Dials url and redials (while bus_sub_recv waits) when the publisher is
+ * absent or went away; never fails on an absent publisher. On ipc:// and
+ * tcp:// kclaw speaks SUB itself (bus_sub.c says why: NNG 1.5.2's
+ * nng_close can hang on a SUB that is receiving). One thread at a time.
+ */
 int bus_sub_open(bus_sub **out, const char *url, size_t max_msg);
 /* Subscribes to a topic prefix; "" receives everything. */
 int bus_sub_subscribe(bus_sub *s, const char *prefix);

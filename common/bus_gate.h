@@ -1,7 +1,7 @@
 /*
  * bus_gate.h - kclaw's own accept gate in front of every ipc:// and tcp://
- * listener of a bus_server or bus_pub (internal to common/bus.c; see
- * docs/DESIGN.md "The accept gate").
+ * listener of a bus_server or bus_pub (internal to common/bus.c, and
+ * bus_sub.c asks bus_gate_handles; see docs/DESIGN.md "The accept gate").
  *
  * NNG 1.5.2 loses an ipc:// listener for good when a peer hangs up during
  * the SP handshake (nanomsg/nng#1518), and it buffers a whole message from

@@ -1,11 +1,13 @@
 /*
  * bus_test.c - the three bus patterns across real processes, on ipc:// and
- * tcp://127.0.0.1: events with topics and a late subscriber; work by pull
- * with a worker that dies mid-job; the API envelope; size limits.
+ * tcp://127.0.0.1: events with topics and a late subscriber, subscribers
+ * that close while events stream in; work by pull with a worker that dies
+ * mid-job; the API envelope; size limits.
  *
  * The test re-executes itself (/proc/self/exe) for the child roles.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,20 @@
 #include "kc_util.h"
 
 static char tmpdir[128];
+
+/*
+ * NNG 1.5.2's PUB can keep an event it hands to a subscriber's pipe that
+ * is closing at that moment (pub0_pipe_close stops the pipe's send before
+ * it takes the pipe off the socket's list, and the send then returns
+ * without taking the message), which LeakSanitizer reports at exit; the
+ * events tests close subscribers while events flow, by design.
+ */
+const char *__lsan_default_suppressions(void);
+const char *
+__lsan_default_suppressions(void)
+{
+	return "leak:bus_pub_send\n";
+}
 
 /* ------------------------------------------------------------ children */
 
@@ -284,6 +300,59 @@ test_events(const char *url)
 	fprintf(
 	    stderr, "  early first=%llu late first=%llu\n", first_e, first_l);
 	bus_pub_close(p);
+}
+
+/* Publishes every 200 us until told to stop. */
+struct flood {
+	bus_pub *p;
+	atomic_int stop;
+};
+
+static void *
+flood_main(void *arg)
+{
+	struct flood *f = arg;
+	uint64_t seq = 0;
+
+	while (!atomic_load(&f->stop)) {
+		publish(f->p, "task.a.state", ++seq);
+		usleep(200);
+	}
+	return NULL;
+}
+
+/*
+ * Subscribers that close while events stream in, one after another: each
+ * must get its events and close at once. NNG 1.5.2's own SUB hung in
+ * nng_close about once in 300 such closes (bus_sub.c says why), in
+ * bus_test's events part about once in 40 runs on a loaded host.
+ */
+static void
+test_events_close(const char *url)
+{
+	struct flood f = {0};
+	pthread_t t;
+
+	KT_OK(bus_pub_open(&f.p, url));
+	KT_ASSERT(pthread_create(&t, NULL, flood_main, &f) == 0);
+	for (int i = 0; i < 200; i++) {
+		bus_sub *s;
+		KT_OK(bus_sub_open(&s, url, 4096));
+		KT_OK(bus_sub_subscribe(s, "task.a."));
+		for (int k = 0; k < 3; k++) {
+			char *topic;
+			void *data;
+			size_t len;
+			KT_OK(bus_sub_recv(s, 10000, &topic, &data, &len));
+			KT_EQ_STR(topic, "task.a.state");
+			free(topic);
+			free(data);
+		}
+		bus_sub_close(s);
+	}
+	atomic_store(&f.stop, 1);
+	pthread_join(t, NULL);
+	bus_pub_close(f.p);
 }
 
 /* The work server's owner: a queue of held calls, fed by the callback on
@@ -645,8 +714,8 @@ main(int argc, char **argv)
 
 	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kc-bus-XXXXXX");
 	KT_ASSERT(mkdtemp(tmpdir) != NULL);
-	int port[6];
-	kt_free_ports(port, 6);
+	int port[7];
+	kt_free_ports(port, 7);
 
 	/* Test-only: `bus_test repeat work N` runs the work section N
 	 * times (to chase a race under load). */
@@ -671,6 +740,13 @@ main(int argc, char **argv)
 	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port[0]);
 	test_events(url);
 
+	fprintf(stderr, "-- events close ipc\n");
+	snprintf(url, sizeof(url), "ipc://%s/events-close.ipc", tmpdir);
+	test_events_close(url);
+	fprintf(stderr, "-- events close tcp\n");
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port[4]);
+	test_events_close(url);
+
 	fprintf(stderr, "-- work ipc\n");
 	snprintf(url, sizeof(url), "ipc://%s/work.ipc", tmpdir);
 	test_work_pull(url);
@@ -693,14 +769,14 @@ main(int argc, char **argv)
 	 * the gate's deadline); a transport the gate cannot guard is refused
 	 * with what to use instead. */
 	fprintf(stderr, "-- api and prove tcp4\n");
-	snprintf(url, sizeof(url), "tcp4://127.0.0.1:%d", port[4]);
-	test_api(url);
 	snprintf(url, sizeof(url), "tcp4://127.0.0.1:%d", port[5]);
+	test_api(url);
+	snprintf(url, sizeof(url), "tcp4://127.0.0.1:%d", port[6]);
 	test_prove(url);
 	fprintf(stderr, "-- ungated transports refused\n");
 	{
 		bus_server *srv = NULL;
-		snprintf(url, sizeof(url), "ws://127.0.0.1:%d/x", port[5]);
+		snprintf(url, sizeof(url), "ws://127.0.0.1:%d/x", port[6]);
 		KT_EQ_INT(
 		    bus_server_open(&srv, url, 4, 1024, prove_on_request, NULL),
 		    KC_EINVAL);
