@@ -1,5 +1,6 @@
 #include "kc_util.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -128,6 +129,19 @@ kc_write_file(const char *path, const void *data, size_t len)
 		    KC_EIO, "cannot write %s: %s", path, strerror(errno));
 	}
 	return 0;
+}
+
+int
+kc_write_json(const char *path, const cJSON *o)
+{
+	char *text = o ? cJSON_Print(o) : NULL;
+	int rv;
+
+	if (text == NULL)
+		return kc_seterr(KC_ENOMEM, "out of memory printing %s", path);
+	rv = kc_write_file(path, text, strlen(text));
+	cJSON_free(text);
+	return rv;
 }
 
 int

@@ -25,6 +25,10 @@ void kc_sleep_ms(uint32_t ms);
 int kc_read_file(const char *path, size_t max_len, char **data, size_t *len);
 /* Writes atomically: a temporary file in the same folder, fsync, rename. */
 int kc_write_file(const char *path, const void *data, size_t len);
+struct cJSON;
+/* o printed (indented), written as kc_write_file does; KC_ENOMEM when it
+ * cannot be printed. */
+int kc_write_json(const char *path, const struct cJSON *o);
 /* mkdir -p with the given mode for the folders it creates. */
 int kc_mkdirs(const char *path, unsigned mode);
 

@@ -590,7 +590,6 @@ lessons_export(store *s, const char *dir, size_t *n)
 	lesson *v;
 	size_t nv;
 	cJSON *doc, *a;
-	char *text;
 	int rv;
 
 	*n = 0;
@@ -603,13 +602,9 @@ lessons_export(store *s, const char *dir, size_t *n)
 		cJSON_AddItemToArray(a, lessons_to_json(&v[i]));
 	cJSON_AddItemToObject(doc, "lessons", a);
 	lessons_free(v, nv);
-	text = cJSON_Print(doc);
-	cJSON_Delete(doc);
-	if (text == NULL)
-		return KC_ENOMEM;
 	snprintf(path, sizeof(path), "%s/%s", dir, LESSONS_FILE);
-	rv = kc_write_file(path, text, strlen(text));
-	free(text);
+	rv = kc_write_json(path, doc);
+	cJSON_Delete(doc);
 	if (rv == 0)
 		*n = nv;
 	return rv;

@@ -827,7 +827,7 @@ static int
 kb_write_run(const kb_run *r)
 {
 	cJSON *root = cJSON_CreateObject(), *arr;
-	char path[PATH_MAX + 16], *text;
+	char path[PATH_MAX + 16];
 	int rv = KC_ENOMEM;
 
 	if (root == NULL ||
@@ -857,12 +857,8 @@ kb_write_run(const kb_run *r)
 		                                 : p->state);
 		cli_json_str(o, "error", p->error);
 	}
-	if ((text = cJSON_Print(root)) == NULL)
-		goto out;
 	snprintf(path, sizeof(path), "%s/run.json", r->out);
-	rv = kc_write_file(path, text, strlen(text));
-	cJSON_free(text);
-	if (rv != 0)
+	if ((rv = kc_write_json(path, root)) != 0)
 		rv = kc_seterr(rv, "cannot write %s", path);
 out:
 	cJSON_Delete(root);

@@ -831,7 +831,7 @@ main_record_prepare(main_job *m)
 static int
 main_record_manifest(const main_job *m)
 {
-	char path[PATH_MAX + 16], doc[512], *text;
+	char path[PATH_MAX + 16], doc[512];
 	cJSON *root = cJSON_CreateObject(), *tasks;
 	int rv = KC_ENOMEM;
 
@@ -857,12 +857,8 @@ main_record_manifest(const main_job *m)
 		        o, "rounds", t->spec->budget->rounds) == NULL)
 			goto out;
 	}
-	if ((text = cJSON_Print(root)) == NULL)
-		goto out;
 	snprintf(path, sizeof(path), "%s/main.json", m->record);
-	rv = kc_write_file(path, text, strlen(text));
-	cJSON_free(text);
-	if (rv != 0)
+	if ((rv = kc_write_json(path, root)) != 0)
 		rv = kc_seterr(rv, "cannot write %s", path);
 out:
 	cJSON_Delete(root);

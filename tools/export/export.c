@@ -457,18 +457,12 @@ kx_history_json(const Kclaw__ResultResponse *r)
 static int
 kx_write_json(const char *dir, const char *name, cJSON *o)
 {
-	char path[KC_PATH_MAX], *s;
+	char path[KC_PATH_MAX];
 	int rv;
 
-	if (o == NULL)
-		return KC_ENOMEM;
-	s = cJSON_Print(o);
-	cJSON_Delete(o);
-	if (s == NULL)
-		return KC_ENOMEM;
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	rv = kc_write_file(path, s, strlen(s));
-	free(s);
+	rv = kc_write_json(path, o);
+	cJSON_Delete(o);
 	return rv;
 }
 
