@@ -12,13 +12,9 @@ ORCH= AGENT= LLM=
 cleanup() { kill $ORCH $AGENT $LLM 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
 fail() { echo "FAIL: $*" >&2; tail -5 "$T/kclawd.log" "$T/agent.log" >&2; cleanup; exit 1; }
 
-python3 "$KCLAW_SRC/tests/agents/llm_server.py" --port-file "$T/port" >"$T/llm.log" 2>&1 &
-LLM=$!
-i=0
-until [ -s "$T/port" ]; do
-	i=$((i + 1)); [ $i -gt 100 ] && fail "the emulator never started"; sleep 0.1
-done
-URL="http://127.0.0.1:$(cat "$T/port")"
+. "$KCLAW_SRC/tests/agents/emu.sh"
+emu_start "$KCLAW_SRC" "$T" || fail "the emulator never started"
+LLM=$EMU URL=$EMU_URL
 # Every model call is overloaded; the agent waits 30 s before its next
 # try, so the test sees the error while the job is retried.
 A='{"status": 529, "error": "Overloaded", "headers": {"Retry-After": "30"}}'

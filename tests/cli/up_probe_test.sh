@@ -14,13 +14,9 @@ cleanup() { "$K" --home "$H" up --stop >/dev/null 2>&1; kill $LLM 2>/dev/null; w
 fail() { echo "FAIL: $*" >&2; cleanup; exit 1; }
 mkdir -p "$H"
 
-python3 "$KCLAW_SRC/tests/agents/llm_server.py" --port-file "$T/port" >"$T/llm.log" 2>&1 &
-LLM=$!
-i=0
-until [ -s "$T/port" ]; do
-	i=$((i + 1)); [ $i -gt 100 ] && fail "the emulator never started"; sleep 0.1
-done
-URL="http://127.0.0.1:$(cat "$T/port")/v1"
+. "$KCLAW_SRC/tests/agents/emu.sh"
+emu_start "$KCLAW_SRC" "$T" || fail "the emulator never started"
+LLM=$EMU URL="$EMU_URL/v1"
 echo '{"actions": [], "key": "kc-right-key", "models": [{"id": "other-model"}, {"id": "test-model"}]}' |
 	curl -sf -X POST --data-binary @- "$URL/../_script" >/dev/null || fail "scripting the emulator"
 

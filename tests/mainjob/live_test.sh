@@ -30,15 +30,9 @@ fail() {
 	exit 1
 }
 
-python3 "$SRC/tests/agents/llm_server.py" --port-file "$T/port" &
-EMU=$!
-i=0
-while [ ! -s "$T/port" ]; do
-	i=$((i + 1))
-	[ $i -lt 100 ] || fail "the emulator did not start"
-	sleep 0.1
-done
-URL="http://127.0.0.1:$(cat "$T/port")"
+. "$SRC/tests/agents/emu.sh"
+emu_start "$SRC" "$T" || fail "the emulator did not start"
+URL=$EMU_URL
 python3 "$HERE/live.py" script "$URL" "$SRC/examples/recordings"
 
 python3 "$HERE/mainjob.py" table "$T/table" "$T/expect.json"

@@ -13,16 +13,9 @@
 # caller's cleanup runs live_stop.
 
 live_start() {
-	python3 "$KCLAW_SRC/tests/agents/llm_server.py" --port-file "$H/emu.port" \
-		>"$H/emu.log" 2>&1 &
-	EMU=$!
-	i=0
-	while [ ! -s "$H/emu.port" ]; do
-		i=$((i + 1))
-		[ $i -lt 100 ] || { echo "the emulator did not start" >&2; return 1; }
-		sleep 0.1
-	done
-	URL="http://127.0.0.1:$(cat "$H/emu.port")"
+	. "$KCLAW_SRC/tests/agents/emu.sh"
+	emu_start "$KCLAW_SRC" "$H" || return 1
+	URL=$EMU_URL
 	python3 "$KCLAW_SRC/tests/mainjob/live.py" script "$URL" \
 		"$KCLAW_SRC/examples/recordings" >/dev/null || return 1
 	python3 "$KCLAW_SRC/tests/mainjob/mainjob.py" table "$H/table" \
