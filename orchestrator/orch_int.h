@@ -75,8 +75,9 @@ struct orch_task {
 	uint64_t created_ms, finished_ms;
 	uint32_t running;   /* its jobs running now: fair share */
 	uint64_t batch_gen; /* the batch its last transition went into, + 1 */
-	const char *why;    /* during a JOB_FAILED input: what failed */
-	uint64_t served;    /* when it last got a worker: round robin */
+	const char *why; /* during JOB_FAILED, IMPORT_FAILED, MODEL_UNFIT: what
+	                    failed */
+	uint64_t served; /* when it last got a worker: round robin */
 	/* The task's own job retries and timeouts (FsmParams), else the
 	 * orchestrator's. */
 	uint32_t job_retries, agent_timeout_ms, eval_timeout_ms;

@@ -240,6 +240,18 @@ orch_job_event(
 	orch_event(o, ev);
 }
 
+/* A job's end, told to its task's machine with why (the task's error
+ * should the machine stop on it). */
+static void
+orch_task_tell(
+    orch *o, struct orch_task *t, const orch_input *in, const char *why)
+{
+	t->why = why;
+	if (orch_task_input(o, t, in, NULL, NULL, NULL) != 0)
+		KC_ERROR("task %s: %s", t->id, kc_lasterr());
+	t->why = NULL;
+}
+
 /* A job failed (the worker said so, or missed its deadline): retry it
  * after a backoff while attempts are left, else tell the task's machine,
  * which records a failed round (or, while seeding, a missing seed). */
@@ -275,10 +287,7 @@ orch_job_failed(orch *o, struct orch_job *j, const char *why)
 			orch_refcheck_done(o, t, NULL, text);
 			return;
 		}
-		t->why = text;
-		if (orch_task_input(o, t, &in, NULL, NULL, NULL) != 0)
-			KC_ERROR("task %s: %s", t->id, kc_lasterr());
-		t->why = NULL;
+		orch_task_tell(o, t, &in, text);
 	}
 }
 
@@ -295,10 +304,7 @@ orch_model_unfit(orch *o, struct orch_job *j, const char *why)
 	snprintf(text, sizeof(text), "%s job failed, not retried: %s",
 	    orch_role_name(j->role), why && *why ? why : "the agent failed");
 	orch_job_forget(o, j);
-	t->why = text;
-	if (orch_task_input(o, t, &in, NULL, NULL, NULL) != 0)
-		KC_ERROR("task %s: %s", t->id, kc_lasterr());
-	t->why = NULL;
+	orch_task_tell(o, t, &in, text);
 }
 
 /* ------------------------------------------------------ results */
