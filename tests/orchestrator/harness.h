@@ -121,9 +121,12 @@ h_kclawd(void)
 	return h_spawn("kclawd", "--home", h_home, (char *)NULL);
 }
 
-/* One double per agent role and n sandboxes (device 0..n-1). */
+/* The six agent doubles answering after agent_ms, and nsandbox sandbox
+ * doubles after sandbox_ms (a test that needs the sandbox's jobs done
+ * before the agents' answers move the task on). */
 static void
-h_doubles(pid_t *pids, int nsandbox, const char *delay_ms)
+h_doubles_paced(
+    pid_t *pids, int nsandbox, const char *agent_ms, const char *sandbox_ms)
 {
 	static const char *roles[] = {"generator", "feature", "planner",
 	    "optimizer", "diagnoser", "repairer"};
@@ -131,13 +134,20 @@ h_doubles(pid_t *pids, int nsandbox, const char *delay_ms)
 
 	for (int i = 0; i < 6; i++)
 		pids[k++] = h_spawn("kc-double", "--role", roles[i], "--home",
-		    h_home, "--delay-ms", delay_ms, (char *)NULL);
+		    h_home, "--delay-ms", agent_ms, (char *)NULL);
 	for (int i = 0; i < nsandbox; i++) {
 		char dev[8];
 		snprintf(dev, sizeof(dev), "%d", i);
 		pids[k++] = h_spawn("kc-double", "--device", dev, "--home",
-		    h_home, "--delay-ms", delay_ms, (char *)NULL);
+		    h_home, "--delay-ms", sandbox_ms, (char *)NULL);
 	}
+}
+
+/* One double per agent role and n sandboxes (device 0..n-1). */
+static void
+h_doubles(pid_t *pids, int nsandbox, const char *delay_ms)
+{
+	h_doubles_paced(pids, nsandbox, delay_ms, delay_ms);
 }
 
 static void

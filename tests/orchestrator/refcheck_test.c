@@ -275,7 +275,10 @@ test_failed_check_goes_on(void)
 
 	start("refcheck-fail",
 	    "\"poll_ms\": 300, \"job_retries\": 1, \"retry_backoff_ms\": 10");
-	h_doubles(workers, 1, "0");
+	/* The agents answer after 1 s: the check and its retry are done
+	 * before the task can end (a task that ends first marks its check
+	 * "not run: the task ended first"). */
+	h_doubles_paced(workers, 1, "1000", "0");
 	KT_OK(h_submit(
 	    spec1("sbxfail", "seeds=ok:2.0;opt=1.0;ref=4.0;refcheck=fail"),
 	    NULL, a));
