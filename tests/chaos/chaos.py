@@ -351,7 +351,11 @@ def collect(home, tasks, killer):
     while True:
         st = statuses(home)
         procs = st["health"].get("processes", []) if st else []
-        up = [p for p in procs if p.get("state") == "running"]
+        # Up: running, or running under the "crash-looping" label, which
+        # a process killed three times in a row keeps for its first 30 s
+        # up (SUP_HEALTHY_MS); the kills are quick enough to earn it.
+        up = [p for p in procs if p.get("pid") and
+              p.get("state") in ("running", "crash-looping")]
         if st and procs and len(up) == len(procs):
             if killer is None or len(crashes(home)) >= len(
                     killer.supervised):
