@@ -984,6 +984,16 @@ def ensure_ready(st, ordinal=None):
     st.hello = {"torch": t.__version__, "device_name": t.cuda.get_device_name(ordinal),
                 "l2_bytes": l2, "cuda": t.version.cuda, "tf32": tf32, "ipc": st.ipc,
                 "kernels": KERN.what if KERN is not None else "torch"}
+    # Everything alive now lives as long as the process (PyTorch and its
+    # modules, the kernels, the FLOP counter that load uses): frozen out of
+    # the collector's way, so that the full collections of unload and load
+    # walk only what tasks made since, not every object PyTorch made.
+    try:
+        importlib.import_module("torch.utils.flop_counter")
+    except Exception:
+        pass  # load counts no FLOPs then, and says so
+    gc.collect()
+    gc.freeze()
     st.ready = True
     log("ready: PyTorch %s, CUDA %s, %s (cuda:%d), L2 %d bytes, TF32 %s, IPC via %s"
         % (t.__version__, t.version.cuda, st.hello["device_name"], ordinal, l2,
@@ -1014,7 +1024,7 @@ def unload(st):
     st.task = None
     if t is None:
         return
-    log("unload %s" % t.key[:16])
+    t0 = time.monotonic()
     had_compiled = bool(t.compiled)
     for b in t.bufs:
         b.raw = b.view = None
@@ -1042,6 +1052,7 @@ def unload(st):
             torch.cuda.empty_cache()
         except Exception as e:
             log("freeing GPU memory failed: %s" % describe_exc(e))
+    log("unload %s: %.3f s" % (t.key[:16], time.monotonic() - t0))
 
 
 def op_unload(st, req):
