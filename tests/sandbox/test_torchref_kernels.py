@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The reference process's device kernels (gpu-sandbox/torchref.py,
+"""The reference process's device kernels (gpu-sandbox/torchref_cuda.py,
 KERNELS_CU) without a GPU or PyTorch:
 
 1. the source compiles with NVRTC for sm_90, through torchref's own loader
@@ -26,7 +26,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "gpu-sandbox"))
-import torchref  # noqa: E402  (imports no PyTorch)
+import torchref_cuda  # noqa: E402  (imports no PyTorch)
 
 INF = float("inf")
 NAN = float("nan")
@@ -150,7 +150,7 @@ def main():
     fails = []
     # 1. NVRTC.
     try:
-        image, what, lib = torchref.nvrtc_compile(torchref.KERNELS_CU, [90])
+        image, what, lib = torchref_cuda.nvrtc_compile(torchref_cuda.KERNELS_CU, [90])
     except RuntimeError as e:
         if "cannot open" in str(e) or "No such file" in str(e):
             print("SKIP: no NVRTC here (%s)" % e)
@@ -169,7 +169,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="kc_trk.")
     try:
         with open(os.path.join(tmp, "kernels.cu"), "w") as f:
-            f.write("#define KC_HOST_TEST 1\n" + torchref.KERNELS_CU)
+            f.write("#define KC_HOST_TEST 1\n" + torchref_cuda.KERNELS_CU)
         with open(os.path.join(tmp, "h.cpp"), "w") as f:
             f.write(HARNESS)
         exe = os.path.join(tmp, "h")

@@ -52,6 +52,9 @@ sys.path.insert(0, os.path.join(SRC, "gpu-sandbox"))
 
 import kb2bundle as kb  # noqa: E402
 import torchref as tr  # noqa: E402
+import torchref_common as trc  # noqa: E402
+import torchref_cuda as trcuda  # noqa: E402
+import torchref_task as trt  # noqa: E402
 
 DEGENERATE = 1e-3
 
@@ -118,7 +121,7 @@ def note_peak(stage):
     """The peak GPU memory of PyTorch's allocator since the last stage,
     recorded per stage, then reset (the arena is outside the allocator:
     it is added to peak_bytes at the end)."""
-    rec, torch = CUR.get("rec"), tr.torch
+    rec, torch = CUR.get("rec"), trc.torch
     if rec is None or torch is None:
         return
     p = int(torch.cuda.max_memory_allocated())
@@ -138,7 +141,7 @@ def call(st, req, stage):
 
 
 def run_problem(st, path, a, rec):
-    torch = tr.torch
+    torch = trc.torch
     tmp = tempfile.mkdtemp(prefix="kb-ref-check-")
     try:
         rec["stage"] = "convert"
@@ -188,7 +191,7 @@ def run_problem(st, path, a, rec):
             rec["stage"] = "inputs %d" % serial
             r = call(st, {"op": "inputs", "serial": serial, "seed": a.seed + 1000 * v,
                           "variant": (0, 0, 2)[v], "keep": True}, rec["stage"])
-            if v == 2 and t.param_span is not None and tr._param_sum(t) != t.param_sum:
+            if v == 2 and t.param_span is not None and trt._param_sum(t) != t.param_sum:
                 raise Fail(rec["stage"], "a written parameter was not restored by inputs")
             for o in r["outputs"]:
                 if o.get("var_norm") is not None and o.get("exp_norm"):
@@ -260,9 +263,9 @@ def run_problem(st, path, a, rec):
 
 
 def cleanup(st):
-    torch = tr.torch
+    torch = trc.torch
     try:
-        tr.unload(st)
+        trt.unload(st)
     except BaseException as e:  # noqa: B902 - whatever happens, go on
         say("    unload failed: %s" % first_line(e))
     gc.collect()
@@ -276,18 +279,18 @@ def cleanup(st):
 
 def ipc_selftest(st):
     """The driver's handle for a fresh allocation against PyTorch's."""
-    torch = tr.torch
+    torch = trc.torch
     if st.driver is None:
         return "driver unavailable: PyTorch's _share_cuda_ is used (memory leaks at unload)"
     try:
-        x = torch.empty(tr.SHARED_MIN, dtype=torch.uint8, device=st.dev)
+        x = torch.empty(trc.SHARED_MIN, dtype=torch.uint8, device=st.dev)
         h1, off1, seg = st.driver.share(x.data_ptr())
-        h2, off2, _ = tr.torch_share(x)
+        h2, off2, _ = trcuda.torch_share(x)
         same = h1 == h2 and off1 == off2
         return "handles %s (driver offset %d, segment %d bytes; PyTorch offset %d)" % (
             "agree" if same else "DIFFER", off1, seg, off2)
     except Exception as e:
-        return "self-test failed: %s" % tr.describe_exc(e)
+        return "self-test failed: %s" % trc.describe_exc(e)
 
 
 def restart(reason):
@@ -384,11 +387,11 @@ def main(argv=None):
     elif os.path.exists(a.out):
         os.remove(a.out)
 
-    st = tr.State()
+    st = trt.State()
     r = tr.handle(st, {"op": "hello", "device": a.device})
     if not r.get("ok"):
         sys.exit("kb-ref-check: hello failed: %s: %s" % (r.get("code"), r.get("error")))
-    torch = tr.torch
+    torch = trc.torch
     free, total = torch.cuda.mem_get_info()
     say("kb-ref-check: %d problems (%d done), PyTorch %s, %s, %.1f of %.1f GiB free, IPC %s"
         % (len(probs), len(done & {rel_name(p) for p in probs}), r["torch"], r["device_name"],
@@ -400,7 +403,7 @@ def main(argv=None):
 
     def write(rec):
         with lock:
-            outf.write(json.dumps(tr.sanitize(rec)) + "\n")
+            outf.write(json.dumps(trc.sanitize(rec)) + "\n")
             outf.flush()
             os.fsync(outf.fileno())
 
@@ -448,7 +451,7 @@ def main(argv=None):
         except kb.BridgeError as e:
             rec["error"] = "kb2bundle: %s" % e
         except Exception as e:
-            rec["error"] = tr.describe_exc(e)
+            rec["error"] = trc.describe_exc(e)
             say("    %s" % traceback.format_exc().replace("\n", "\n    "))
         finally:
             signal.alarm(0)
