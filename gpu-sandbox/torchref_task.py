@@ -782,12 +782,22 @@ def op_load(st, req):
 
 
 def _load(st, t, source, t0):
+    # Where a load's time goes, step by step (host time: GPU work shows in
+    # the step that waits for it), for its log line.
+    steps, since = [], [t0]
+
+    def step(name):
+        now = time.monotonic()
+        steps.append("%s %.3f" % (name, now - since[0]))
+        since[0] = now
+
     # Shared buffers first, while the cache is empty: the arena is a fresh
     # cudaMalloc segment of its own. The peak memory counts from here.
     gc.collect()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     _alloc_shared(st, t)
+    step("arena")
 
     # The problem as a module from a file, so inspect and torch.compile
     # find its source.
@@ -806,6 +816,7 @@ def _load(st, t, source, t0):
             raise RefError("BAD_TASK", "the problem defines no %s; a KernelBench problem defines class "
                            "Model, get_inputs() and get_init_inputs()" % attr)
     t.mod = mod
+    step("module")
 
     torch.manual_seed(t.init_seed & MASK64)
     with torch.device(st.dev):
@@ -833,9 +844,11 @@ def _load(st, t, source, t0):
         log("state_dict entries not declared (the candidate does not get them): %s"
             % ", ".join(undeclared[:10]))
 
+    step("model")
     # The weights live in the arena from now on (once).
     _point_model_at_arena(t)
     t.param_sum = _param_sum(t)
+    step("weights")
 
     # One draw to check the inputs, the outputs and count the FLOPs; the
     # forward runs on the shared inputs, as every later one (drawn there:
@@ -852,6 +865,7 @@ def _load(st, t, source, t0):
     args = _to_shared(t, drawn)
     del drawn, tens
     before = [_buf_sum(t, b) for b in t.by_kind("input")]
+    step("inputs")
     # The FLOP counter runs the forward itself; where the counter (or the
     # forward) fails, the forward runs again without it and its own
     # failure is the problem's.
@@ -877,6 +891,7 @@ def _load(st, t, source, t0):
     if outs is None:
         outs = _forward(st, args, "load")
     clock.stop()
+    step("forward")
     # A model whose forward writes its inputs gets private copies for its
     # forward (the candidate must see them as drawn): found here, once, by
     # the inputs' checksums around the forward.
@@ -895,15 +910,16 @@ def _load(st, t, source, t0):
     del outs, args
     _restore_params(st, t)
     torch.cuda.synchronize()
+    step("checks")
     t.reply = {
         "buffers": [{"name": b.name, "handle": b.handle, "offset": b.offset, "bytes": b.nbytes}
                     for b in t.bufs if b.kind != "scalar"],
         "scalars": dict(t.scalars),
         "flops": flops,
     }
-    log("load %s: %d tensors, %.1f MB shared in one %.1f MB arena, %s FLOPs, %.2f s"
+    log("load %s: %d tensors, %.1f MB shared in one %.1f MB arena, %s FLOPs, %.2f s (%s)"
         % (t.key[:16], len(t.bufs), sum(b.nbytes for b in t.bufs) / 1e6, t.arena.numel() / 1e6,
-           "%.3g" % flops if flops is not None else "no", time.monotonic() - t0))
+           "%.3g" % flops if flops is not None else "no", time.monotonic() - t0, ", ".join(steps)))
     return dict(t.reply, gpu_ms=clock.ms())
 
 

@@ -5,8 +5,11 @@
 # examples/recordings, cycling past them) answering every call after
 # LATENCY seconds, once with one candidate per round and once with K, at
 # the same token budget. Prints, per task and K, the wall time from submit
-# to finish, the best speedup, the tokens and the rounds; a summary line
-# per K. Logs and reports under $OUT.
+# to finish, the best speedup, the tokens and the rounds, tuning's share of
+# the final speedup (log of best over best not from tuning, over log of
+# best) and the GPU's busy fraction (the evaluations' wall time in the
+# sandbox over the task's); a summary line per K. Logs and reports under
+# $OUT.
 #
 #   tools/bench/parallel_candidates.sh
 #
@@ -96,6 +99,8 @@ for t in json.load(open(sys.argv[1]))["tasks"]: print(t["id"])' \
 		"$H/report.json"); do
 		"$KCLAW_BIN/kclaw" --home "$H" status "$id" --json \
 			>"$H/status-$id.json" || true
+		"$KCLAW_BIN/kclaw" --home "$H" result "$id" --json \
+			>"$H/result-$id.json" || true
 	done
 	"$KCLAW_BIN/kclaw" --home "$H" up --stop >/dev/null 2>&1 || true
 	# What the emulator served in this run.
@@ -123,10 +128,46 @@ def find(o, *names):
     return None
 
 
+def tune_share_and_busy(path, wall):
+    """Tuning's share of the task's final speedup S: log(S / S0) / log(S),
+    S0 the best speedup of a candidate not made by tuning (0 when tuning
+    gave nothing, 1 when all of it), and the GPU's busy fraction: the
+    evaluations' wall time in the sandbox over the task's wall time. None
+    where the result says too little."""
+    try:
+        res = json.load(open(path))
+    except (OSError, ValueError):
+        return None, None
+    best, best_model, gpu_ms = 0.0, 0.0, 0.0
+    for h in res.get("history") or []:
+        ev, cand = h.get("eval") or {}, h.get("candidate") or {}
+        gpu_ms += float(ev.get("wall_ms") or 0)
+        if str(ev.get("status")).lower() != "ok" or not ev.get("speedup"):
+            continue
+        sp = float(ev["speedup"])
+        best = max(best, sp)
+        if cand.get("origin") != "tune":
+            best_model = max(best_model, sp)
+    share = None
+    if best > 1 and best_model > 0:
+        share = max(0.0, math.log(best / best_model)) / math.log(best)
+    busy = gpu_ms / 1000 / wall if wall and wall == wall and wall > 0 else None
+    return share, busy
+
+
+def pct(x):
+    return "-" if x is None else "%.0f%%" % (100 * x)
+
+
+def mean(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
 lines = []
 for k in ("1", kk):
     rep = json.load(open(os.path.join(out, "k" + k, "report.json")))
-    walls, sps = [], []
+    walls, sps, shares, busies = [], [], [], []
     for t in rep["tasks"]:
         st = json.load(open(os.path.join(out, "k" + k,
                                          "status-%s.json" % t["id"])))
@@ -140,15 +181,22 @@ for k in ("1", kk):
         tunes = find(st, "tune_candidates") or 0
         promoted = find(st, "tune_promotions") or 0
         from_tune = bool(find(st, "best_from_tune"))
+        share, busy = tune_share_and_busy(
+            os.path.join(out, "k" + k, "result-%s.json" % t["id"]), wall)
+        shares.append(share)
+        busies.append(busy)
         lines.append("K=%s %-16s %-6s wall %7.1f s  best %.3fx  tokens "
                      "%7d  rounds %d  tunes %d promoted %d best_from_tune "
-                     "%s" % (k, t["name"], t["state"], wall, sp,
-                             t["tokens"], t["rounds"], tunes, promoted,
-                             from_tune))
+                     "%s  tuning's share %s  GPU busy %s" % (
+                         k, t["name"], t["state"], wall, sp, t["tokens"],
+                         t["rounds"], tunes, promoted, from_tune,
+                         pct(share), pct(busy)))
     geo = math.exp(sum(map(math.log, sps)) / len(sps)) if sps else 0
     lines.append("K=%s summary: mean wall %.1f s, geomean best speedup "
-                 "%.3fx over %d tasks" % (k, sum(walls) / len(walls),
-                                          geo, len(walls)))
+                 "%.3fx over %d tasks; tuning's share of the final speedup "
+                 "%s (mean), GPU busy %s (mean)" % (
+                     k, sum(walls) / len(walls), geo, len(walls),
+                     pct(mean(shares)), pct(mean(busies))))
     # Prompt caching: the share of each prompt's bytes identical, from its
     # start, to the previous prompt of its role on its task (the first of
     # each is left out), by role; and the cached tokens the emulator
