@@ -121,6 +121,7 @@ pbjson_zero_is_null(const ProtobufCFieldDescriptor *f)
 	return (pbjson_ends(f->name, "_ms") &&
 	           strcmp(f->name, "stddev_ms") != 0) ||
 	    strcmp(f->name, "speedup") == 0 ||
+	    strncmp(f->name, "speedup_", 8) == 0 ||
 	    pbjson_ends(f->name, "_speedup") ||
 	    strcmp(f->name, "sol_fraction") == 0;
 }

@@ -84,6 +84,7 @@ test_public_convention(void)
 	Kclaw__Timing tm = KCLAW__TIMING__INIT;
 	uint8_t fsm[] = {1, 2, 3};
 	cJSON *j, *e;
+	char *text2;
 
 	t.id = "t1";
 	t.state = "OPTIMIZING";
@@ -132,6 +133,18 @@ test_public_convention(void)
 	KT_ASSERT(cJSON_GetObjectItem(e, "stddev_ms")->valuedouble == 0);
 	KT_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(j, "baseline")));
 	KT_ASSERT(cJSON_IsNull(cJSON_GetObjectItem(j, "mismatch")));
+	/* Not measured at a matched precision: null, like any speedup. */
+	KT_ASSERT(
+	    cJSON_IsNull(cJSON_GetObjectItem(j, "speedup_matched_precision")));
+	cJSON_Delete(j);
+	r.speedup_matched_precision = 1.25;
+	text2 = kc_pb_to_json_public_text(&r.base);
+	j = cJSON_Parse(text2);
+	KT_ASSERT(
+	    cJSON_GetObjectItem(j, "speedup_matched_precision")->valuedouble ==
+	    1.25);
+	r.speedup_matched_precision = 0;
+	free(text2);
 	cJSON_Delete(j);
 	free(text);
 
