@@ -675,15 +675,38 @@ orch_sched_drain(orch *o)
 		}
 }
 
+/* A supervised process died (PROCESS_CRASHED): its jobs go back to the
+ * queue, and its requests for work still waiting are dropped. A worker
+ * killed while it waited for work leaves its request here; the next job
+ * of its role would go to that request (FIFO: it waited longest), its
+ * answer to a closed pipe, and the task would wait out the job's deadline
+ * (minutes) for a worker that no longer exists. */
 void
 orch_sched_process_died(orch *o, uint32_t pid)
 {
+	if (pid == 0)
+		return;
 	for (int r = 1; r < ORCH_NROLES; r++) {
 		struct orch_job *j, *next;
+		struct orch_waiter **p = &o->waiters[r];
 		for (j = o->rhead[r]; j; j = next) {
 			next = j->qnext;
-			if (pid && j->worker_pid == pid)
+			if (j->worker_pid == pid)
 				orch_job_requeue(o, j);
+		}
+		while (*p) {
+			struct orch_waiter *w = *p;
+			if (w->pid != pid) {
+				p = &w->next;
+				continue;
+			}
+			KC_INFO("a waiting request of worker %s dropped: its "
+			        "process %u died",
+			    w->worker, pid);
+			*p = w->next;
+			bus_call_drop(w->call);
+			o->nwaiting--;
+			free(w);
 		}
 	}
 }

@@ -4,7 +4,8 @@
  * restarted, many times. Both runs must end with the same results (state,
  * rounds, tokens, base and best kernels, every candidate and its
  * evaluation), and no round may be counted twice. Every task's reference
- * check is answered exactly once.
+ * check is answered exactly once. A worker killed while it waits for work
+ * leaves no request behind that a job could be handed to.
  */
 #include "harness.h"
 
@@ -141,12 +142,80 @@ run(bool kill_it, char **out)
 	h_teardown();
 }
 
+static uint32_t
+workers_waiting(void)
+{
+	Kclaw__HealthRequest req = KCLAW__HEALTH_REQUEST__INIT;
+	Kclaw__HealthResponse *r;
+	uint32_t n;
+
+	KT_OK(h_call("Health", &req.base, &kclaw__health_response__descriptor,
+	    (ProtobufCMessage **)&r));
+	n = r->workers_waiting;
+	kclaw__health_response__free_unpacked(r, NULL);
+	return n;
+}
+
+/*
+ * A planner killed while its request for work waits (poll_ms 30 s: the
+ * request would stay valid long after). The supervisor's PROCESS_CRASHED
+ * (sent here as `kclaw up` sends it) drops that request: otherwise the
+ * next planner job goes to it (FIFO), its answer to a closed pipe, and the
+ * task sits in PLAN for the job's 10-minute deadline (seen in a soak: a
+ * task stuck after its planner was killed while idle).
+ */
+static void
+test_worker_killed_while_waiting(void)
+{
+	Kclaw__SuperviseRequest sreq = KCLAW__SUPERVISE_REQUEST__INIT;
+	Kclaw__Event ev = KCLAW__EVENT__INIT, *evs[] = {&ev};
+	ProtobufCMessage *sresp;
+	pid_t workers[8], kclawd, planner;
+	Kclaw__StatusResponse *s;
+
+	h_setup("deadwait", "\"poll_ms\": 30000");
+	setenv("KC_DOUBLE_WAIT_MS", "60000", 1);
+	kclawd = h_kclawd();
+	h_wait_up();
+	planner = h_spawn(
+	    "kc-double", "--role", "planner", "--home", h_home, (char *)NULL);
+	for (int i = 0; i < 100 && workers_waiting() < 1; i++)
+		kc_sleep_ms(50);
+	KT_EQ_INT(workers_waiting(), 1);
+	h_kill(planner, SIGKILL);
+	ev.kind = KCLAW__EVENT_KIND__PROCESS_CRASHED;
+	ev.role = KCLAW__ROLE__PLANNER;
+	ev.process = "agent-planner-0";
+	ev.detail = "agent-planner-0 killed by signal 9";
+	ev.value = planner;
+	sreq.events = evs;
+	sreq.n_events = 1;
+	KT_OK(h_call("Supervise", &sreq.base,
+	    &kclaw__supervise_response__descriptor, &sresp));
+	protobuf_c_message_free_unpacked(sresp, NULL);
+	KT_EQ_INT(workers_waiting(), 0);
+
+	/* The restarted deployment's workers: the task ends. */
+	h_doubles(workers, 1, "0");
+	KT_OK(h_submit(
+	    h_spec("dead", "seeds=ok:2.0;opt=1.0;ref=4.0", 2), "t_dead", NULL));
+	s = h_wait_final("t_dead", 30000);
+	KT_EQ_STR(s->task->state, "DONE");
+	kclaw__status_response__free_unpacked(s, NULL);
+	for (int i = 0; i < 7; i++)
+		h_kill(workers[i], SIGTERM);
+	h_kill(kclawd, SIGTERM);
+	h_teardown();
+	unsetenv("KC_DOUBLE_WAIT_MS");
+}
+
 int
 main(void)
 {
 	char *ref[NTASKS], *got[NTASKS];
 
 	signal(SIGPIPE, SIG_IGN);
+	KT_RUN(test_worker_killed_while_waiting);
 	run(false, ref);
 	run(true, got);
 	for (int i = 0; i < NTASKS; i++) {
