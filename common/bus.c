@@ -689,6 +689,17 @@ bus_call_reject(bus_call *c)
 	c->reject = true;
 }
 
+bool
+bus_call_connected(const bus_call *c)
+{
+	bool open;
+
+	nng_mtx_lock(c->srv->mtx);
+	open = bus_conn_find(c->srv, (uint32_t)nng_pipe_id(c->pipe)) != NULL;
+	nng_mtx_unlock(c->srv->mtx);
+	return open;
+}
+
 void
 bus_call_drop(bus_call *c)
 {

@@ -181,6 +181,10 @@ const void *bus_call_data(const bus_call *c, size_t *len);
 int bus_call_reply(bus_call *c, const void *data, size_t len);
 /* Frees the call without replying (the client times out or retries). */
 void bus_call_drop(bus_call *c);
+/* Whether the connection the request came on is still open: a request
+ * held for later (a worker's wait for work) whose peer hung up or died
+ * can take no reply. Safe from any thread. */
+bool bus_call_connected(const bus_call *c);
 /*
  * Marks the connection the request came on as proved: it leaves the capped
  * set of new connections and their deadline. The handler of a

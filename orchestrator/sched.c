@@ -1002,6 +1002,19 @@ orch_dispatch(orch *o)
 				p = &w->next;
 				continue;
 			}
+			/* A worker that died or hung up while it waited
+			 * (one on another host, which no supervisor here
+			 * reports) would take the job to a closed pipe. */
+			if (!bus_call_connected(w->call)) {
+				KC_INFO("a waiting request of worker %s "
+				        "dropped: its connection is closed",
+				    w->worker);
+				*p = w->next;
+				bus_call_drop(w->call);
+				o->nwaiting--;
+				free(w);
+				continue;
+			}
 			if ((j = orch_pick(o, (Kclaw__Role)r)) == NULL)
 				break; /* every queued job waits out a backoff
 				        */

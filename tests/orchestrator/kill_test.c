@@ -5,7 +5,8 @@
  * rounds, tokens, base and best kernels, every candidate and its
  * evaluation), and no round may be counted twice. Every task's reference
  * check is answered exactly once. A worker killed while it waits for work
- * leaves no request behind that a job could be handed to.
+ * leaves no request behind that a job could be handed to, whether its
+ * supervisor reports the death or nobody does.
  */
 #include "harness.h"
 
@@ -209,6 +210,40 @@ test_worker_killed_while_waiting(void)
 	unsetenv("KC_DOUBLE_WAIT_MS");
 }
 
+/*
+ * The same death with nobody to report it (a worker on another host, no
+ * `kclaw up` here): the request waits on, but its connection is closed,
+ * so the dispatch drops it instead of handing it the planner job.
+ */
+static void
+test_worker_gone_unsupervised(void)
+{
+	pid_t workers[8], kclawd, planner;
+	Kclaw__StatusResponse *s;
+
+	h_setup("deadconn", "\"poll_ms\": 30000");
+	setenv("KC_DOUBLE_WAIT_MS", "60000", 1);
+	kclawd = h_kclawd();
+	h_wait_up();
+	planner = h_spawn(
+	    "kc-double", "--role", "planner", "--home", h_home, (char *)NULL);
+	for (int i = 0; i < 100 && workers_waiting() < 1; i++)
+		kc_sleep_ms(50);
+	KT_EQ_INT(workers_waiting(), 1);
+	h_kill(planner, SIGKILL);
+	h_doubles(workers, 1, "0");
+	KT_OK(h_submit(
+	    h_spec("gone", "seeds=ok:2.0;opt=1.0;ref=4.0", 2), "t_gone", NULL));
+	s = h_wait_final("t_gone", 30000);
+	KT_EQ_STR(s->task->state, "DONE");
+	kclaw__status_response__free_unpacked(s, NULL);
+	for (int i = 0; i < 7; i++)
+		h_kill(workers[i], SIGTERM);
+	h_kill(kclawd, SIGTERM);
+	h_teardown();
+	unsetenv("KC_DOUBLE_WAIT_MS");
+}
+
 int
 main(void)
 {
@@ -216,6 +251,7 @@ main(void)
 
 	signal(SIGPIPE, SIG_IGN);
 	KT_RUN(test_worker_killed_while_waiting);
+	KT_RUN(test_worker_gone_unsupervised);
 	run(false, ref);
 	run(true, got);
 	for (int i = 0; i < NTASKS; i++) {
