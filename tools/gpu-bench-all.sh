@@ -14,7 +14,9 @@
 #   jobs    tools/kernelbench/kb-h200-bench.sh (`kclaw kernelbench`:
 #           conversion of all problems, the job killed and resumed)
 #   search  tools/bench/parallel_candidates.sh, K = 1 against K = 4, then
-#           again with tuning between rounds
+#           again with tuning between rounds on the main job's six
+#           examples (TUNE_TASKS), with tuning's share of the final speedup
+#           and the GPU's busy fraction
 #
 # PACK is tools/pack-gpu-suite.sh's folder (default .carry/gpu-suite, built
 # on any machine), KB_DIR a KernelBench tree (default .carry/kernelbench).
@@ -74,6 +76,7 @@ search)
 	[ "${T_TUNE:-270}" = 0 ] ||
 		part parallel-tune "${T_TUNE:-270}" env KCLAW_BIN="$P/bin" \
 		OUT="$O/parallel-tune" TUNE=1 LATENCY="${LATENCY:-5}" \
+		TASKS="${TUNE_TASKS:-bias_gelu softmax_rows layernorm sum_reduce matmul_bias_relu conv2d_5x5}" \
 		ROUNDS="${ROUNDS:-8}" K="${K:-4}" TOKENS="${TOKENS:-150000}" \
 		"$W" sh tools/bench/parallel_candidates.sh
 	;;
