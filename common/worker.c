@@ -23,6 +23,19 @@ struct kc_worker {
 	char token[128];
 };
 
+void
+kc_worker_host(char *buf, size_t n)
+{
+	const char *v = getenv("KCLAW_WORKER_HOST");
+
+	if (v && *v)
+		snprintf(buf, n, "%s", v);
+	else if (n < 2 || gethostname(buf, n - 1) != 0)
+		snprintf(buf, n, "localhost");
+	else
+		buf[n - 1] = '\0';
+}
+
 int
 kc_worker_open(kc_worker **out, const char *work_url, Kclaw__Role role,
     int device, const char *worker_id, const char *token)
@@ -33,13 +46,8 @@ kc_worker_open(kc_worker **out, const char *work_url, Kclaw__Role role,
 	if ((w = calloc(1, sizeof(*w))) == NULL)
 		return KC_ENOMEM;
 	/* The host names the GPU with the device number (one evaluation per
-	 * GPU); KCLAW_WORKER_HOST overrides it where hostnames are not unique
-	 * per machine. */
-	if (getenv("KCLAW_WORKER_HOST") && *getenv("KCLAW_WORKER_HOST"))
-		snprintf(w->host, sizeof(w->host), "%s",
-		    getenv("KCLAW_WORKER_HOST"));
-	else if (gethostname(w->host, sizeof(w->host) - 1) != 0)
-		snprintf(w->host, sizeof(w->host), "localhost");
+	 * GPU). */
+	kc_worker_host(w->host, sizeof(w->host));
 	if (worker_id != NULL)
 		snprintf(w->id, sizeof(w->id), "%s", worker_id);
 	else

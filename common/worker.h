@@ -17,6 +17,11 @@
 
 typedef struct kc_worker kc_worker;
 
+/* The host a worker names itself by (its GPUs are this host's):
+ * KCLAW_WORKER_HOST where set (hostnames need not be unique), else the
+ * hostname, else "localhost". */
+void kc_worker_host(char *buf, size_t n);
+
 /* worker_id may be NULL (one is made from host, role and pid). */
 int kc_worker_open(kc_worker **out, const char *work_url, Kclaw__Role role,
     int device, const char *worker_id, const char *token);

@@ -586,7 +586,8 @@ api_supervise(orch *o, bus_call *call, const Kclaw__ApiRequest *env)
 		    in->kind != KCLAW__EVENT_KIND__SHUTDOWN)
 			continue;
 		if (in->kind == KCLAW__EVENT_KIND__PROCESS_CRASHED)
-			orch_sched_process_died(o, (uint32_t)in->value);
+			orch_sched_process_died(
+			    o, (uint32_t)in->value, req->host ? req->host : "");
 		if (in->kind == KCLAW__EVENT_KIND__SHUTDOWN)
 			orch_sched_drain(o);
 		if ((ev = malloc(sizeof(*ev))) == NULL)

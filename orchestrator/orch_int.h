@@ -265,7 +265,8 @@ void orch_dispatch(orch *o);
  * taken. */
 void orch_sched_drain(orch *o);
 /* A process the supervisor saw die: re-queue its jobs now. */
-void orch_sched_process_died(orch *o, uint32_t pid);
+/* Process pid of host (a supervisor's; "": any host's) died. */
+void orch_sched_process_died(orch *o, uint32_t pid, const char *host);
 void orch_sched_close(orch *o);
 
 /* ---- import.c: tensors into the store, off the loop ---- */

@@ -675,6 +675,13 @@ orch_sched_drain(orch *o)
 		}
 }
 
+/* Whether a worker of worker_host runs on host ("": any host). */
+static bool
+orch_on_host(const char *worker_host, const char *host)
+{
+	return !*host || strcmp(worker_host, host) == 0;
+}
+
 /* A supervised process died (PROCESS_CRASHED): its jobs go back to the
  * queue, and its requests for work still waiting are dropped. A worker
  * killed while it waited for work leaves its request here; the next job
@@ -682,7 +689,7 @@ orch_sched_drain(orch *o)
  * answer to a closed pipe, and the task would wait out the job's deadline
  * (minutes) for a worker that no longer exists. */
 void
-orch_sched_process_died(orch *o, uint32_t pid)
+orch_sched_process_died(orch *o, uint32_t pid, const char *host)
 {
 	if (pid == 0)
 		return;
@@ -691,12 +698,12 @@ orch_sched_process_died(orch *o, uint32_t pid)
 		struct orch_waiter **p = &o->waiters[r];
 		for (j = o->rhead[r]; j; j = next) {
 			next = j->qnext;
-			if (j->worker_pid == pid)
+			if (j->worker_pid == pid && orch_on_host(j->host, host))
 				orch_job_requeue(o, j);
 		}
 		while (*p) {
 			struct orch_waiter *w = *p;
-			if (w->pid != pid) {
+			if (w->pid != pid || !orch_on_host(w->host, host)) {
 				p = &w->next;
 				continue;
 			}

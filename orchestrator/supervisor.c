@@ -24,6 +24,7 @@
 #include "kc_err.h"
 #include "kc_log.h"
 #include "kc_util.h"
+#include "worker.h"
 
 static const char *const sup_roles[SUP_NROLES] = {"", "generator", "feature",
     "planner", "optimizer", "diagnoser", "repairer", "sandbox"};
@@ -62,6 +63,7 @@ struct sup {
 	uint64_t last_health;
 	unsigned health_misses;
 	bool health_seen;
+	char host[64]; /* as the workers it starts name theirs */
 };
 
 /* ------------------------------------------------------------- options */
@@ -262,6 +264,7 @@ sup_report(struct sup *s)
 	}
 	req.processes = pinfo;
 	req.n_processes = s->n;
+	req.host = s->host;
 	req.events = s->pending;
 	req.n_events = s->npending;
 	if (kc_api_call(s->api, "Supervise", &req.base, s->opt->cfg.token, 1000,
@@ -573,6 +576,7 @@ sup_run(const sup_options *opt, volatile sig_atomic_t *stop)
 	if (s == NULL)
 		return KC_ENOMEM;
 	s->opt = opt;
+	kc_worker_host(s->host, sizeof(s->host));
 	if ((rv = kc_config_prepare(&opt->cfg)) != 0 ||
 	    (rv = bus_client_open(&s->api, opt->cfg.api_url, 0)) != 0)
 		goto out;

@@ -9,6 +9,7 @@
  * supervisor reports the death or nobody does.
  */
 #include "harness.h"
+#include "worker.h"
 
 #define NTASKS 4
 
@@ -160,7 +161,8 @@ workers_waiting(void)
 /*
  * A planner killed while its request for work waits (poll_ms 30 s: the
  * request would stay valid long after). The supervisor's PROCESS_CRASHED
- * (sent here as `kclaw up` sends it) drops that request: otherwise the
+ * (sent here as `kclaw up` sends it, with its host; the same pid on
+ * another host is left alone) drops that request: otherwise the
  * next planner job goes to it (FIFO), its answer to a closed pipe, and the
  * task sits in PLAN for the job's 10-minute deadline (seen in a soak: a
  * task stuck after its planner was killed while idle).
@@ -173,6 +175,7 @@ test_worker_killed_while_waiting(void)
 	ProtobufCMessage *sresp;
 	pid_t workers[8], kclawd, planner;
 	Kclaw__StatusResponse *s;
+	char host[64];
 
 	h_setup("deadwait", "\"poll_ms\": 30000");
 	setenv("KC_DOUBLE_WAIT_MS", "60000", 1);
@@ -191,6 +194,14 @@ test_worker_killed_while_waiting(void)
 	ev.value = planner;
 	sreq.events = evs;
 	sreq.n_events = 1;
+	/* The same pid on another host is another process. */
+	sreq.host = "elsewhere";
+	KT_OK(h_call("Supervise", &sreq.base,
+	    &kclaw__supervise_response__descriptor, &sresp));
+	protobuf_c_message_free_unpacked(sresp, NULL);
+	KT_EQ_INT(workers_waiting(), 1);
+	kc_worker_host(host, sizeof(host));
+	sreq.host = host;
 	KT_OK(h_call("Supervise", &sreq.base,
 	    &kclaw__supervise_response__descriptor, &sresp));
 	protobuf_c_message_free_unpacked(sresp, NULL);
