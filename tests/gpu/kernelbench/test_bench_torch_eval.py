@@ -43,6 +43,7 @@ def main():
         {"part": "cases", "case": "relu", "level": 1, "overhead_ms": 80.0, "timed": t},
         {"part": "cases", "case": "softmax", "level": 1, "overhead_ms": 60.0, "timed": None},
         {"part": "cases", "case": "mlp", "level": 3, "overhead_ms": 140.0, "timed": None},
+        {"part": "cases_loaded", "case": "relu", "level": 1, "overhead_ms": 12.0, "timed": None},
         {"part": "refonly", "level": 2, "overhead_ms": 90.0},
         {"part": "relu_inprocess", "path": "kernels", "wall_ms": 13.0, "parts_ms": 11.0, "ratio": 1.18},
         {"part": "matched", "speedup": 1.1, "speedup_matched_precision": 0.6},
@@ -50,12 +51,14 @@ def main():
     text = bt.table(b)
     for want in ("Level 1 (median of 2, ms) | 70.0 | < 100",
                  "Levels 2-3 (median of 1, ms) | 140.0 | < 150",
+                 "already loaded, Level 1 (median of 1, ms) | 12.0 | < 100",
+                 "already loaded, Levels 2-3 (median of 0, ms) | - | < 150",
                  "reference-only evaluations, Levels 2-3 (median of 1, ms) | 90.0",
                  "15.0 / 8.0 = 1.88x | <= 1.5x",
                  "kernels comparison (ms) | 13.0 / 11.0 = 1.18x",
                  "kclaw eval softmax-2 (s) | 1.25 | < 3",
                  "speedup_matched_precision | 1.10 / 0.60",
-                 "7 measurements, 1 skipped, 0 failures"):
+                 "8 measurements, 1 skipped, 0 failures"):
         check(want in text, "the table lacks %r:\n%s" % (want, text))
     print("ok")
     return 0
