@@ -370,12 +370,14 @@ agent_converse(const agent_ctx *ctx, const agent_role *role,
 			break;
 		}
 		if (rv != 0) {
+			bool unavailable = resp.unavailable;
 			llm_response_free(&resp);
 			if (rv == KC_ENOMEM)
 				break;
 			/* The server cut the prompt to its context: so it
 			 * will every prompt of the task. */
 			r->stop_task = rv == KC_ENOSPC;
+			r->model_unavailable = unavailable;
 			rv = agent_fail(
 			    r, "the LLM call failed: %s", kc_lasterr());
 			break;

@@ -111,6 +111,10 @@ typedef struct {
 	unsigned retries;
 	unsigned dropped_params; /* parameters refused by a 400 and dropped */
 	size_t reasoning_bytes;  /* length of the reasoning field, if any */
+	/* A failed call whose every try failed transiently (no connection,
+	 * 429, 5xx, no complete reply in time): the provider is down or
+	 * overloaded, which says nothing about this request. */
+	bool unavailable;
 } llm_response;
 
 void llm_response_free(llm_response *r);

@@ -1052,6 +1052,7 @@ llm_http_chat(void *state, const llm_request *req, llm_response *resp)
 		    "LLM call to %s (model %s) failed: %s; not retried, since "
 		    "the same request would fail again",
 		    h->url, h->cfg.model, t.what);
+	resp->unavailable = true;
 	return kc_seterr(rv,
 	    "LLM call to %s (model %s) failed after %u tries: %s; check "
 	    "that the server is up and reachable, or raise "

@@ -100,7 +100,8 @@ orch_options_json(orch_options *opt, const char *path)
 	    {"sm_count", 0, 1e5}, {"explore_share", 0, 1}, {"sol_stop", 0, 1},
 	    {"reference_check", 0, 1}, {"upload_idle_ms", 100, 864e5},
 	    {"upload_staged_bytes", 1 << 20, 1e15},
-	    {"candidates_per_round", 1, ORCH_MAX_WAVE}, {"tune", 0, 1}};
+	    {"candidates_per_round", 1, ORCH_MAX_WAVE}, {"tune", 0, 1},
+	    {"model_outage_ms", 0, 864e5}};
 	double v[KC_ARRAY_LEN(keys)];
 	const cJSON *obj;
 	cJSON *root;
@@ -142,6 +143,7 @@ orch_options_json(orch_options *opt, const char *path)
 	v[22] = (double)opt->upload_staged_bytes;
 	v[23] = opt->defaults.candidates_per_round;
 	v[24] = opt->defaults.tune;
+	v[25] = opt->model_outage_ms;
 	for (size_t i = 0; i < KC_ARRAY_LEN(keys); i++)
 		if (!orch_json_num(
 		        obj, keys[i].key, keys[i].lo, keys[i].hi, &v[i])) {
@@ -179,6 +181,7 @@ orch_options_json(orch_options *opt, const char *path)
 	opt->upload_staged_bytes = (uint64_t)v[22];
 	opt->defaults.candidates_per_round = (uint32_t)v[23];
 	opt->defaults.tune = (uint32_t)v[24];
+	opt->model_outage_ms = (uint32_t)v[25];
 	rv = orch_options_role_timeouts(opt, obj, path);
 out:
 	cJSON_Delete(root);
@@ -208,6 +211,9 @@ orch_options_load(orch_options *opt, const kc_config *cfg)
 	opt->eval_timeout_ms = 120 * 1000;
 	opt->retry_backoff_ms = 1000;
 	opt->retry_backoff_max_ms = 30 * 1000;
+	/* A provider down for half an hour costs no job its attempts (its
+	 * rounds, its seeds): an outage is the provider's, not the task's. */
+	opt->model_outage_ms = 30 * 60 * 1000;
 	opt->poll_ms = 5000;
 	opt->render_bytes = 6000;
 	opt->profile = 1;

@@ -115,6 +115,11 @@ typedef struct {
 	/* A failed job waits retry_backoff_ms before its first retry, twice
 	 * as long before each next one, at most retry_backoff_max_ms. */
 	uint32_t retry_backoff_ms, retry_backoff_max_ms;
+	/* An agent job whose model provider is unavailable (every try of its
+	 * call failed transiently, AgentReply.model_unavailable) waits for
+	 * the provider this long in all, retried at the backoff, before it
+	 * counts as a failed attempt; 0: it counts at once. */
+	uint32_t model_outage_ms;
 	uint32_t role_timeout_ms[8]; /* agent jobs' deadline by Kclaw__Role */
 	uint32_t eval_timeout_ms;
 	uint32_t poll_ms;      /* an idle worker's empty answer after this */
@@ -142,7 +147,8 @@ typedef struct {
  * Defaults, then kclaw.json's "orchestrator" object: seeds, rounds,
  * max_repairs, rt, at, max_duplicates, tokens, wall_seconds,
  * target_speedup (the task defaults), job_retries, retry_backoff_ms,
- * retry_backoff_max_ms, agent_timeout_ms (every agent role), role_timeout_ms
+ * retry_backoff_max_ms, model_outage_ms, agent_timeout_ms (every agent
+ * role), role_timeout_ms
  * ({"generator": ms, ...}), eval_timeout_ms, poll_ms, render_bytes,
  * profile, sm_count, reference_check, upload_idle_ms, upload_staged_bytes.
  * A task's params and budget override them.

@@ -33,6 +33,10 @@ struct orch_job {
 	uint32_t count; /* generator: seeds */
 	uint32_t key_n; /* replay key number */
 	uint32_t attempt;
+	/* Its model provider unavailable since (0: not), and how many waits
+	 * for it so far (orch_job_outage). */
+	uint64_t outage_since_mono;
+	uint32_t outage_waits;
 	enum orch_job_state state;
 	uint64_t enq_seq;       /* queue order */
 	uint64_t deadline_mono; /* running: when it is given up */

@@ -291,6 +291,34 @@ orch_job_failed(orch *o, struct orch_job *j, const char *why)
 	}
 }
 
+/* The job's model provider is unavailable (every try of the agent's call
+ * failed transiently): the job waits for it, at the retry backoff and
+ * without spending an attempt, while the outage is younger than
+ * model_outage_ms; then it fails like any other. Returns whether it
+ * waits. */
+static bool
+orch_job_outage(orch *o, struct orch_job *j, const char *why)
+{
+	uint64_t now = kc_mono_ms(), wait;
+	char text[512];
+
+	if (j->outage_since_mono == 0)
+		j->outage_since_mono = now;
+	if (now - j->outage_since_mono >= o->opt.model_outage_ms)
+		return false;
+	wait = orch_job_backoff_ms(o, ++j->outage_waits);
+	snprintf(text, sizeof(text),
+	    "%s job waits %.1f s for the model provider (unavailable for "
+	    "%.0f s; its attempts are kept): %s",
+	    orch_role_name(j->role), (double)wait / 1000,
+	    (double)(now - j->outage_since_mono) / 1000, why);
+	o->counters.retries++;
+	orch_job_event(o, j, KCLAW__EVENT_KIND__JOB_RETRIED, text);
+	orch_job_requeue(o, j);
+	j->ready_mono = now + wait;
+	return true;
+}
+
 /* An agent's failure that every job of the task would meet (the model's
  * context window cannot hold its prompts): no retry; the task stops at
  * once, the agent's error as the task's error and in last_agent_error. */
@@ -395,6 +423,9 @@ orch_agent_result(orch *o, const Kclaw__AgentReply *r)
 		orch_model_unfit(o, j, r->error);
 		return;
 	}
+	if (!r->ok && r->model_unavailable &&
+	    orch_job_outage(o, j, r->error ? r->error : "no reply"))
+		return;
 	if (!r->ok) {
 		orch_job_failed(o, j,
 		    r->error && *r->error ? r->error : "the agent failed");

@@ -134,6 +134,8 @@ test_error_after_last_try(void)
 	KT_EQ_INT(rv, KC_EHTTP);
 	KT_CONTAINS(kc_lasterr(), "after 3 tries");
 	KT_CONTAINS(kc_lasterr(), "HTTP 502");
+	/* Every try transient: the provider is unavailable. */
+	KT_ASSERT(r.unavailable);
 	KT_CONTAINS(kc_lasterr(), "scripted failure");
 	KT_CONTAINS(kc_lasterr(), srv.base_url);
 	KT_ASSERT(strstr(kc_lasterr(), KT_TEST_KEY) == NULL);
@@ -200,6 +202,7 @@ test_4xx_not_retried(void)
 	KT_EQ_INT(llm_chat(c, &req, &r), KC_EHTTP);
 	KT_CONTAINS(kc_lasterr(), "HTTP 400");
 	KT_CONTAINS(kc_lasterr(), "not retried");
+	KT_ASSERT(!r.unavailable); /* this request's own failure */
 	log = kt_llm_log(&srv);
 	KT_EQ_INT(cJSON_GetArraySize(log), 1);
 	cJSON_Delete(log);
@@ -255,6 +258,7 @@ test_connection_refused(void)
 	KT_EQ_INT(llm_chat(c, &req, &r), KC_EHTTP);
 	KT_CONTAINS(kc_lasterr(), "after 3 tries");
 	KT_CONTAINS(kc_lasterr(), "connect");
+	KT_ASSERT(r.unavailable);
 	llm_close(c);
 }
 
@@ -585,6 +589,7 @@ test_refused_unknown_param_final(void)
 	KT_EQ_INT(llm_chat(c, &req, &r), KC_EHTTP);
 	KT_CONTAINS(kc_lasterr(), "HTTP 400");
 	KT_CONTAINS(kc_lasterr(), "not retried");
+	KT_ASSERT(!r.unavailable); /* this request's own failure */
 	KT_EQ_INT(r.dropped_params, 0);
 	llm_response_free(&r);
 	log = kt_llm_log(&srv);

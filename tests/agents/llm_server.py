@@ -612,12 +612,17 @@ def main():
     global LATENCY_S
     ap = argparse.ArgumentParser()
     ap.add_argument("--port-file", required=True)
+    ap.add_argument("--port", type=int, default=0,
+                    help="listen on this port (default: a free one); an "
+                    "emulator started again on its old port stands for a "
+                    "provider that was down")
     ap.add_argument("--latency", type=float, default=0.0,
                     help="seconds every chat reply takes (a model's "
                     "latency), on top of any scripted delay")
     args = ap.parse_args()
     LATENCY_S = args.latency
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    ThreadingHTTPServer.allow_reuse_address = True
+    srv = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     srv.daemon_threads = True
     tmp = args.port_file + ".tmp"
     with open(tmp, "w") as f:

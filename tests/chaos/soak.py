@@ -3,7 +3,8 @@
 random, an outsider on its sockets; nothing may be lost or stall.
 
     soak.py [--minutes 60] [--latency 5] [--agents 4] [--in-flight 8]
-            [--kill-every 150] [--seed N] [--out DIR]
+            [--kill-every 150] [--outage-every S [--outage-s 60]]
+            [--seed N] [--out DIR]
 
 A benchmark, not a test (ctest does not run it): `kclaw up` with the real
 kclawd on tcp:// with a token, --agents kclaw-agent workers per role
@@ -23,6 +24,8 @@ naming tasks it can run). While it runs:
 - an outsider, without the token, connects to the API and work sockets
   and hangs up at once, sends wrong-token requests and reconnects, and
   holds idle connections, in turns, all the time;
+- with --outage-every, the model provider is down (the emulator stopped,
+  connections refused) for --outage-s seconds every so often;
 - a prober asks `kclaw status --json` every second: a stall is the time
   from one answered probe to the next;
 - RSS of every process is sampled every 10 s.
@@ -104,22 +107,8 @@ def prepare(t, src, bundles, latency):
         os.environ.update({"KCLAW_SANDBOX_BIN": t + "/sandbox",
                            "MAINJOB_TABLE": t + "/table",
                            "KCLAW_CUDA_DRIVER": "/nonexistent/libcuda.so.1"})
-    emu = subprocess.Popen(
-        [sys.executable, os.path.join(src, "tests/agents/llm_server.py"),
-         "--port-file", t + "/emu.port", "--latency", str(latency)],
-        stdout=open(t + "/emulator.log", "w"), stderr=subprocess.STDOUT)
-    for _ in range(200):
-        if os.path.exists(t + "/emu.port") and os.path.getsize(
-                t + "/emu.port"):
-            break
-        time.sleep(0.05)
-    url = "http://127.0.0.1:%s" % open(t + "/emu.port").read().strip()
-    body = json.dumps({"actions": [], "model": {
-        "recordings": os.path.join(src, "examples/recordings"),
-        "cycle": True}}).encode()
-    urllib.request.urlopen(urllib.request.Request(
-        url + "/_script", data=body,
-        headers={"Content-Type": "application/json"})).read()
+    emu = Emulator(t, src, latency)
+    url = emu.start()
     for k in ("KCLAW_LLM_REPLAY", "KCLAW_LLM_RECORD", "KCLAW_HOME"):
         os.environ.pop(k, None)
     os.environ.update({"KCLAW_LLM_MODEL": "kclaw-emu-1",
@@ -136,6 +125,46 @@ def prepare(t, src, bundles, latency):
                    "token": token}, f)
     os.chmod(path, 0o600)
     return home, emu, (api, work)
+
+
+class Emulator:
+    """The provider emulator in its model-like mode; stop() and start()
+    again on the same port stand for a provider that was down."""
+
+    def __init__(self, t, src, latency):
+        self.t, self.src, self.latency = t, src, latency
+        self.proc, self.port = None, 0
+
+    def start(self):
+        pf = self.t + "/emu.port"
+        if os.path.exists(pf):
+            os.unlink(pf)
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(self.src,
+                                          "tests/agents/llm_server.py"),
+             "--port-file", pf, "--port", str(self.port),
+             "--latency", str(self.latency)],
+            stdout=open(self.t + "/emulator.log", "a"),
+            stderr=subprocess.STDOUT)
+        for _ in range(400):
+            if os.path.exists(pf) and os.path.getsize(pf):
+                break
+            time.sleep(0.05)
+        self.port = int(open(pf).read().strip())
+        url = "http://127.0.0.1:%d" % self.port
+        body = json.dumps({"actions": [], "model": {
+            "recordings": os.path.join(self.src, "examples/recordings"),
+            "cycle": True}}).encode()
+        urllib.request.urlopen(urllib.request.Request(
+            url + "/_script", data=body,
+            headers={"Content-Type": "application/json"})).read()
+        return url
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
 
 
 # ----------------------------------------------------------- the threads
@@ -263,6 +292,30 @@ class Killer(Loop):
         return self.rng.uniform(0.5, 1.5) * self.every
 
 
+class Outage(Loop):
+    """The model provider down (connections refused) for outage_s, every
+    `every` seconds (+-50 %)."""
+
+    def __init__(self, stop, emu, every, outage_s, rng):
+        super().__init__(stop)
+        self.emu, self.every, self.outage_s, self.rng = (emu, every,
+                                                         outage_s, rng)
+        self.outages = []
+        self.first = True
+
+    def step(self):
+        if self.first:
+            self.first = False
+            return self.rng.uniform(0.5, 1.5) * self.every
+        log("the model provider goes down for %.0f s" % self.outage_s)
+        self.emu.stop()
+        self.outages.append(time.strftime("%H:%M:%S"))
+        time.sleep(self.outage_s)
+        self.emu.start()
+        log("the model provider is back")
+        return self.rng.uniform(0.5, 1.5) * self.every
+
+
 class Outsider(Loop):
     """Without the token: hang-ups, wrong-token requests and idle
     connections on the API and work sockets, in turns."""
@@ -379,6 +432,11 @@ def main():
     ap.add_argument("--in-flight", type=int, default=8)
     ap.add_argument("--kill-every", type=float, default=150,
                     help="mean seconds between kills (default 150)")
+    ap.add_argument("--outage-every", type=float, default=0,
+                    help="mean seconds between model provider outages "
+                    "(default 0: none)")
+    ap.add_argument("--outage-s", type=float, default=60,
+                    help="how long each outage lasts (default 60)")
     ap.add_argument("--bundles", default=",".join(BUNDLES))
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--drain-s", type=float, default=600,
@@ -412,7 +470,13 @@ def main():
         submitter = Submitter(stop, home, t, bundles, a.in_flight, prober)
         killer = Killer(stop, sup, a.kill_every, random.Random(seed))
         outsider = Outsider(stop, ports)
-        for th in (prober, sampler, submitter, killer, outsider):
+        threads = [prober, sampler, submitter, killer, outsider]
+        outage = None
+        if a.outage_every > 0:
+            outage = Outage(stop, emu, a.outage_every, a.outage_s,
+                            random.Random(seed + 1))
+            threads.append(outage)
+        for th in threads:
             th.start()
         t0 = time.monotonic()
         while not stop.is_set() and time.monotonic() - t0 < a.minutes * 60:
@@ -421,8 +485,9 @@ def main():
                 % (len(submitter.submitted), prober.answered, prober.probes,
                    prober.max_stall))
         stop.set()
-        for th in (submitter, killer, outsider):
-            th.join(timeout=2 * RECOVER_MAX_S + 70)
+        for th in (submitter, killer, outsider, outage):
+            if th is not None:
+                th.join(timeout=2 * RECOVER_MAX_S + a.outage_s + 70)
         log("draining: waiting for the tasks in flight")
         deadline = time.monotonic() + a.drain_s
         states = {}
@@ -452,6 +517,7 @@ def main():
             "longest_stall_s": round(prober.max_stall, 1),
             "stalls_over_5s": prober.stalls, "kills": killer.kills,
             "outsider": outsider.counts,
+            "model_outages": outage.outages if outage else [],
             "rss": rss_summary(sampler.series),
         }
         with open(os.path.join(t, "soak.json"), "w") as f:
@@ -469,6 +535,9 @@ def main():
                 for c in chaos.CLASSES), max(rec) if rec else "-",
             len(unrecovered)))
         log("outsider: %s" % outsider.counts)
+        if outage:
+            log("model provider outages of %.0f s: %d (%s)" % (
+                a.outage_s, len(outage.outages), ", ".join(outage.outages)))
         for cls, r in sorted(out["rss"].items()):
             log("rss %-12s pid %d over %d s: %.1f -> %.1f MB (max %.1f), "
                 "%+.2f MB/hour" % (cls, r["pid"], r["span_s"], r["first_mb"],
@@ -482,7 +551,7 @@ def main():
         stop.set()
         drain.set()
         chaos.kclaw(home, "up", "--stop", check=False, timeout=120)
-        emu.kill()
+        emu.stop()
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@
  *
  *   kc-double --role ROLE|sandbox [--device N] [--work-url URL]
  *             [--home DIR] [--delay-ms N] [--exit-after N] [--fail-every N]
- *             [--no-device]
+ *             [--unavailable N] [--no-device]
+ *
+ * --unavailable N: its first N agent jobs fail as a provider that is down
+ * fails them (AgentReply.model_unavailable, a connection error).
  *
  * It waits KC_DOUBLE_WAIT_MS (default 6000) for an answer, then reconnects
  * and asks again with its unsent result.
@@ -417,6 +420,7 @@ main(int argc, char **argv)
 {
 	const char *role_name = NULL, *home = NULL, *url = NULL;
 	int device = 0, delay_ms = 0, exit_after = 0, fail_every = 0;
+	int unavailable = 0;
 	bool no_device = false;
 	Kclaw__Role role = KCLAW__ROLE__ROLE_UNSPECIFIED;
 	Kclaw__AgentReply *reply = NULL;
@@ -444,6 +448,8 @@ main(int argc, char **argv)
 			exit_after = atoi(v), i++;
 		else if (strcmp(argv[i], "--fail-every") == 0)
 			fail_every = atoi(v), i++;
+		else if (strcmp(argv[i], "--unavailable") == 0)
+			unavailable = atoi(v), i++;
 		else if (strcmp(argv[i], "--no-device") == 0)
 			no_device = true;
 	}
@@ -526,6 +532,15 @@ main(int argc, char **argv)
 				reply->ok = 0;
 				reply->error = strdup("scripted failure");
 				reply->usage->failed_calls = 1;
+			} else if (jobs <= unavailable) {
+				reply->ok = 0;
+				reply->error = strdup(
+				    "the LLM call failed: LLM call to "
+				    "http://127.0.0.1:9/v1 failed after 5 "
+				    "tries: Couldn't connect to server "
+				    "(scripted outage)");
+				reply->usage->failed_calls = 1;
+				reply->model_unavailable = 1;
 			}
 		} else if (job->eval) {
 			result = malloc(sizeof(*result));

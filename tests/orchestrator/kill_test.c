@@ -6,7 +6,8 @@
  * evaluation), and no round may be counted twice. Every task's reference
  * check is answered exactly once. A worker killed while it waits for work
  * leaves no request behind that a job could be handed to, whether its
- * supervisor reports the death or nobody does.
+ * supervisor reports the death or nobody does. A model provider that is
+ * down costs no job its attempts.
  */
 #include "harness.h"
 #include "worker.h"
@@ -255,6 +256,79 @@ test_worker_gone_unsupervised(void)
 	unsetenv("KC_DOUBLE_WAIT_MS");
 }
 
+/* The task's candidates made by the Generator (its seeds). */
+static unsigned
+seeds_of(const char *id)
+{
+	Kclaw__ResultRequest req = KCLAW__RESULT_REQUEST__INIT;
+	Kclaw__ResultResponse *r;
+	unsigned n = 0;
+
+	req.task_id = (char *)id;
+	KT_OK(h_call("Result", &req.base, &kclaw__result_response__descriptor,
+	    (ProtobufCMessage **)&r));
+	for (size_t i = 0; i < r->n_history; i++)
+		n += strcmp(r->history[i]->candidate->origin, "generator") == 0;
+	kclaw__result_response__free_unpacked(r, NULL);
+	return n;
+}
+
+/* One task whose Generator's first five jobs fail as a provider that is
+ * down fails them, one retry per job; returns its seeds. */
+static unsigned
+run_outage(const char *name, const char *outage_ms)
+{
+	static const char *roles[] = {
+	    "feature", "planner", "optimizer", "diagnoser", "repairer"};
+	pid_t workers[8], kclawd;
+	Kclaw__StatusResponse *s;
+	char orch[256];
+	unsigned seeds;
+
+	snprintf(orch, sizeof(orch),
+	    "\"poll_ms\": 200, \"job_retries\": 1, \"retry_backoff_ms\": 20, "
+	    "\"retry_backoff_max_ms\": 50, \"model_outage_ms\": %s",
+	    outage_ms);
+	h_setup(name, orch);
+	setenv("KC_DOUBLE_WAIT_MS", "1000", 1);
+	kclawd = h_kclawd();
+	h_wait_up();
+	workers[0] = h_spawn("kc-double", "--role", "generator", "--home",
+	    h_home, "--unavailable", "5", (char *)NULL);
+	for (int i = 0; i < 5; i++)
+		workers[1 + i] = h_spawn("kc-double", "--role", roles[i],
+		    "--home", h_home, (char *)NULL);
+	workers[6] = h_spawn(
+	    "kc-double", "--device", "0", "--home", h_home, (char *)NULL);
+	KT_OK(h_submit(
+	    h_spec(name, "seeds=ok:2.0,ok:3.0,ok:4.0;opt=1.0;ref=4.0", 1),
+	    "t_out", NULL));
+	s = h_wait_final("t_out", 30000);
+	KT_EQ_STR(s->task->state, "DONE");
+	kclaw__status_response__free_unpacked(s, NULL);
+	seeds = seeds_of("t_out");
+	for (int i = 0; i < 7; i++)
+		h_kill(workers[i], SIGTERM);
+	h_kill(kclawd, SIGTERM);
+	h_teardown();
+	unsetenv("KC_DOUBLE_WAIT_MS");
+	return seeds;
+}
+
+/*
+ * The model provider down: five failed calls, every try transient
+ * (AgentReply.model_unavailable). The jobs wait for the provider without
+ * spending their attempts (model_outage_ms), so the task has its three
+ * seeds as if nothing had happened; with model_outage_ms 0 the same
+ * failures spend the attempts and at least two seeds are lost.
+ */
+static void
+test_model_outage_waits(void)
+{
+	KT_EQ_INT(run_outage("outage", "600000"), 3);
+	KT_ASSERT(run_outage("outage0", "0") <= 1);
+}
+
 int
 main(void)
 {
@@ -263,6 +337,7 @@ main(void)
 	signal(SIGPIPE, SIG_IGN);
 	KT_RUN(test_worker_killed_while_waiting);
 	KT_RUN(test_worker_gone_unsupervised);
+	KT_RUN(test_model_outage_waits);
 	run(false, ref);
 	run(true, got);
 	for (int i = 0; i < NTASKS; i++) {
