@@ -111,8 +111,9 @@ typedef struct {
 	unsigned retries;
 	unsigned dropped_params; /* parameters refused by a 400 and dropped */
 	size_t reasoning_bytes;  /* length of the reasoning field, if any */
-	/* A failed call whose every try failed transiently (no connection,
-	 * 429, 5xx, no complete reply in time): the provider is down or
+	/* A failed call whose tries failed for the provider's own reasons
+	 * (no connection, 429, 502, 503, 504, 529; the last one such), from
+	 * a provider that answered this client before: it is down or
 	 * overloaded, which says nothing about this request. */
 	bool unavailable;
 } llm_response;

@@ -88,11 +88,16 @@ typedef struct {
 	bool probed;       /* the server was asked for the window */
 	unsigned window;   /* the context window in tokens; 0 = unknown */
 	bool anthropic;    /* the Messages API, not chat completions */
+	bool answered;     /* a try got an HTTP answer (any status) once */
 } llm_http;
 
 /* The outcome of one try. */
 typedef struct {
-	bool retry;      /* transient: another try may succeed */
+	bool retry; /* transient: another try may succeed */
+	/* The provider's own unavailability, whatever was asked: no
+	 * connection, or 429 (rate), 502, 503, 504, 529 (overloaded). Not a
+	 * 500 or a timeout, which a request can cause. */
+	bool outage;
 	long status;     /* HTTP status, 0 when none came */
 	long wait_ms;    /* the server's Retry-After, -1 when absent */
 	char what[1024]; /* what went wrong, for the final error */
@@ -510,6 +515,7 @@ llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
 	int rv;
 
 	t->retry = false;
+	t->outage = false;
 	t->status = 0;
 	t->wait_ms = -1;
 	t->what[0] = '\0';
@@ -541,6 +547,11 @@ llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
 	}
 	if (cc != CURLE_OK) {
 		t->retry = llm_http_transient(cc);
+		t->outage = cc == CURLE_COULDNT_CONNECT ||
+		    cc == CURLE_COULDNT_RESOLVE_HOST ||
+		    cc == CURLE_COULDNT_RESOLVE_PROXY ||
+		    cc == CURLE_SSL_CONNECT_ERROR || cc == CURLE_GOT_NOTHING ||
+		    cc == CURLE_SEND_ERROR || cc == CURLE_RECV_ERROR;
 		snprintf(t->what, sizeof(t->what), "%s%s (%s)%s",
 		    cc == CURLE_OPERATION_TIMEDOUT
 		        ? "no complete reply in time: "
@@ -555,6 +566,8 @@ llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
 		return cc == CURLE_OPERATION_TIMEDOUT ? KC_ETIMEDOUT : KC_EHTTP;
 	}
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &t->status);
+	if (t->status > 0)
+		h->answered = true;
 	if (t->status != 200) {
 		llm_http_server_error(&body, server, sizeof(server), t);
 		t->retry =
@@ -578,6 +591,9 @@ llm_http_try(llm_http *h, const llm_request *req, const char *body_json,
 			    "; the account's spend limit or quota is reached: "
 			    "raise it with the provider");
 		}
+		t->outage = t->retry &&
+		    (t->status == 429 || t->status == 502 || t->status == 503 ||
+		        t->status == 504 || t->status == 529);
 		snprintf(t->what, sizeof(t->what), "HTTP %ld%s%s%s", t->status,
 		    server[0] ? " (" : "", server, server[0] ? ")" : "");
 		if (t->status == 401 || t->status == 403)
@@ -1052,7 +1068,9 @@ llm_http_chat(void *state, const llm_request *req, llm_response *resp)
 		    "LLM call to %s (model %s) failed: %s; not retried, since "
 		    "the same request would fail again",
 		    h->url, h->cfg.model, t.what);
-	resp->unavailable = true;
+	/* An outage of a provider that answered before; one that never did
+	 * is more likely misconfigured (the URL, the port): said at once. */
+	resp->unavailable = t.outage && h->answered;
 	return kc_seterr(rv,
 	    "LLM call to %s (model %s) failed after %u tries: %s; check "
 	    "that the server is up and reachable, or raise "

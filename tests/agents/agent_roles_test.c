@@ -306,7 +306,8 @@ test_llm_failure(void)
 	KT_ASSERT(!r->ok);
 	KT_CONTAINS(r->error, "the LLM call failed");
 	KT_CONTAINS(r->error, "after 3 tries");
-	KT_ASSERT(r->model_unavailable); /* three 500s: an outage */
+	/* Three 500s: a request can cause those, so no outage. */
+	KT_ASSERT(!r->model_unavailable);
 	KT_ASSERT(r->plan == NULL);
 	kclaw__agent_reply__free_unpacked(r, NULL);
 

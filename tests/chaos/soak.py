@@ -226,6 +226,8 @@ class Submitter(Loop):
         self.in_flight, self.prober = in_flight, prober
         self.submitted = []
         self.pending = None  # an id whose Submit did not answer yet
+        self.t0 = time.monotonic()
+        self.progress = []
 
     def step(self):
         st = self.prober.statuses
@@ -248,6 +250,8 @@ class Submitter(Loop):
             return 1
         self.pending = None
         self.submitted.append(tid)
+        self.progress.append((round(time.monotonic() - self.t0),
+                              len(self.submitted)))
         return 0.2
 
 
@@ -519,6 +523,12 @@ def main():
             "outsider": outsider.counts,
             "model_outages": outage.outages if outage else [],
             "rss": rss_summary(sampler.series),
+            # Every sample: [class, pid, seconds since the start, kB].
+            "rss_samples": [[c, pid, round(t_), kb] for (c, pid), pts in
+                            sorted(sampler.series.items())
+                            for t_, kb in pts],
+            # Tasks submitted by then: [seconds since the start, count].
+            "submitted_at": submitter.progress,
         }
         with open(os.path.join(t, "soak.json"), "w") as f:
             json.dump(out, f, indent=1)
