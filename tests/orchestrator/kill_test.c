@@ -159,28 +159,17 @@ workers_waiting(void)
 	return n;
 }
 
-/*
- * A planner killed while its request for work waits (poll_ms 30 s: the
- * request would stay valid long after). The supervisor's PROCESS_CRASHED
- * (sent here as `kclaw up` sends it, with its host; the same pid on
- * another host is left alone) drops that request: otherwise the
- * next planner job goes to it (FIFO), its answer to a closed pipe, and the
- * task sits in PLAN for the job's 10-minute deadline (seen in a soak: a
- * task stuck after its planner was killed while idle).
- */
-static void
-test_worker_killed_while_waiting(void)
+/* A deployment of kclawd alone (poll_ms 30 s: a waiting request stays
+ * valid long after) and a planner killed with SIGKILL while its request
+ * for work waits; returns the planner's pid, kclawd's in *kclawd. */
+static pid_t
+planner_killed_while_waiting(const char *name, pid_t *kclawd)
 {
-	Kclaw__SuperviseRequest sreq = KCLAW__SUPERVISE_REQUEST__INIT;
-	Kclaw__Event ev = KCLAW__EVENT__INIT, *evs[] = {&ev};
-	ProtobufCMessage *sresp;
-	pid_t workers[8], kclawd, planner;
-	Kclaw__StatusResponse *s;
-	char host[64];
+	pid_t planner;
 
-	h_setup("deadwait", "\"poll_ms\": 30000");
+	h_setup(name, "\"poll_ms\": 30000");
 	setenv("KC_DOUBLE_WAIT_MS", "60000", 1);
-	kclawd = h_kclawd();
+	*kclawd = h_kclawd();
 	h_wait_up();
 	planner = h_spawn(
 	    "kc-double", "--role", "planner", "--home", h_home, (char *)NULL);
@@ -188,6 +177,47 @@ test_worker_killed_while_waiting(void)
 		kc_sleep_ms(50);
 	KT_EQ_INT(workers_waiting(), 1);
 	h_kill(planner, SIGKILL);
+	return planner;
+}
+
+/* Then the restarted deployment's workers: task `id` must end DONE. */
+static void
+task_ends_with_fresh_workers(const char *name, const char *id, pid_t kclawd)
+{
+	pid_t workers[8];
+	Kclaw__StatusResponse *s;
+
+	h_doubles(workers, 1, "0");
+	KT_OK(h_submit(
+	    h_spec(name, "seeds=ok:2.0;opt=1.0;ref=4.0", 2), id, NULL));
+	s = h_wait_final(id, 30000);
+	KT_EQ_STR(s->task->state, "DONE");
+	kclaw__status_response__free_unpacked(s, NULL);
+	for (int i = 0; i < 7; i++)
+		h_kill(workers[i], SIGTERM);
+	h_kill(kclawd, SIGTERM);
+	h_teardown();
+	unsetenv("KC_DOUBLE_WAIT_MS");
+}
+
+/*
+ * The supervisor's PROCESS_CRASHED (sent here as `kclaw up` sends it, with
+ * its host; the same pid on another host is left alone) drops the dead
+ * planner's waiting request: otherwise the next planner job goes to it
+ * (FIFO), its answer to a closed pipe, and the task sits in PLAN for the
+ * job's 10-minute deadline (seen in a soak: a task stuck after its
+ * planner was killed while idle).
+ */
+static void
+test_worker_killed_while_waiting(void)
+{
+	Kclaw__SuperviseRequest sreq = KCLAW__SUPERVISE_REQUEST__INIT;
+	Kclaw__Event ev = KCLAW__EVENT__INIT, *evs[] = {&ev};
+	ProtobufCMessage *sresp;
+	pid_t kclawd, planner;
+	char host[64];
+
+	planner = planner_killed_while_waiting("deadwait", &kclawd);
 	ev.kind = KCLAW__EVENT_KIND__PROCESS_CRASHED;
 	ev.role = KCLAW__ROLE__PLANNER;
 	ev.process = "agent-planner-0";
@@ -207,19 +237,7 @@ test_worker_killed_while_waiting(void)
 	    &kclaw__supervise_response__descriptor, &sresp));
 	protobuf_c_message_free_unpacked(sresp, NULL);
 	KT_EQ_INT(workers_waiting(), 0);
-
-	/* The restarted deployment's workers: the task ends. */
-	h_doubles(workers, 1, "0");
-	KT_OK(h_submit(
-	    h_spec("dead", "seeds=ok:2.0;opt=1.0;ref=4.0", 2), "t_dead", NULL));
-	s = h_wait_final("t_dead", 30000);
-	KT_EQ_STR(s->task->state, "DONE");
-	kclaw__status_response__free_unpacked(s, NULL);
-	for (int i = 0; i < 7; i++)
-		h_kill(workers[i], SIGTERM);
-	h_kill(kclawd, SIGTERM);
-	h_teardown();
-	unsetenv("KC_DOUBLE_WAIT_MS");
+	task_ends_with_fresh_workers("dead", "t_dead", kclawd);
 }
 
 /*
@@ -230,30 +248,10 @@ test_worker_killed_while_waiting(void)
 static void
 test_worker_gone_unsupervised(void)
 {
-	pid_t workers[8], kclawd, planner;
-	Kclaw__StatusResponse *s;
+	pid_t kclawd;
 
-	h_setup("deadconn", "\"poll_ms\": 30000");
-	setenv("KC_DOUBLE_WAIT_MS", "60000", 1);
-	kclawd = h_kclawd();
-	h_wait_up();
-	planner = h_spawn(
-	    "kc-double", "--role", "planner", "--home", h_home, (char *)NULL);
-	for (int i = 0; i < 100 && workers_waiting() < 1; i++)
-		kc_sleep_ms(50);
-	KT_EQ_INT(workers_waiting(), 1);
-	h_kill(planner, SIGKILL);
-	h_doubles(workers, 1, "0");
-	KT_OK(h_submit(
-	    h_spec("gone", "seeds=ok:2.0;opt=1.0;ref=4.0", 2), "t_gone", NULL));
-	s = h_wait_final("t_gone", 30000);
-	KT_EQ_STR(s->task->state, "DONE");
-	kclaw__status_response__free_unpacked(s, NULL);
-	for (int i = 0; i < 7; i++)
-		h_kill(workers[i], SIGTERM);
-	h_kill(kclawd, SIGTERM);
-	h_teardown();
-	unsetenv("KC_DOUBLE_WAIT_MS");
+	planner_killed_while_waiting("deadconn", &kclawd);
+	task_ends_with_fresh_workers("gone", "t_gone", kclawd);
 }
 
 /* The task's candidates made by the Generator (its seeds). */
