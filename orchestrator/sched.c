@@ -567,6 +567,19 @@ orch_reissue_lost(orch *o, const Kclaw__WorkRequest *req)
 	}
 }
 
+/* Unlinks the waiting worker at *p and drops its held request unanswered
+ * (its peer has gone, or asked again). */
+static void
+orch_waiter_drop(orch *o, struct orch_waiter **p)
+{
+	struct orch_waiter *w = *p;
+
+	*p = w->next;
+	bus_call_drop(w->call);
+	o->nwaiting--;
+	free(w);
+}
+
 void
 orch_work_call(orch *o, bus_call *call)
 {
@@ -624,11 +637,7 @@ orch_work_call(orch *o, bus_call *call)
 				p = &(*p)->next;
 				continue;
 			}
-			w = *p;
-			*p = w->next;
-			bus_call_drop(w->call);
-			o->nwaiting--;
-			free(w);
+			orch_waiter_drop(o, p);
 		}
 	}
 	if ((w = calloc(1, sizeof(*w))) == NULL) {
@@ -741,10 +750,7 @@ orch_sched_process_died(orch *o, uint32_t pid, const char *host)
 			KC_INFO("a waiting request of worker %s dropped: its "
 			        "process %u died",
 			    w->worker, pid);
-			*p = w->next;
-			bus_call_drop(w->call);
-			o->nwaiting--;
-			free(w);
+			orch_waiter_drop(o, p);
 		}
 	}
 }
@@ -1047,10 +1053,7 @@ orch_dispatch(orch *o)
 				KC_INFO("a waiting request of worker %s "
 				        "dropped: its connection is closed",
 				    w->worker);
-				*p = w->next;
-				bus_call_drop(w->call);
-				o->nwaiting--;
-				free(w);
+				orch_waiter_drop(o, p);
 				continue;
 			}
 			if ((j = orch_pick(o, (Kclaw__Role)r)) == NULL)
