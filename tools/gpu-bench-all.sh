@@ -23,7 +23,8 @@
 # Logs go to $OUT/<group> (default ./gpu-bench-out), each part under its
 # own `timeout` (seconds in the environment: T_SUITE, T_CASES, ...), and
 # the group's summary lines to $OUT/<group>/summary.txt. OPS_ONLY=CASE,...
-# limits torch_ops_bench.py's cases; T_EVAL=0 or T_TUNE=0 leaves a part out.
+# limits torch_ops_bench.py's cases; T_EVAL=0, T_OPS=0 or T_TUNE=0 leaves a
+# part out.
 set -u
 cd "$(dirname "$0")/.."
 group=${1:?usage: tools/gpu-bench-all.sh suite|cases|torch|jobs|search [PACK [KB_DIR]]}
@@ -61,7 +62,7 @@ torch)
 	[ "${T_EVAL:-330}" = 0 ] || part torch-eval "${T_EVAL:-330}" "$W" python3 \
 		tests/gpu/kernelbench/bench_torch_eval.py --bin "$P/bin" --kb "$KB" \
 		--out "$O/torch-eval" --budget-s "${B_EVAL:-300}"
-	part torch-ops "${T_OPS:-200}" "$W" python3 tools/bench/torch_ops_bench.py \
+	[ "${T_OPS:-200}" = 0 ] || part torch-ops "${T_OPS:-200}" "$W" python3 tools/bench/torch_ops_bench.py \
 		--export "$P/bin/kc-export-test" --kb "$KB" --out "$O/torch-ops" \
 		${OPS_ONLY:+--only "$OPS_ONLY"}
 	;;

@@ -7,7 +7,7 @@
 # BIN_DIR holds the built binaries (build-rel/bin), KB_DIR a KernelBench
 # tree (level1/ level2/ level3/, e.g. ../shared/kernelbench), OUT the log
 # folder (default $OUT, else ./kb-bench-out). $KCLAW_PYTHON must have
-# PyTorch (default python3). Two parts, about 5 minutes in all:
+# PyTorch (default python3). Three parts, about 9 minutes in all:
 #
 # 1. Conversion: every problem of Levels 1-3 through ONE kb2bundle.py
 #    --batch process (PyTorch imported once), timed: OUT/convert.jsonl (the
@@ -21,6 +21,9 @@
 #    the service stopped (`kclaw up --stop`), the same command run again to
 #    the end. OUT/kb/ holds its report (report.txt, report.json, run.json);
 #    OUT/bench.txt says whether any problem ran twice or was lost.
+# 3. The same at full size (KB_ALL=0 leaves it out): every problem, one
+#    round, SIGKILLed once KB_ALL_KILL_AT (60) tasks have ended, resumed
+#    (within KB_ALL_RESUME_S, 330 s); OUT/kball/ holds its report.
 set -u
 BIN=$(cd "${1:?BIN_DIR}" && pwd)
 KB=$(cd "${2:?KB_DIR}" && pwd)
@@ -99,8 +102,8 @@ export KCLAW_LLM_MODEL=kclaw-emu-1 KCLAW_LLM_BASE_URL="$URL/v1" KCLAW_LLM_API_KE
 export KCLAW_PYTHON="$PY"
 ARGS="--home $H kernelbench $O/kbsub --rounds 2 --out $O/kb --agents 1"
 
-ended() {
-	"$K" --home "$H" status --json 2>/dev/null | python3 -c '
+ended() { # [HOME]: tasks ended, tasks in all
+	"$K" --home "${1:-$H}" status --json 2>/dev/null | python3 -c '
 import json, sys
 try:
     t = json.load(sys.stdin).get("tasks", [])
@@ -141,4 +144,64 @@ print("tasks in the service %d (distinct %d) for %d problems; lost: %s; states: 
 PY
 cat "$O/kb/report.txt" >>"$O/bench.txt" 2>/dev/null
 tail -n 40 "$O/kb/report.txt" 2>/dev/null
-exit $rc
+[ "${KB_ALL:-1}" = 1 ] || exit $rc
+
+# ---- 3. every problem of Levels 1-3, unattended, killed once and resumed
+# The scripted model has kernels for the cases of tests/gpu/kernelbench; for
+# every other problem it answers 500 ("no scripted reply"), so those tasks
+# fail at their first model job: what this part measures is the command at
+# full size (conversion, 250 submissions, reference checks, progress, the
+# kill, the resume, the report), not kernels.
+HA="$O/home-all"
+rm -rf "$O/kball" "$O/replies-all" "$HA"
+"$K" --home "$H" up --stop >/dev/null 2>&1
+python3 "$SRC/tools/kernelbench/kb-emu-replies.py" "$SRC/tests/gpu/kernelbench" \
+	"$O/replies-all" >"$O/subset-all.txt"
+python3 -c '
+import json, sys, urllib.request
+body = json.dumps({"actions": [], "model": {"recordings": sys.argv[2]}}).encode()
+urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/_script", data=body, method="POST"), timeout=10).read()' \
+	"$URL" "$O/replies-all"
+ALL="--home $HA kernelbench $KB --rounds 1 --out $O/kball --agents 2"
+KILL_AT=${KB_ALL_KILL_AT:-60}
+t0=$(date +%s)
+"$K" $ALL >"$O/all1.log" 2>&1 &
+RUN=$!
+while kill -0 "$RUN" 2>/dev/null; do
+	set -- $(ended "$HA")
+	[ "${1:-0}" -ge "$KILL_AT" ] && break
+	[ $(($(date +%s) - t0)) -gt "${KB_ALL_KILL_S:-200}" ] && break
+	sleep 1
+done
+if kill -0 "$RUN" 2>/dev/null; then
+	kill -9 "$RUN"
+	say "all problems: killed the first run after $(($(date +%s) - t0)) s with $(ended "$HA" | cut -d' ' -f1) task(s) ended of $(ended "$HA" | cut -d' ' -f2)"
+else
+	say "all problems: the first run ended before the kill (exit $(wait "$RUN"; echo $?))"
+fi
+wait "$RUN" 2>/dev/null
+"$K" --home "$HA" up --stop >/dev/null 2>&1
+t1=$(date +%s)
+timeout -k 5 "${KB_ALL_RESUME_S:-330}" "$K" $ALL --keep >"$O/all2.log" 2>&1
+rc3=$?
+say "all problems: resumed run exit $rc3 after $(($(date +%s) - t1)) s ($(($(date +%s) - t0)) s since the first start); $(grep -h 'resuming:' "$O/all2.log")"
+"$K" --home "$HA" status --json >"$O/status-all.json" 2>/dev/null
+python3 - "$O/status-all.json" "$O/kball/run.json" "$O/convert.requests" <<'PY' | tee -a "$O/bench.txt"
+import collections, json, sys
+st = json.load(open(sys.argv[1]))
+n = sum(1 for l in open(sys.argv[3]) if l.strip())
+ids = [t["id"] for t in st["tasks"]]
+states = collections.Counter(t["state"] for t in st["tasks"])
+try:
+    run = json.load(open(sys.argv[2]))
+    mine = [p["task_id"] for p in run["problems"]]
+except (OSError, ValueError, KeyError):
+    mine = []
+print("all problems: tasks in the service %d (distinct %d) for %d problems; in run.json %d; "
+      "lost: %s; states: %s" % (len(ids), len(set(ids)), n, len(mine),
+                                 len(set(mine) - set(ids)) if mine else "run.json missing",
+                                 dict(states)))
+PY
+head -n 30 "$O/kball/report.txt" >>"$O/bench.txt" 2>/dev/null
+[ $rc -eq 0 ] || exit $rc
+exit $rc3
