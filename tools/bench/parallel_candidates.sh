@@ -156,7 +156,7 @@ def tune_share_and_busy(path, wall):
 
 
 def pct(x):
-    return "-" if x is None else "%.0f%%" % (100 * x)
+    return "-" if x is None else "%.1f%%" % (100 * x)
 
 
 def mean(xs):

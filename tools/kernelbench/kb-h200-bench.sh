@@ -151,7 +151,10 @@ tail -n 40 "$O/kb/report.txt" 2>/dev/null
 # every other problem it answers 500 ("no scripted reply"), so those tasks
 # fail at their first model job: what this part measures is the command at
 # full size (conversion, 250 submissions, reference checks, progress, the
-# kill, the resume, the report), not kernels.
+# kill, the resume, the report), not kernels. One try per call
+# (KCLAW_LLM_MAX_TRIES=1): with the default five, every unscripted job held
+# an agent ~10 s per attempt, and 250 tasks on two generator agents took
+# hours (1 of 250 ended in 200 s on the H200).
 HA="$O/home-all"
 rm -rf "$O/kball" "$O/replies-all" "$HA"
 "$K" --home "$H" up --stop >/dev/null 2>&1
@@ -165,7 +168,7 @@ urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/_script", data=bod
 ALL="--home $HA kernelbench $KB --rounds 1 --out $O/kball --agents 2"
 KILL_AT=${KB_ALL_KILL_AT:-60}
 t0=$(date +%s)
-"$K" $ALL >"$O/all1.log" 2>&1 &
+KCLAW_LLM_MAX_TRIES=1 "$K" $ALL >"$O/all1.log" 2>&1 &
 RUN=$!
 while kill -0 "$RUN" 2>/dev/null; do
 	set -- $(ended "$HA")
@@ -182,7 +185,7 @@ fi
 wait "$RUN" 2>/dev/null
 "$K" --home "$HA" up --stop >/dev/null 2>&1
 t1=$(date +%s)
-timeout -k 5 "${KB_ALL_RESUME_S:-330}" "$K" $ALL --keep >"$O/all2.log" 2>&1
+KCLAW_LLM_MAX_TRIES=1 timeout -k 5 "${KB_ALL_RESUME_S:-330}" "$K" $ALL --keep >"$O/all2.log" 2>&1
 rc3=$?
 say "all problems: resumed run exit $rc3 after $(($(date +%s) - t1)) s ($(($(date +%s) - t0)) s since the first start); $(grep -h 'resuming:' "$O/all2.log")"
 "$K" --home "$HA" status --json >"$O/status-all.json" 2>/dev/null
