@@ -277,10 +277,12 @@ fsm_promote(orch_fsm *f, orch_actions *a, uint32_t cand, double ms, double sp)
 }
 
 /*
- * The GPU works while the model thinks: a correct kernel's tune candidate
- * (its launch configuration and declared tunables swept by the sandbox)
- * goes out now, beside the next agent job, one at a time. Its result is
- * kept (fsm_tuned) and judged with the next round's kernel.
+ * The GPU works while the model thinks: the task's new best kernel gets a
+ * tune candidate (its launch configuration and declared tunables swept by
+ * the sandbox), sent now, beside the next agent job, one at a time. Its
+ * result is kept (fsm_tuned) and judged with the next round's kernel. A
+ * kernel slower than the best gets none: on the H200 the sweeps of seeds
+ * and middling repairs never paid (docs/benchmarks.md, the TUNE=1 run).
  */
 static void
 fsm_tune(orch_fsm *f, orch_actions *a, uint32_t of)
@@ -595,8 +597,9 @@ fsm_judge(orch_fsm *f, orch_actions *a, Kclaw__EvalStatus st, double ms,
 		fsm_best(f, f->cur, ms, sp, sol);
 		f->chain = 0;
 		tuned = fsm_tune_take(f, &pick, &ms, &sp);
-		if (tunable)
-			fsm_tune(f, a, f->cur);
+		if (tunable && f->best == f->cur)
+			fsm_tune(f, a,
+			    f->cur); /* only a new best is worth a sweep */
 		fsm_promote_or_plan(f, a, pick, ms, sp, tuned);
 	} else if (f->origin != ORCH_ORIGIN_REPAIR) {
 		fsm_start_chain(

@@ -1383,6 +1383,36 @@ test_tune_failed_or_slower(void)
 	KT_EQ_INT(find(ORCH_ACT_TUNE, 0)->aux, f.cur);
 }
 
+/* Only a new best kernel is swept: a tunable round's kernel slower than
+ * the task's best gets no tune candidate. */
+static void
+test_tune_only_new_best(void)
+{
+	orch_fsm f = fsm_new(1, 15);
+	orch_input in, failed = {.kind = ORCH_IN_JOB_FAILED};
+	uint32_t g, e;
+
+	f.p.tune = 1;
+	g = fsm_start(&f);
+	step(&f, in_n(ORCH_IN_SEEDS, g, 1));
+	in = in_eval(find(ORCH_ACT_EVAL, 0)->job, OK, 1.0);
+	in.tunable = 1;
+	step(&f, in);
+	KT_EQ_INT(f.tunes, 1); /* the seed, the first best */
+	failed.job = f.tune_job;
+	step(&f, failed);
+	step(&f, in_n(ORCH_IN_FEATURES, f.await_first, 0));
+	step(&f, in_job(ORCH_IN_RETRIEVED, f.await_first));
+	e = fsm_optimize_round(&f);
+	in = in_eval(e, OK, 1.5); /* slower than the 1.0 ms best */
+	in.tunable = 1;
+	step(&f, in);
+	KT_EQ_INT(f.state, ORCH_ST_PLAN);
+	KT_ASSERT(find(ORCH_ACT_TUNE, 0) == NULL);
+	KT_EQ_INT(f.tunes, 1);
+	KT_EQ_INT(f.tune_cand, 0);
+}
+
 /* The tune candidate's plan (orchestrator/tune.c): a 1-D step's block
  * becomes KC_BLOCK_0 over its own size first and 128..1024, its grid the
  * expression that covers the same 16384 threads; the sandbox's expansion
@@ -1708,6 +1738,7 @@ main(void)
 	KT_RUN(test_wave_token_budget);
 	KT_RUN(test_tune_candidate_promoted);
 	KT_RUN(test_tune_failed_or_slower);
+	KT_RUN(test_tune_only_new_best);
 	KT_RUN(test_tune_plan);
 	KT_RUN(test_cancel_everywhere);
 	KT_RUN(test_seed_eval_failed);
