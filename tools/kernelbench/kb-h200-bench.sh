@@ -34,10 +34,12 @@ SRC=$(pwd)
 PY=${KCLAW_PYTHON:-python3}
 K="$BIN/kclaw"
 H="$O/home"
+HA="$O/home-all"
 EMU=
 say() { echo "$*" | tee -a "$O/bench.txt"; }
-cleanup() {
+cleanup() { # both parts' services (the resumed runs keep theirs up)
 	"$K" --home "$H" up --stop >/dev/null 2>&1
+	[ ! -d "$HA" ] || "$K" --home "$HA" up --stop >/dev/null 2>&1
 	[ -z "$EMU" ] || kill "$EMU" 2>/dev/null
 }
 trap cleanup EXIT
@@ -155,7 +157,6 @@ tail -n 40 "$O/kb/report.txt" 2>/dev/null
 # (KCLAW_LLM_MAX_TRIES=1): with the default five, every unscripted job held
 # an agent ~10 s per attempt, and 250 tasks on two generator agents took
 # hours (1 of 250 ended in 200 s on the H200).
-HA="$O/home-all"
 rm -rf "$O/kball" "$O/replies-all" "$HA"
 "$K" --home "$H" up --stop >/dev/null 2>&1
 python3 "$SRC/tools/kernelbench/kb-emu-replies.py" "$SRC/tests/gpu/kernelbench" \
