@@ -469,11 +469,11 @@ ev_judge(ev *e)
 	    flops, e->g->bw_bytes_per_ms, e->g->peak_flops_per_ms);
 	/* The honest figure for how close it is to what the GPU allows;
 	 * the speed of light above is only the impossibility check. */
-	res->roofline_ms =
-	    sbx_roofline_ms(in_bytes, out_bytes, flops, e->g->bw_bytes_per_ms,
-	        e->g->peak_flops_per_ms / SBX_OPS_FP8 *
-	            sbx_precision_ops(
-	                e->req->candidate->source, e->cand.plan, task));
+	res->roofline_ms = sbx_roofline_ms(in_bytes, out_bytes, flops,
+	    e->g->bw_bytes_per_ms, e->g->read_bytes_per_ms,
+	    e->g->peak_flops_per_ms / SBX_OPS_FP8 *
+	        sbx_precision_ops(
+	            e->req->candidate->source, e->cand.plan, task));
 	if (res->roofline_ms > 0 && res->timing->median_ms > 0)
 		res->sol_fraction = res->roofline_ms / res->timing->median_ms;
 	if (res->speed_of_light_ms > 0 && res->timing->median_ms > 0) {

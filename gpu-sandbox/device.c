@@ -297,6 +297,9 @@ ev_gpu_device_metrics(ev_gpu *g, Kclaw__EvalResult *res)
 	if (g->bw_bytes_per_ms > 0)
 		sbx_result_add_metric(res, "device.bandwidth_gbs",
 		    g->bw_bytes_per_ms / 1e6, "GB/s");
+	if (g->read_bytes_per_ms > 0)
+		sbx_result_add_metric(res, "device.read_bandwidth_gbs",
+		    g->read_bytes_per_ms / 1e6, "GB/s");
 	if (g->peak_flops_per_ms > 0)
 		sbx_result_add_metric(res, "device.peak_tflops",
 		    g->peak_flops_per_ms / 1e9, "TFLOP/s");

@@ -102,9 +102,10 @@ typedef struct {
 	/* Every timed run's comparison, [iteration][output] (EV_CHK_SLOT
 	 * bytes each). */
 	CUdeviceptr chk;
-	/* Measured at start-up: the device's copy bandwidth and its peak
-	 * arithmetic rate, for the speed of light. */
-	double bw_bytes_per_ms, peak_flops_per_ms;
+	/* Measured at start-up: the device's copy bandwidth (reads plus
+	 * writes), its read bandwidth (a read-only sweep) and its peak
+	 * arithmetic rate, for the speed of light and the roofline. */
+	double bw_bytes_per_ms, read_bytes_per_ms, peak_flops_per_ms;
 	/* Measured at start-up (ev_gpu_calibrate): the events' own time around
 	 * one launch, taken off every timed sample, and the least a launch
 	 * takes by CUPTI; 0 where CUPTI could not measure them. */

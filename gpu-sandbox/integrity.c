@@ -286,13 +286,17 @@ sbx_precision_ops(
 }
 
 double
-sbx_roofline_ms(double in_bytes, double out_bytes, double flops,
-    double bw_bytes_per_ms, double peak_flops_per_ms)
+sbx_roofline_ms(double in_bytes, double out_bytes, double flops, double copy_bw,
+    double read_bw, double peak_flops_per_ms)
 {
 	double mem = 0, comp = 0;
 
-	if (bw_bytes_per_ms > 0)
-		mem = (in_bytes + out_bytes) / bw_bytes_per_ms;
+	if (copy_bw > 0) {
+		double r = read_bw > copy_bw ? read_bw : copy_bw;
+		double w_inv = 2 / copy_bw - 1 / r; /* per write byte */
+
+		mem = in_bytes / r + out_bytes * w_inv;
+	}
 	if (flops > 0 && peak_flops_per_ms > 0)
 		comp = flops / peak_flops_per_ms;
 	return mem > comp ? mem : comp;

@@ -79,14 +79,21 @@ double sbx_precision_ops(
 
 /*
  * The honest roofline, in ms: the compulsory bytes (every input read once,
- * every output written once) at the measured copy bandwidth (bytes per
- * ms, reads and writes counted), or flops (0 = unknown) at the peak of the
- * precision used (per ms), whichever takes longer. A kernel's time over it
- * is how far it is from what the GPU allows (sol_fraction = roofline /
- * median); 0 when nothing is known.
+ * every output written once) at the bandwidths measured, or flops (0 =
+ * unknown) at the peak of the precision used (per ms), whichever takes
+ * longer. A kernel's time over it is how far it is from what the GPU
+ * allows (sol_fraction = roofline / median); 0 when nothing is known.
+ *
+ * The bytes: inputs at the read bandwidth read_bw (a read-only sweep;
+ * HBM reads alone go faster than a copy's mix: on the H200 a loss that
+ * reads two tensors and writes a scalar read 116 % of the copy roofline),
+ * outputs at the write bandwidth that makes a copy take what it measured
+ * (1/w = 2/copy_bw - 1/read_bw), so a kernel at the copy rate reads 1.0
+ * whatever its mix. read_bw 0 (not measured) or below copy_bw: both at
+ * copy_bw. Bandwidths in bytes per ms, a copy's counting reads and writes.
  */
 double sbx_roofline_ms(double in_bytes, double out_bytes, double flops,
-    double bw_bytes_per_ms, double peak_flops_per_ms);
+    double copy_bw, double read_bw, double peak_flops_per_ms);
 
 /*
  * The variation rule: a candidate's relative error err_rel (||got - exp||

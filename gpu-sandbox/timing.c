@@ -52,16 +52,23 @@ ev_gpu_launch_empty(ev_gpu *g, CUfunction f)
 	    f, (unsigned)g->sms, 1, 1, 128, 1, 1, 0, g->stream, params, NULL);
 }
 
+/* A read of bytes at buf (kc_flush_read, every SM full). */
+static CUresult
+ev_gpu_read(ev_gpu *g, CUdeviceptr buf, size_t bytes)
+{
+	uint64_t n = bytes / 16;
+	CUdeviceptr sink = g->acc + 7 * sizeof(uint64_t);
+	void *params[3] = {&buf, &n, &sink};
+
+	return g->cu.cuLaunchKernel(g->flush_read, (unsigned)g->sms * 8, 1, 1,
+	    256, 1, 1, 0, g->stream, params, NULL);
+}
+
 /* The L2 flush before a timed run (ev_flush_l2). */
 static CUresult
 ev_gpu_flush_l2(ev_gpu *g)
 {
-	uint64_t n = g->flush_bytes / 16;
-	CUdeviceptr sink = g->acc + 7 * sizeof(uint64_t);
-	void *params[3] = {&g->flush, &n, &sink};
-
-	return g->cu.cuLaunchKernel(g->flush_read, (unsigned)g->sms * 8, 1, 1,
-	    256, 1, 1, 0, g->stream, params, NULL);
+	return ev_gpu_read(g, g->flush, g->flush_bytes);
 }
 
 /*
@@ -131,12 +138,41 @@ ev_gpu_calibrate(ev_gpu *g)
 }
 
 /*
- * The device's ceilings for the speed of light: the copy bandwidth,
- * measured (best of three device-to-device copies of 256 MiB, which no L2
- * holds; read plus write), and the arithmetic peak, from the SM count and
- * clock at 8192 operations per SM per clock (Hopper's dense fp8 tensor
- * rate, the fastest arithmetic there is). Nothing measured: 0, and the
- * speed of light is not applied.
+ * The best of three timed runs of one of the ceilings' sweeps (after one
+ * untimed), in ms; 0 when the events fail.
+ */
+static float
+ev_gpu_best_of(
+    ev_gpu *g, CUevent a, CUevent b, int read, CUdeviceptr buf, size_t half)
+{
+	float best = 0;
+
+	for (int i = 0; i < 4; i++) {
+		float ms = 0;
+		g->cu.cuEventRecord(a, g->stream);
+		if (read)
+			ev_gpu_read(g, buf, 2 * half);
+		else
+			g->cu.cuMemcpyDtoDAsync(
+			    buf + half, buf, half, g->stream);
+		g->cu.cuEventRecord(b, g->stream);
+		if (g->cu.cuEventSynchronize(b) != CUDA_SUCCESS ||
+		    g->cu.cuEventElapsedTime(&ms, a, b) != CUDA_SUCCESS)
+			return 0;
+		if (i > 0 && ms > 0 && (best == 0 || ms < best))
+			best = ms;
+	}
+	return best;
+}
+
+/*
+ * The device's ceilings for the speed of light and the roofline: the copy
+ * bandwidth (the best of three device-to-device copies of 256 MiB, which
+ * no L2 holds; read plus write) and the read bandwidth (the best of three
+ * read-only sweeps of those 512 MiB), measured, and the arithmetic peak,
+ * from the SM count and clock at 8192 operations per SM per clock
+ * (Hopper's dense fp8 tensor rate, the fastest arithmetic there is).
+ * Nothing measured: 0, and the speed of light is not applied.
  */
 void
 ev_gpu_measure_ceilings(ev_gpu *g)
@@ -144,7 +180,7 @@ ev_gpu_measure_ceilings(ev_gpu *g)
 	size_t half = (size_t)256 << 20;
 	CUdeviceptr buf = 0;
 	CUevent a = NULL, b = NULL;
-	float best = 0;
+	float copy = 0, read = 0;
 	int clock_khz = ev_gpu_attr(g, CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
 
 	g->peak_flops_per_ms = (double)g->sms * clock_khz * SBX_OPS_FP8;
@@ -152,27 +188,20 @@ ev_gpu_measure_ceilings(ev_gpu *g)
 		return;
 	if (g->cu.cuEventCreate(&a, CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
 	    g->cu.cuEventCreate(&b, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
-		for (int i = 0; i < 4; i++) {
-			float ms = 0;
-			g->cu.cuEventRecord(a, g->stream);
-			g->cu.cuMemcpyDtoDAsync(
-			    buf + half, buf, half, g->stream);
-			g->cu.cuEventRecord(b, g->stream);
-			if (g->cu.cuEventSynchronize(b) != CUDA_SUCCESS ||
-			    g->cu.cuEventElapsedTime(&ms, a, b) != CUDA_SUCCESS)
-				break;
-			if (i > 0 && ms > 0 && (best == 0 || ms < best))
-				best = ms;
-		}
+		copy = ev_gpu_best_of(g, a, b, 0, buf, half);
+		read = ev_gpu_best_of(g, a, b, 1, buf, half);
 	}
-	if (best > 0)
-		g->bw_bytes_per_ms = 2.0 * (double)half / best;
+	if (copy > 0)
+		g->bw_bytes_per_ms = 2.0 * (double)half / copy;
+	if (read > 0)
+		g->read_bytes_per_ms = 2.0 * (double)half / read;
 	g->cu.cuMemFree(buf);
 	ev_gpu_calibrate(g);
-	KC_INFO("copy bandwidth %.0f GB/s, arithmetic peak %.0f TFLOP/s, "
-	        "events' cost around a launch %.4f ms (an empty one %.4f ms)",
-	    g->bw_bytes_per_ms / 1e6, g->peak_flops_per_ms / 1e9,
-	    g->launch_cost_ms, g->launch_floor_ms);
+	KC_INFO("copy bandwidth %.0f GB/s, read bandwidth %.0f GB/s, "
+	        "arithmetic peak %.0f TFLOP/s, events' cost around a launch "
+	        "%.4f ms (an empty one %.4f ms)",
+	    g->bw_bytes_per_ms / 1e6, g->read_bytes_per_ms / 1e6,
+	    g->peak_flops_per_ms / 1e9, g->launch_cost_ms, g->launch_floor_ms);
 }
 
 /*

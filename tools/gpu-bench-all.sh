@@ -16,15 +16,16 @@
 #   search  tools/bench/parallel_candidates.sh, K = 1 against K = 4, then
 #           again with tuning between rounds on the main job's six
 #           examples (TUNE_TASKS), with tuning's share of the final speedup
-#           and the GPU's busy fraction
+#           and the GPU's busy fraction; then tools/bench/kb_tune.sh, the
+#           same figures with tuning on five KernelBench problems
 #
 # PACK is tools/pack-gpu-suite.sh's folder (default .carry/gpu-suite, built
 # on any machine), KB_DIR a KernelBench tree (default .carry/kernelbench).
 # Logs go to $OUT/<group> (default ./gpu-bench-out), each part under its
 # own `timeout` (seconds in the environment: T_SUITE, T_CASES, ...), and
 # the group's summary lines to $OUT/<group>/summary.txt. OPS_ONLY=CASE,...
-# limits torch_ops_bench.py's cases; T_EVAL=0, T_OPS=0 or T_TUNE=0 leaves a
-# part out.
+# limits torch_ops_bench.py's cases; T_EVAL=0, T_OPS=0, T_PAR=0, T_TUNE=0 or
+# T_KBTUNE=0 leaves a part out.
 set -u
 cd "$(dirname "$0")/.."
 group=${1:?usage: tools/gpu-bench-all.sh suite|cases|torch|jobs|search [PACK [KB_DIR]]}
@@ -71,7 +72,7 @@ jobs)
 		"$P/bin" "$KB" "$O/kb"
 	;;
 search)
-	part parallel "${T_PAR:-270}" env KCLAW_BIN="$P/bin" OUT="$O/parallel" \
+	[ "${T_PAR:-270}" = 0 ] || part parallel "${T_PAR:-270}" env KCLAW_BIN="$P/bin" OUT="$O/parallel" \
 		LATENCY="${LATENCY:-5}" ROUNDS="${ROUNDS:-8}" K="${K:-4}" \
 		TOKENS="${TOKENS:-150000}" "$W" sh tools/bench/parallel_candidates.sh
 	[ "${T_TUNE:-270}" = 0 ] ||
@@ -80,6 +81,8 @@ search)
 		TASKS="${TUNE_TASKS:-bias_gelu softmax_rows layernorm sum_reduce matmul_bias_relu conv2d_5x5}" \
 		ROUNDS="${ROUNDS:-8}" K="${K:-4}" TOKENS="${TOKENS:-150000}" \
 		"$W" sh tools/bench/parallel_candidates.sh
+	[ "${T_KBTUNE:-300}" = 0 ] || part kb-tune "${T_KBTUNE:-300}" "$W" sh \
+		tools/bench/kb_tune.sh "$P/bin" "$KB" "$O/kb-tune"
 	;;
 *)
 	echo "usage: tools/gpu-bench-all.sh suite|cases|torch|jobs|search [PACK [KB_DIR]]" >&2

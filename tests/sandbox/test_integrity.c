@@ -149,19 +149,36 @@ test_speed_of_light(void)
 static void
 test_roofline(void)
 {
-	double half = 6.45e9, bw = 4.0e9, median = 3.23;
+	double half = 6.45e9, bw = 4.0e9, median = 3.23, rd = 4.64e9;
 	/* One operation per element at an H200's f32 peak (132 SMs, 1.98 GHz,
 	 * 256 per SM per clock): far below the memory time. */
 	double peak = 132 * 1980000.0 * SBX_OPS_F32;
-	double roof = sbx_roofline_ms(half, half, half / 4, bw, peak);
+	double roof = sbx_roofline_ms(half, half, half / 4, bw, 0, peak);
 	double sol = sbx_speed_of_light_ms(half, half, half / 4, bw, peak);
 
 	KT_ASSERT(fabs(roof - 3.225) < 1e-9);
 	KT_ASSERT(roof / median >= 0.95 && roof / median <= 1);
 	KT_ASSERT(sol / median < 0.55);
+	/* A read bandwidth above the copy's changes nothing for a copy: its
+	 * writes take what the copy's reads saved. */
+	KT_ASSERT(
+	    fabs(sbx_roofline_ms(half, half, 0, bw, rd, peak) - 3.225) < 1e-9);
+	/* A loss reading two 1 GB tensors and writing 4 bytes: the reads at
+	 * the read bandwidth (0.431 ms), not at the copy's (0.5 ms, which a
+	 * kernel at the read rate beats by 16 %). */
+	KT_ASSERT(fabs(sbx_roofline_ms(2e9, 4, 0, bw, rd, peak) -
+	              (2e9 / rd + 4 * (2 / bw - 1 / rd))) < 1e-12);
+	KT_ASSERT(
+	    fabs(sbx_roofline_ms(2e9, 0, 0, bw, rd, peak) - 0.431034) < 1e-6);
+	/* A write-mostly kernel: writes at 1/(2/copy - 1/read), below the
+	 * copy's rate. A read bandwidth below the copy's is taken as the
+	 * copy's. */
+	KT_ASSERT(fabs(sbx_roofline_ms(0, 1e9, 0, bw, rd, peak) -
+	              1e9 * (2 / bw - 1 / rd)) < 1e-9);
+	KT_ASSERT(sbx_roofline_ms(4e9, 0, 0, bw, 1e9, peak) == 1);
 	/* Compute-bound: the FLOPs at the precision's peak win. */
-	KT_ASSERT(sbx_roofline_ms(4, 4, 1e12, bw, 1e9) == 1000);
-	KT_ASSERT(sbx_roofline_ms(0, 0, 0, 0, 0) == 0);
+	KT_ASSERT(sbx_roofline_ms(4, 4, 1e12, bw, rd, 1e9) == 1000);
+	KT_ASSERT(sbx_roofline_ms(0, 0, 0, 0, 0, 0) == 0);
 }
 
 /* The peak is the precision's the candidate computes in. */

@@ -111,57 +111,11 @@ json.dump(served, open(sys.argv[2], "w"))
 EOF2
 done
 
-python3 - "$OUT" "$K" <<'EOF'
-import glob, json, math, os, sys
+python3 - "$OUT" "$K" "$SRC/tools/bench" <<'EOF'
+import json, math, os, sys
 out, kk = sys.argv[1], sys.argv[2]
-
-
-def find(o, *names):
-    if isinstance(o, dict):
-        for n in names:
-            if n in o:
-                return o[n]
-        for v in o.values():
-            r = find(v, *names)
-            if r is not None:
-                return r
-    return None
-
-
-def tune_share_and_busy(path, wall):
-    """Tuning's share of the task's final speedup S: log(S / S0) / log(S),
-    S0 the best speedup of a candidate not made by tuning (0 when tuning
-    gave nothing, 1 when all of it), and the GPU's busy fraction: the
-    evaluations' wall time in the sandbox over the task's wall time. None
-    where the result says too little."""
-    try:
-        res = json.load(open(path))
-    except (OSError, ValueError):
-        return None, None
-    best, best_model, gpu_ms = 0.0, 0.0, 0.0
-    for h in res.get("history") or []:
-        ev, cand = h.get("eval") or {}, h.get("candidate") or {}
-        gpu_ms += float(ev.get("wall_ms") or 0)
-        if str(ev.get("status")).lower() != "ok" or not ev.get("speedup"):
-            continue
-        sp = float(ev["speedup"])
-        best = max(best, sp)
-        if cand.get("origin") != "tune":
-            best_model = max(best_model, sp)
-    share = None
-    if best > 1 and best_model > 0:
-        share = max(0.0, math.log(best / best_model)) / math.log(best)
-    busy = gpu_ms / 1000 / wall if wall and wall == wall and wall > 0 else None
-    return share, busy
-
-
-def pct(x):
-    return "-" if x is None else "%.1f%%" % (100 * x)
-
-
-def mean(xs):
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
+sys.path.insert(0, sys.argv[3])
+from tune_share import find, mean, pct, tune_share_and_busy
 
 
 lines = []
