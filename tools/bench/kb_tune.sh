@@ -87,7 +87,7 @@ for p in sorted(glob.glob(sys.argv[1] + "/result-*.json")):
     if best:
         ev = best["eval"]
         print("%s: best %.3fx, median %s ms, roofline %s ms, sol_fraction %s" % (
-            p.split("result-")[1][:-5], float(ev.get("speedup") or 0), ev.get("timing", {}).get("median_ms"),
+            p.split("result-")[1][:-5], float(ev.get("speedup") or 0), (ev.get("timing") or {}).get("median_ms"),
             ev.get("roofline_ms"), ev.get("sol_fraction")))
 PY
 grep -rhoE "copy bandwidth [0-9]+ GB/s, read bandwidth [0-9]+ GB/s" "$H" 2>/dev/null | sort -u | tee -a "$O/summary.txt"
