@@ -36,6 +36,7 @@ export KCLAW_PYTHON=${KCLAW_PYTHON:-python3}
 python3 "$SRC/tools/kernelbench/kb-emu-replies.py" "$SRC/tests/gpu/kernelbench" \
 	"$O/replies" --only "${CASES:-relu,softmax,layernorm,rmsnorm,mse_loss}" \
 	>"$O/subset.txt" || exit 1
+mkdir -p "$O/kb/level1" "$O/kb/level2" "$O/kb/level3" # the command wants every level
 while read -r p; do
 	mkdir -p "$O/kb/$(dirname "$p")"
 	ln -s "$KB/$p" "$O/kb/$p"
