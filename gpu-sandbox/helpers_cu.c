@@ -117,6 +117,22 @@ const char sbx_helpers_cu[] =
     " acc ^= v.x + v.y; }\n"
     "  if (acc == 0x9e3779b97f4a7c15ull) *sink = acc;\n"
     "}\n"
+    /* The read bandwidth's sweep (timing.c ev_gpu_measure_ceilings):
+     * four independent 16-byte loads in flight per thread, as a kernel
+     * that reads well has; one per thread (kc_flush_read) reached 4.21
+     * TB/s on the H200 where an MSE loss's kernel read 4.66. */
+    "extern \"C\" __global__ void kc_read_sweep(const ulonglong2 *__restrict__"
+    " p, u64 n, u64 *sink) {\n"
+    "  u64 acc = 0, s = (u64)gridDim.x * blockDim.x;\n"
+    "  u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x;\n"
+    "  for (; i + 3 * s < n; i += 4 * s) {\n"
+    "    ulonglong2 a = p[i], b = p[i + s],"
+    " c = p[i + 2 * s], d = p[i + 3 * s];\n"
+    "    acc ^= a.x + a.y + b.x + b.y + c.x + c.y + d.x + d.y;\n"
+    "  }\n"
+    "  for (; i < n; i += s) { ulonglong2 v = p[i]; acc ^= v.x + v.y; }\n"
+    "  if (acc == 0x9e3779b97f4a7c15ull) *sink = acc;\n"
+    "}\n"
     /* The hold before a timed run's start event (timing.c ev_hold): one
      * thread waits until the host has enqueued the whole run (flag[0]
      * reaches want) or max_ns passed, counting the latter in flag[1].

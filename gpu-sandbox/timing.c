@@ -52,23 +52,24 @@ ev_gpu_launch_empty(ev_gpu *g, CUfunction f)
 	    f, (unsigned)g->sms, 1, 1, 128, 1, 1, 0, g->stream, params, NULL);
 }
 
-/* A read of bytes at buf (kc_flush_read, every SM full). */
+/* A read of bytes at buf with f (kc_flush_read or kc_read_sweep, every
+ * SM full). */
 static CUresult
-ev_gpu_read(ev_gpu *g, CUdeviceptr buf, size_t bytes)
+ev_gpu_read(ev_gpu *g, CUfunction f, CUdeviceptr buf, size_t bytes)
 {
 	uint64_t n = bytes / 16;
 	CUdeviceptr sink = g->acc + 7 * sizeof(uint64_t);
 	void *params[3] = {&buf, &n, &sink};
 
-	return g->cu.cuLaunchKernel(g->flush_read, (unsigned)g->sms * 8, 1, 1,
-	    256, 1, 1, 0, g->stream, params, NULL);
+	return g->cu.cuLaunchKernel(f, (unsigned)g->sms * 8, 1, 1, 256, 1, 1, 0,
+	    g->stream, params, NULL);
 }
 
 /* The L2 flush before a timed run (ev_flush_l2). */
 static CUresult
 ev_gpu_flush_l2(ev_gpu *g)
 {
-	return ev_gpu_read(g, g->flush, g->flush_bytes);
+	return ev_gpu_read(g, g->flush_read, g->flush, g->flush_bytes);
 }
 
 /*
@@ -151,7 +152,9 @@ ev_gpu_best_of(
 		float ms = 0;
 		g->cu.cuEventRecord(a, g->stream);
 		if (read)
-			ev_gpu_read(g, buf, 2 * half);
+			ev_gpu_read(g,
+			    g->read_sweep ? g->read_sweep : g->flush_read, buf,
+			    2 * half);
 		else
 			g->cu.cuMemcpyDtoDAsync(
 			    buf + half, buf, half, g->stream);
