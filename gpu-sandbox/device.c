@@ -104,11 +104,10 @@ ev_gpu_load_helpers(ev_gpu *g)
 	    g->cu.cuModuleGetFunction(&g->mark, g->helpers, "kc_mark") !=
 	        CUDA_SUCCESS ||
 	    g->cu.cuModuleGetFunction(
-	        &g->mark_end, g->helpers, "kc_mark_end") != CUDA_SUCCESS)
-		return kc_seterr(KC_EINTERNAL, "a helper kernel is missing");
-	if (g->cu.cuModuleGetFunction(
+	        &g->mark_end, g->helpers, "kc_mark_end") != CUDA_SUCCESS ||
+	    g->cu.cuModuleGetFunction(
 	        &g->read_sweep, g->helpers, "kc_read_sweep") != CUDA_SUCCESS)
-		g->read_sweep = NULL;
+		return kc_seterr(KC_EINTERNAL, "a helper kernel is missing");
 	return 0;
 }
 

@@ -88,11 +88,8 @@ typedef struct {
 	char arch_override[16];
 	CUmodule helpers;
 	CUfunction gen[9]; /* by Kclaw__DType */
-	CUfunction hash, poison_count, compare, flush_read, hold, probe, mark,
-	    mark_end;
-	/* The read bandwidth's sweep; NULL where it is missing (the flush's
-	 * read is timed instead). */
-	CUfunction read_sweep;
+	CUfunction hash, poison_count, compare, flush_read, read_sweep, hold,
+	    probe, mark, mark_end;
 	/* The hold's flag (ev_hold): [0] the last run released, [1] the
 	 * holds that gave up waiting; host memory the device reads. NULL
 	 * where it could not be had: runs are then timed without a hold. */

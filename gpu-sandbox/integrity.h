@@ -86,7 +86,7 @@ double sbx_precision_ops(
  *
  * The bytes: inputs at the read bandwidth read_bw (a read-only sweep;
  * HBM reads alone go faster than a copy's mix: on the H200 a loss that
- * reads two tensors and writes a scalar read 116 % of the copy roofline),
+ * reads two tensors and writes a scalar read 1.134 of the copy roofline),
  * outputs at the write bandwidth that makes a copy take what it measured
  * (1/w = 2/copy_bw - 1/read_bw), so a kernel at the copy rate reads 1.0
  * whatever its mix. read_bw 0 (not measured) or below copy_bw: both at

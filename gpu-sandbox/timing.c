@@ -152,9 +152,7 @@ ev_gpu_best_of(
 		float ms = 0;
 		g->cu.cuEventRecord(a, g->stream);
 		if (read)
-			ev_gpu_read(g,
-			    g->read_sweep ? g->read_sweep : g->flush_read, buf,
-			    2 * half);
+			ev_gpu_read(g, g->read_sweep, buf, 2 * half);
 		else
 			g->cu.cuMemcpyDtoDAsync(
 			    buf + half, buf, half, g->stream);

@@ -45,6 +45,7 @@ static fk_fn fk_fns[] = {
     {"kc_poison_count", 3, {8, 8, 8}},
     {"kc_compare", 8, {8, 8, 8, 4, 8, 8, 8, 8}},
     {"kc_flush_read", 3, {8, 8, 8}},
+    {"kc_read_sweep", 3, {8, 8, 8}},
     {"kc_hold", 3, {8, 4, 8}},
     {"kc_probe", 1, {8}},
     {"kc_mark", 1, {8}},
