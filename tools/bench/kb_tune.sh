@@ -5,10 +5,10 @@
 # agents asking the provider emulator (tests/agents/llm_server.py, its
 # model-like mode replaying those kernels: a scripted model), with the
 # sandbox's launch-configuration sweep between rounds ("tune": 1 in
-# kclaw.json). Then, per task, tuning's share of the final speedup, the
-# GPU's busy fraction (tools/bench/tune_share.py) and the best kernel's
-# sol_fraction (the roofline, docs/gpu-sandbox.md). Run from the
-# repository root:
+# kclaw.json). Then, per task (tools/bench/tune_share.py), tuning's share
+# of the final speedup, the GPU's busy fraction and the best kernel's
+# sol_fraction (the roofline, docs/orchestrator.md "Speed of light"), and
+# the bandwidths the sandbox measured. Run from the repository root:
 #
 #   sh tools/bench/kb_tune.sh BIN_DIR KB_DIR [OUT]
 #
@@ -74,22 +74,6 @@ for t in json.load(open(sys.argv[1])).get("tasks", []): print(t["id"])' "$O/task
 	"$K" --home "$H" result "$id" --json >"$O/result-$id.json" 2>/dev/null
 done
 python3 "$SRC/tools/bench/tune_share.py" "$O" | tee "$O/summary.txt"
-# The best kernel's roofline figure, and the bandwidths the sandbox measured.
-python3 - "$O" <<'PY' | tee -a "$O/summary.txt"
-import glob, json, sys
-for p in sorted(glob.glob(sys.argv[1] + "/result-*.json")):
-    try:
-        r = json.load(open(p))
-    except ValueError:
-        continue
-    best = max((h for h in r.get("history") or []
-                if str((h.get("eval") or {}).get("status")).lower() == "ok"),
-               key=lambda h: float(h["eval"].get("speedup") or 0), default=None)
-    if best:
-        ev = best["eval"]
-        print("%s: best %.3fx, median %s ms, roofline %s ms, sol_fraction %s" % (
-            p.split("result-")[1][:-5], float(ev.get("speedup") or 0), (ev.get("timing") or {}).get("median_ms"),
-            ev.get("roofline_ms"), ev.get("sol_fraction")))
-PY
+# The bandwidths the sandbox measured (the roofline's).
 grep -rhoE "copy bandwidth [0-9]+ GB/s, read bandwidth [0-9]+ GB/s" "$H" 2>/dev/null | sort -u | tee -a "$O/summary.txt"
 exit $rc

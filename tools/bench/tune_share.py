@@ -55,16 +55,16 @@ def tune_share_and_busy(path, wall):
     return share, busy
 
 
-def best_speedup(path):
-    """The best speedup of a correct candidate in the result's history."""
+def best_eval(path):
+    """The evaluation of the fastest correct candidate in the result's
+    history, or None."""
     try:
         res = json.load(open(path))
     except (OSError, ValueError):
         return None
-    sps = [float((h.get("eval") or {}).get("speedup") or 0)
-           for h in res.get("history") or []
-           if str((h.get("eval") or {}).get("status")).lower() == "ok"]
-    return max(sps) if sps else None
+    evs = [h.get("eval") or {} for h in res.get("history") or []]
+    evs = [e for e in evs if str(e.get("status")).lower() == "ok"]
+    return max(evs, key=lambda e: float(e.get("speedup") or 0), default=None)
 
 
 def wall_s(status):
@@ -93,17 +93,19 @@ def main(argv):
         promoted = find(st, "tune_promotions") or 0
         res = os.path.join(d, "result-%s.json" % t["id"])
         share, busy = tune_share_and_busy(res, wall)
-        best = best_speedup(res)
+        best = best_eval(res) or {}
         shares.append(share)
         busies.append(busy)
         tunes_all += tunes
         promoted_all += promoted
         lines.append("%-40s %-6s wall %7.1f s  best %s  tunes %d promoted %d "
-                     "best_from_tune %s  tuning's share %s  GPU busy %s" % (
+                     "best_from_tune %s  tuning's share %s  GPU busy %s  "
+                     "best's sol_fraction %s" % (
                          find(t, "name") or t["id"], t["state"], wall,
-                         "%.3fx" % best if best else "-",
+                         "%.3fx" % best["speedup"] if best.get("speedup") else "-",
                          tunes, promoted, bool(find(st, "best_from_tune")),
-                         pct(share), pct(busy)))
+                         pct(share), pct(busy),
+                         "%.3f" % best["sol_fraction"] if best.get("sol_fraction") else "-"))
     lines.append("summary: %d tasks, %d tune candidates, %d promoted; tuning's "
                  "share of the final speedup %s (mean), GPU busy %s (mean)" % (
                      len(tasks), tunes_all, promoted_all, pct(mean(shares)),
