@@ -41,19 +41,9 @@ while read -r p; do
 	mkdir -p "$O/kb/$(dirname "$p")"
 	ln -s "$KB/$p" "$O/kb/$p"
 done <"$O/subset.txt"
-python3 "$SRC/tests/agents/llm_server.py" --port-file "$O/port" \
-	--latency "${LATENCY:-2}" 2>"$O/emulator.log" &
-EMU=$!
-i=0
-while [ ! -s "$O/port" ]; do
-	i=$((i + 1))
-	[ $i -lt 100 ] || {
-		echo "kb_tune: the emulator did not start" >&2
-		exit 1
-	}
-	sleep 0.1
-done
-URL="http://127.0.0.1:$(cat "$O/port")"
+. "$SRC/tests/agents/emu.sh"
+emu_start "$SRC" "$O" --latency "${LATENCY:-2}" || exit 1
+URL=$EMU_URL
 python3 -c '
 import json, sys, urllib.request
 body = json.dumps({"actions": [], "model": {"recordings": sys.argv[2], "cycle": True}}).encode()
