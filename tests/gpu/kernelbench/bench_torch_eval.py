@@ -118,6 +118,33 @@ def eval_overhead_ms(res):
     return wall - parts
 
 
+# Where a candidate evaluation's wall time goes: the sandbox's clocks
+# (eval.c's phase metrics, the compile's own figure), and how much of the
+# reference process's replies was not its GPU time.
+STEPS = (("ceilings", "sandbox.ceilings_ms"), ("setup", "sandbox.setup_ms"),
+         ("inputs", "sandbox.inputs_ms"), ("verify", "sandbox.verify_ms"),
+         ("time", "sandbox.time_ms"), ("profile", "sandbox.profile_ms"),
+         ("baseline", "sandbox.baseline_ms"), ("cleanup", "sandbox.cleanup_ms"))
+
+
+def eval_steps(res):
+    """{step: ms} of one evaluation: compile (before the phases' clock
+    starts), each phase metric, `other` (the wall not under any of them),
+    and `reference_host` (the reference's replies' wait minus their GPU
+    time, part of the phases above)."""
+    wall = res.get("wall_ms")
+    if wall is None:
+        return None
+    out = {"compile": res.get("compile_ms") or 0.0}
+    for step, name in STEPS:
+        out[step] = metric(res, name) or 0.0
+    out["other"] = wall - sum(out.values())
+    wait, gpu = metric(res, "torch.reference_wait_ms"), metric(res, "torch.reference_gpu_ms")
+    if wait is not None and gpu is not None:
+        out["reference_host"] = wait - gpu
+    return out
+
+
 def timed_run_ratio(res):
     """A timed run's cost over the GPU time of its parts: the timing
     phase's wall over the timed runs' reference GPU time plus the
@@ -417,7 +444,8 @@ def part_cases(b, kb, kb2bundle, cache):
                            wall_ms=res.get("wall_ms"), parts_ms=eval_parts_ms(res),
                            overhead_ms=eval_overhead_ms(res), timed=timed_run_ratio(res),
                            reference_wait_ms=metric(res, "torch.reference_wait_ms"),
-                           reference_calls=metric(res, "torch.reference_calls"))
+                           reference_calls=metric(res, "torch.reference_calls"),
+                           compile_cached=bool(res.get("compile_cached")), steps=eval_steps(res))
             tr_ = rec["timed"] or {}
             print("%s %-15s %s: wall %s ms, parts %s ms, overhead %s ms; a timed run %s ms for %s ms of parts (%sx)"
                   % (part, case, st, fmt(rec["wall_ms"]), fmt(rec["parts_ms"]), fmt(rec["overhead_ms"]),
@@ -513,11 +541,29 @@ def table(b):
         if r["part"] == "matched":
             lines.append("| matmul_lt in TF32: speedup / speedup_matched_precision | %s / %s | - |"
                          % (fmt(r.get("speedup"), "%.2f"), fmt(r.get("speedup_matched_precision"), "%.2f")))
+    lines += steps_table(recs)
     skipped = [r for r in recs if r.get("skipped")]
     lines.append("")
     lines.append("%d measurements, %d skipped, %d failures, %.0f s" % (
         len(recs), len(skipped), len(b.failures), time.monotonic() - b.t0))
     return "\n".join(lines)
+
+
+def steps_table(recs):
+    """The median of each step of the candidate evaluations, first of a
+    problem and with it already loaded (ms)."""
+    names = ["compile"] + [s for s, _ in STEPS] + ["other", "reference_host"]
+    cols = []
+    for part in ("cases", "cases_loaded"):
+        cols.append([r["steps"] for r in recs if r["part"] == part and r.get("steps")])
+    if not any(cols):
+        return []
+    lines = ["", "| step of a candidate evaluation (median, ms) | new problem (%d) | already loaded (%d) |"
+             % (len(cols[0]), len(cols[1])), "|---|---|---|"]
+    for n in names:
+        lines.append("| %s | %s | %s |" % (n, fmt(med([c.get(n) for c in cols[0]])),
+                                          fmt(med([c.get(n) for c in cols[1]]))))
+    return lines
 
 
 def default_kb():

@@ -35,6 +35,13 @@ def main():
     t = bt.timed_run_ratio(res)
     check(t["wall_per_run_ms"] == 15.0 and t["parts_per_run_ms"] == 8.0, "per run: %r" % t)
     check(abs(t["ratio"] - 300.0 / 160.0) < 1e-12, "ratio: %r" % t)
+    st = bt.eval_steps(dict(res, compile_ms=40.0, metrics=res["metrics"] + [
+        {"name": "sandbox.setup_ms", "value": 30.0}, {"name": "sandbox.verify_ms", "value": 70.0},
+        {"name": "torch.reference_wait_ms", "value": 130.0}]))
+    check(st["compile"] == 40.0 and st["setup"] == 30.0 and st["time"] == 300.0, "steps: %r" % st)
+    check(st["other"] == 500.0 - 40 - 30 - 70 - 300 and st["inputs"] == 0.0, "other: %r" % st)
+    check(st["reference_host"] == 30.0, "the reference's wait beyond its GPU time: %r" % st)
+    check(bt.eval_steps({}) is None, "no wall, no steps")
     check(bt.eval_overhead_ms({"wall_ms": 1.0}) is None, "no metrics, no overhead")
     check(bt.timed_run_ratio({"metrics": []}) is None, "no timed runs, no ratio")
 
@@ -43,7 +50,8 @@ def main():
         {"part": "cases", "case": "relu", "level": 1, "overhead_ms": 80.0, "timed": t},
         {"part": "cases", "case": "softmax", "level": 1, "overhead_ms": 60.0, "timed": None},
         {"part": "cases", "case": "mlp", "level": 3, "overhead_ms": 140.0, "timed": None},
-        {"part": "cases_loaded", "case": "relu", "level": 1, "overhead_ms": 12.0, "timed": None},
+        {"part": "cases_loaded", "case": "relu", "level": 1, "overhead_ms": 12.0, "timed": None,
+         "steps": st},
         {"part": "refonly", "level": 2, "overhead_ms": 90.0},
         {"part": "relu_inprocess", "path": "kernels", "wall_ms": 13.0, "parts_ms": 11.0, "ratio": 1.18},
         {"part": "matched", "speedup": 1.1, "speedup_matched_precision": 0.6},
@@ -58,6 +66,8 @@ def main():
                  "kernels comparison (ms) | 13.0 / 11.0 = 1.18x",
                  "kclaw eval softmax-2 (s) | 1.25 | < 3",
                  "speedup_matched_precision | 1.10 / 0.60",
+                 "| compile | - | 40.0 |",
+                 "| other | - | 60.0 |",
                  "8 measurements, 1 skipped, 0 failures"):
         check(want in text, "the table lacks %r:\n%s" % (want, text))
     print("ok")
