@@ -107,9 +107,11 @@ typedef struct {
 	 * arithmetic rate, for the speed of light and the roofline. */
 	double bw_bytes_per_ms, read_bytes_per_ms, peak_flops_per_ms;
 	/* Measured at start-up (ev_gpu_calibrate): the events' own time around
-	 * one launch, taken off every timed sample, and the least a launch
-	 * takes by CUPTI; 0 where CUPTI could not measure them. */
-	double launch_cost_ms, launch_floor_ms;
+	 * one launch of a kernel that fills the GPU, taken off every timed
+	 * sample, the same around an empty one (reported beside), and the
+	 * least a launch takes by CUPTI; 0 where CUPTI could not measure
+	 * them. */
+	double launch_cost_ms, launch_empty_ms, launch_floor_ms;
 	int measured;
 	size_t flush_bytes;
 	void *pinned;

@@ -140,7 +140,8 @@ prof_close_run(uint64_t lo, uint64_t hi, uint64_t plo, uint64_t phi)
  * and ends at the next kc_mark_end (or kc_mark, or the last record);
  * records outside runs (a timed run's check, warm-up) are not counted.
  * Each run's span of the candidate's kernels (not kc_*) and of the
- * calibration kernel kc_probe go to prof_span_ns/prof_probe_ns. Returns
+ * calibration kernels (kc_probe, kc_read_sweep: ev_gpu_calibrate) go to
+ * prof_span_ns/prof_probe_ns. Returns
  * the index in `order` where the last run begins (0: no runs).
  */
 static size_t
@@ -168,7 +169,9 @@ prof_cut_runs(const prof_order *order, size_t n)
 				last = j;
 			lo = plo = UINT64_MAX;
 			hi = phi = 0;
-		} else if (in && strcmp(k, "kc_probe") == 0)
+		} else if (in &&
+		    (strcmp(k, "kc_probe") == 0 ||
+		        strcmp(k, "kc_read_sweep") == 0))
 			prof_extend(&plo, &phi, i);
 		else if (in && strncmp(k, "kc_", 3) != 0)
 			prof_extend(&lo, &hi, i);

@@ -73,46 +73,55 @@ ev_gpu_flush_l2(ev_gpu *g)
 }
 
 /*
- * What CUDA events add to a run they time: an empty kernel (kc_probe)
- * between two events after an L2 flush, EV_CALIB_RUNS times with no wait
- * between runs, under CUPTI. launch_cost_ms is the median of its events'
- * time minus its CUPTI duration (on the H200 about 3 us: from the start
- * event to the first block's start and from the last block's end to the
- * stop event, the same for any kernel), launch_floor_ms its CUPTI
- * duration. Every timed sample is reported less the cost (sbx_sample_ms),
- * so a 30 us kernel reads 30 us and not 33.
+ * What CUDA events add to a run they time, under CUPTI, EV_CALIB_RUNS
+ * times each of two probes between two events after an L2 flush, the two
+ * interleaved, with no wait between runs: the empty kernel kc_probe and a
+ * read of the flush buffer (kc_read_sweep, every SM busy for about 30 us
+ * on the H200, as the kernels timed are). launch_cost_ms is the median of
+ * the read's events' interval minus its CUPTI span: from the start event
+ * to the first block's start and from the last block's end to the stop
+ * event. The empty kernel's events read about half a microsecond more
+ * than a busy kernel's (3.4-3.9 us), which left kernels of 20-70 us
+ * reported 0.4-2.3 % below CUPTI; its figure stays as launch_empty_ms,
+ * and its CUPTI duration as launch_floor_ms, the least any run takes.
+ * Every timed sample is reported less the cost (sbx_sample_ms), so a
+ * 30 us kernel reads 30 us and not 33.
  *
  * The runs are not held: a timed run's hold is released while its L2
  * flush still runs, so the GPU finds the run queued, and so it finds
  * these (the host enqueues each within its flush). A GPU that waits at a
  * hold sees less, 2.4 us (measured with a wait after each run); held
  * calibration runs that sometimes met that case read 2.5 us in one child
- * and 3.3 us in the next. Without CUPTI both stay 0: raw event times.
+ * and 3.3 us in the next. Without CUPTI all stay 0: raw event times.
  */
 static void
 ev_gpu_calibrate(ev_gpu *g)
 {
-	double probe[EV_CALIB_RUNS], cost[EV_CALIB_RUNS];
+	double probe[2 * EV_CALIB_RUNS], cost[2 * EV_CALIB_RUNS];
+	double empty[EV_CALIB_RUNS], busy[EV_CALIB_RUNS], least[EV_CALIB_RUNS];
 	/* The timed runs' own events, made here before any timing. */
 	CUevent *ev = g->ev;
 	unsigned n = 0, made = 0;
 	int bad = 0;
 
-	for (; !bad && made < 2 * EV_CALIB_RUNS; made++)
+	for (; !bad && made < 4 * EV_CALIB_RUNS; made++)
 		bad = ev[made] == NULL &&
 		    g->cu.cuEventCreate(&ev[made], CU_EVENT_DEFAULT) !=
 		        CUDA_SUCCESS;
 	if (!bad && sbx_prof_activity_start() != 0)
 		bad = 1;
-	for (; !bad && n < EV_CALIB_RUNS; n++)
+	for (; !bad && n < 2 * EV_CALIB_RUNS; n++)
 		bad = ev_gpu_launch_empty(g, g->mark) != CUDA_SUCCESS ||
 		    ev_gpu_flush_l2(g) != CUDA_SUCCESS ||
 		    g->cu.cuEventRecord(ev[2 * n], g->stream) != CUDA_SUCCESS ||
-		    ev_gpu_launch_empty(g, g->probe) != CUDA_SUCCESS ||
+		    (n % 2 ? ev_gpu_read(
+		                 g, g->read_sweep, g->flush, g->flush_bytes)
+		           : ev_gpu_launch_empty(g, g->probe)) !=
+		        CUDA_SUCCESS ||
 		    g->cu.cuEventRecord(ev[2 * n + 1], g->stream) !=
 		        CUDA_SUCCESS ||
 		    ev_gpu_launch_empty(g, g->mark_end) != CUDA_SUCCESS;
-	if (made == 2 * EV_CALIB_RUNS) {
+	if (made == 4 * EV_CALIB_RUNS) {
 		bad =
 		    bad || g->cu.cuStreamSynchronize(g->stream) != CUDA_SUCCESS;
 		sbx_prof_activity_stop(NULL);
@@ -123,17 +132,22 @@ ev_gpu_calibrate(ev_gpu *g)
 		    CUDA_SUCCESS;
 		cost[i] = ms;
 	}
-	if (bad || n < EV_CALIB_RUNS ||
-	    sbx_prof_runs(NULL, probe, EV_CALIB_RUNS) != EV_CALIB_RUNS) {
+	if (bad || n < 2 * EV_CALIB_RUNS ||
+	    sbx_prof_runs(NULL, probe, 2 * EV_CALIB_RUNS) !=
+	        2 * EV_CALIB_RUNS) {
 		KC_WARN("the events' cost around a launch could not be "
 		        "measured: timed runs are reported as their events "
 		        "say");
 		return;
 	}
-	for (unsigned i = 0; i < n; i++)
-		cost[i] -= probe[i];
-	g->launch_cost_ms = ev_median(cost, n);
-	g->launch_floor_ms = ev_median(probe, n);
+	for (unsigned i = 0; i < EV_CALIB_RUNS; i++) {
+		empty[i] = cost[2 * i] - probe[2 * i];
+		least[i] = probe[2 * i];
+		busy[i] = cost[2 * i + 1] - probe[2 * i + 1];
+	}
+	g->launch_cost_ms = ev_median(busy, EV_CALIB_RUNS);
+	g->launch_empty_ms = ev_median(empty, EV_CALIB_RUNS);
+	g->launch_floor_ms = ev_median(least, EV_CALIB_RUNS);
 	if (g->launch_cost_ms < 0 || g->launch_floor_ms <= 0)
 		g->launch_cost_ms = g->launch_floor_ms = 0;
 }
@@ -200,9 +214,10 @@ ev_gpu_measure_ceilings(ev_gpu *g)
 	ev_gpu_calibrate(g);
 	KC_INFO("copy bandwidth %.0f GB/s, read bandwidth %.0f GB/s, "
 	        "arithmetic peak %.0f TFLOP/s, events' cost around a launch "
-	        "%.4f ms (an empty one %.4f ms)",
+	        "%.4f ms (around an empty one %.4f ms, which takes %.4f ms)",
 	    g->bw_bytes_per_ms / 1e6, g->read_bytes_per_ms / 1e6,
-	    g->peak_flops_per_ms / 1e9, g->launch_cost_ms, g->launch_floor_ms);
+	    g->peak_flops_per_ms / 1e9, g->launch_cost_ms, g->launch_empty_ms,
+	    g->launch_floor_ms);
 }
 
 /*
@@ -719,9 +734,13 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 		    sets.n > 0 ? sets.n : 1, 2 * max + 2);
 	{
 		uint32_t expired = ev_hold_expired(e);
-		if (cand && g->launch_cost_ms > 0)
+		if (cand && g->launch_cost_ms > 0) {
 			sbx_result_add_metric(e->res, "sandbox.launch_cost_ms",
 			    g->launch_cost_ms, "ms");
+			sbx_result_add_metric(e->res,
+			    "sandbox.launch_cost_empty_ms", g->launch_empty_ms,
+			    "ms");
+		}
 		if (expired > 0)
 			sbx_result_add_metric(e->res,
 			    cand ? "sandbox.candidate_hold_expired"
