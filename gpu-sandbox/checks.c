@@ -24,6 +24,7 @@ ev_hash_tensors(ev *e, uint64_t *h, int outputs)
 	ev_gpu *g = e->g;
 	uint64_t out[EV_MAX_TENSORS];
 	size_t n = e->nt < EV_MAX_TENSORS ? e->nt : EV_MAX_TENSORS;
+	uint64_t t0 = kc_mono_ns();
 
 	EV_CU(e,
 	    g->cu.cuMemsetD8Async(
@@ -46,6 +47,7 @@ ev_hash_tensors(ev *e, uint64_t *h, int outputs)
 	EV_CU(e, g->cu.cuMemcpyDtoH(out, g->hash_out, n * 8), EV_INTERNAL,
 	    "reading hashes");
 	memcpy(h, out, n * 8);
+	ev_trace(e, t0, "hashing the %s", outputs ? "outputs" : "inputs");
 	return 0;
 }
 

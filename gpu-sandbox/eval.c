@@ -110,9 +110,12 @@ ev_run_protocol(ev *e)
 		const ev_phase *ph = &ev_protocol[i];
 		int rv;
 
+		uint64_t t0 = kc_mono_ns();
+
 		if (!ph->applies(e))
 			continue;
 		rv = ph->run(e);
+		ev_trace(e, t0, "phase %s", ph->name);
 		if (rv == 0 && ph->metric != NULL)
 			ev_clock(e, ph->metric);
 		if (rv != 0 || *e->fatal)
@@ -148,6 +151,26 @@ ev_clock(ev *e, const char *name)
 
 	sbx_result_add_metric(e->res, name, (double)(now - e->tp) / 1e6, "ms");
 	e->tp = now;
+}
+
+/*
+ * A debug line (KCLAW_LOG=debug): what just ended, how long it took since
+ * `since` and when, from the evaluation's start, to the microsecond: an
+ * evaluation's wall time step by step, the gaps between the steps being
+ * the sandbox's own time.
+ */
+void
+ev_trace(const ev *e, uint64_t since, const char *fmt, ...)
+{
+	uint64_t now = kc_mono_ns();
+	char what[160];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	KC_DEBUG("eval +%.3f ms: %s took %.3f ms", (double)(now - e->t0) / 1e6,
+	    what, (double)(now - since) / 1e6);
 }
 
 /* A random number no candidate can predict. */
@@ -599,6 +622,7 @@ ev_evaluate(ev_gpu *g, const ev_ref_ops *const *kinds, size_t nkinds,
 	    .task = req->task ? req->task : &empty_task,
 	    .res = res,
 	    .fatal = fatal,
+	    .t0 = t0,
 	    .kinds = kinds,
 	    .nkinds = nkinds,
 	    .refonly = req->options != NULL && req->options->reference_only};

@@ -163,6 +163,7 @@ typedef struct {
 	size_t nkinds;
 	int refonly;      /* no candidate: the reference alone */
 	const char *arch; /* what the candidate is compiled for */
+	uint64_t t0;      /* the evaluation's start (ev_trace) */
 	uint64_t tp;      /* the last phase metric's end (0: none yet) */
 	unsigned trials, warmup, iters;
 	int adaptive; /* iters is the most timed runs, not the count */
@@ -331,6 +332,8 @@ void ev_gpu_measure_ceilings(ev_gpu *g);
 
 void ev_warn(ev *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ev_clock(ev *e, const char *name);
+void ev_trace(const ev *e, uint64_t since, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /*
  * One evaluation through the protocol's phases on GPU g, the task's
  * reference matched against kinds[0..nkinds) in order (the backend's

@@ -409,6 +409,7 @@ int
 ev_prog_run_sync(ev *e, const ev_prog *p)
 {
 	char what[128];
+	uint64_t t0 = kc_mono_ns();
 
 	if (ev_prog_enqueue(e, p) != 0)
 		return -1;
@@ -416,5 +417,6 @@ ev_prog_run_sync(ev *e, const ev_prog *p)
 	EV_CU(e, e->g->cu.cuStreamSynchronize(e->g->stream),
 	    p == &e->cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
 	    what);
+	ev_trace(e, t0, "%s", what);
 	return 0;
 }

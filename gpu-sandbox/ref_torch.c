@@ -96,6 +96,8 @@ torch_call(ev *e, cJSON *req, int timeout_ms, const char *what, cJSON **reply)
 	}
 	t0 = kc_mono_ns();
 	rv = sbx_torchref_call(g->tr, req, timeout_ms, reply);
+	ev_trace(e, t0, "the reference's %s (GPU %.3f ms)", what,
+	    rv == 0 ? torch_num(*reply, "gpu_ms") : 0);
 	cJSON_Delete(req);
 	if (st != NULL) {
 		st->wait_ms += (double)(kc_mono_ns() - t0) / 1e6;

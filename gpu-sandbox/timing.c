@@ -72,27 +72,45 @@ ev_gpu_flush_l2(ev_gpu *g)
 	return ev_gpu_read(g, g->flush_read, g->flush, g->flush_bytes);
 }
 
+/* The hold (ev_hold) on the device's stream; none without its flag. */
+static CUresult
+ev_gpu_hold(ev_gpu *g)
+{
+	uint32_t want;
+	uint64_t max_ns = EV_HOLD_MAX_NS;
+	void *params[3] = {&g->hold_dev, &want, &max_ns};
+
+	if (g->hold_flag == NULL)
+		return CUDA_SUCCESS;
+	want = ++g->hold_seq;
+	return g->cu.cuLaunchKernel(
+	    g->hold, 1, 1, 1, 1, 1, 1, 0, g->stream, params, NULL);
+}
+
+static void
+ev_gpu_hold_release(ev_gpu *g)
+{
+	if (g->hold_flag != NULL)
+		__atomic_store_n(
+		    &g->hold_flag[0], g->hold_seq, __ATOMIC_RELEASE);
+}
+
 /*
- * What CUDA events add to a run they time, under CUPTI, EV_CALIB_RUNS
- * times each of two probes between two events after an L2 flush, the two
- * interleaved, with no wait between runs: the empty kernel kc_probe and a
- * read of the flush buffer (kc_read_sweep, every SM busy for about 30 us
- * on the H200, as the kernels timed are). launch_cost_ms is the median of
- * the read's events' interval minus its CUPTI span: from the start event
- * to the first block's start and from the last block's end to the stop
- * event. The empty kernel's events read about half a microsecond more
- * than a busy kernel's (3.4-3.9 us), which left kernels of 20-70 us
- * reported 0.4-2.3 % below CUPTI; its figure stays as launch_empty_ms,
- * and its CUPTI duration as launch_floor_ms, the least any run takes.
- * Every timed sample is reported less the cost (sbx_sample_ms), so a
- * 30 us kernel reads 30 us and not 33.
- *
- * The runs are not held: a timed run's hold is released while its L2
- * flush still runs, so the GPU finds the run queued, and so it finds
- * these (the host enqueues each within its flush). A GPU that waits at a
- * hold sees less, 2.4 us (measured with a wait after each run); held
- * calibration runs that sometimes met that case read 2.5 us in one child
- * and 3.3 us in the next. Without CUPTI all stay 0: raw event times.
+ * What CUDA events add to a run they time, measured the way a timed run
+ * goes (ev_held_run) under CUPTI: after an L2 flush, the hold, then a
+ * probe between two events, the hold released once they are enqueued,
+ * the host ahead of the GPU (as it is within a batch of timed runs, read
+ * only at the batch's end). EV_CALIB_RUNS times each of two probes,
+ * interleaved: a read of the flush buffer (kc_read_sweep, every SM busy
+ * for about 30 us on the H200, as the kernels timed are) and the empty
+ * kernel kc_probe. launch_cost_ms is the median of the read's events'
+ * interval minus its CUPTI span: from the start event to the first
+ * block's start and from the last block's end to the stop event.
+ * launch_empty_ms is the same around the empty kernel (reported beside),
+ * launch_floor_ms the empty kernel's CUPTI duration, the least any run
+ * takes. Every timed sample is reported less the cost (sbx_sample_ms), so
+ * a 30 us kernel reads 30 us and not 33. Without CUPTI all stay 0: raw
+ * event times.
  */
 static void
 ev_gpu_calibrate(ev_gpu *g)
@@ -110,9 +128,10 @@ ev_gpu_calibrate(ev_gpu *g)
 		        CUDA_SUCCESS;
 	if (!bad && sbx_prof_activity_start() != 0)
 		bad = 1;
-	for (; !bad && n < 2 * EV_CALIB_RUNS; n++)
+	for (; !bad && n < 2 * EV_CALIB_RUNS; n++) {
 		bad = ev_gpu_launch_empty(g, g->mark) != CUDA_SUCCESS ||
 		    ev_gpu_flush_l2(g) != CUDA_SUCCESS ||
+		    ev_gpu_hold(g) != CUDA_SUCCESS ||
 		    g->cu.cuEventRecord(ev[2 * n], g->stream) != CUDA_SUCCESS ||
 		    (n % 2 ? ev_gpu_read(
 		                 g, g->read_sweep, g->flush, g->flush_bytes)
@@ -121,6 +140,8 @@ ev_gpu_calibrate(ev_gpu *g)
 		    g->cu.cuEventRecord(ev[2 * n + 1], g->stream) !=
 		        CUDA_SUCCESS ||
 		    ev_gpu_launch_empty(g, g->mark_end) != CUDA_SUCCESS;
+		ev_gpu_hold_release(g);
+	}
 	if (made == 4 * EV_CALIB_RUNS) {
 		bad =
 		    bad || g->cu.cuStreamSynchronize(g->stream) != CUDA_SUCCESS;
@@ -399,29 +420,14 @@ ev_flush_l2(ev *e)
 static int
 ev_hold(ev *e)
 {
-	ev_gpu *g = e->g;
-	uint32_t want;
-	uint64_t max_ns = EV_HOLD_MAX_NS;
-	void *params[3] = {&g->hold_dev, &want, &max_ns};
-
-	if (g->hold_flag == NULL)
-		return 0;
-	want = ++g->hold_seq;
-	return ev_ok(e,
-	    g->cu.cuLaunchKernel(
-	        g->hold, 1, 1, 1, 1, 1, 1, 0, g->stream, params, NULL),
-	    EV_INTERNAL, "holding a timed run");
+	return ev_ok(e, ev_gpu_hold(e->g), EV_INTERNAL, "holding a timed run");
 }
 
 /* Lets the last hold go (also on an error path: idempotent). */
 static void
 ev_hold_release(ev *e)
 {
-	ev_gpu *g = e->g;
-
-	if (g->hold_flag != NULL)
-		__atomic_store_n(
-		    &g->hold_flag[0], g->hold_seq, __ATOMIC_RELEASE);
+	ev_gpu_hold_release(e->g);
 }
 
 /* The holds that gave up waiting since the last call (after a sync). */
@@ -661,6 +667,7 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 	    sbx_prof_activity_start() == 0;
 	while (n < max) {
 		unsigned lo = n, hi;
+		uint64_t tb = kc_mono_ns();
 		hi = !e->adaptive ? max
 		    : n == 0      ? EV_ADAPT_MIN
 		                  : n + EV_ADAPT_BATCH;
@@ -687,6 +694,7 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 			goto fail;
 		if (check && (rv = ev_read_checks(e, runs, runs + nrun)) != 0)
 			goto done;
+		ev_trace(e, tb, "%u timed run(s) of the %s", nrun, p->what);
 		for (unsigned j = 0; j < nrun; j++) {
 			/* A batch's runs share its time; a run has its own. */
 			unsigned k = sets.n > 0 ? b : lo + j;

@@ -88,9 +88,9 @@ def handle(st, req):
     if st.fatal:
         reply["error"] = reply.get("error", "") + " (the CUDA context is lost; the reference " \
                                                   "process exits after this reply)"
-    log("%s%s -> %s %.3f s" % (op, "" if op not in ("inputs", "check") else " serial %s" % req.get("serial"),
+    log("%s%s -> %s %.2f ms" % (op, "" if op not in ("inputs", "check") else " serial %s" % req.get("serial"),
                                "ok" if reply.get("ok") else "%s: %s" % (reply["code"], reply["error"]),
-                               time.monotonic() - t0))
+                               1e3 * (time.monotonic() - t0)))
     return reply
 
 
