@@ -1019,8 +1019,9 @@ def op_inputs(st, req):
     # Only kept serial 0's outputs are held, until the next serial (the
     # variation between trials 0 and 1): one more output copy at most.
     st.prev_kept = exp if keep and serial == 0 else None
-    for b in obufs:
-        b.raw.fill_(255)
+    # The shared outputs are not poisoned here: the sandbox poisons them
+    # before every run of the candidate (ev_poison), the same all-ones
+    # bytes; a second pass cost 1.6 ms per run on a 6.4 GB output.
     torch.cuda.synchronize()
     st.cur = cur
     return {"outputs": res, "gpu_ms": clock.ms()}

@@ -510,7 +510,7 @@ def table(b):
     cases = [r for r in recs if r["part"] == "cases" and r.get("overhead_ms") is not None]
     ref = [r for r in recs if r["part"] == "refonly" and r.get("overhead_ms") is not None]
     relu = next((r for r in cases if r["case"] == "relu"), None)
-    inproc = {r["path"]: r for r in recs if r["part"] == "relu_inprocess"}
+    inproc = {r["path"]: r for r in recs if r["part"] == "relu_inprocess" and "path" in r}
     lines = ["", "| measurement | value | target |", "|---|---|---|"]
     lines.append("| overhead, candidate evaluations, Level 1 (median of %d, ms) | %s | < 100 |"
                  % (len([r for r in cases if r["level"] == 1]), fmt(med([r["overhead_ms"] for r in cases if r["level"] == 1]))))

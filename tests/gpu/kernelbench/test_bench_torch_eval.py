@@ -55,7 +55,8 @@ def main():
         {"part": "refonly", "level": 2, "overhead_ms": 90.0},
         {"part": "relu_inprocess", "path": "kernels", "wall_ms": 13.0, "parts_ms": 11.0, "ratio": 1.18},
         {"part": "matched", "speedup": 1.1, "speedup_matched_precision": 0.6},
-        {"part": "refonly", "level": 1, "skipped": "budget"}]
+        {"part": "refonly", "level": 1, "skipped": "budget"},
+        {"part": "relu_inprocess", "skipped": "--skip"}]
     text = bt.table(b)
     for want in ("Level 1 (median of 2, ms) | 70.0 | < 100",
                  "Levels 2-3 (median of 1, ms) | 140.0 | < 150",
@@ -68,7 +69,7 @@ def main():
                  "speedup_matched_precision | 1.10 / 0.60",
                  "| compile | - | 40.0 |",
                  "| other | - | 60.0 |",
-                 "8 measurements, 1 skipped, 0 failures"):
+                 "9 measurements, 2 skipped, 0 failures"):
         check(want in text, "the table lacks %r:\n%s" % (want, text))
     print("ok")
     return 0
