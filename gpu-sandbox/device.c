@@ -112,43 +112,34 @@ ev_gpu_load_helpers(ev_gpu *g)
 }
 
 /*
- * cuBLASLt's first matmul in a process sets the library up (about 70 ms
- * on the H200), which would land on the first matmul candidate's
- * verification: one small matmul of each precision here, on the L2
- * flush's buffer (its contents stay defined), microseconds of GPU work a
- * busy sibling child does not notice.
+ * cuBLASLt's first matmul in a process sets the library up (70-77 ms on
+ * the H200), which landed on the first matmul candidate's verification:
+ * one small f32 matmul here, on the L2 flush's buffer (its contents stay
+ * defined), microseconds of GPU work a busy sibling child does not
+ * notice. Only f32: warming all four precisions took 230-280 ms, which
+ * every child's start would pay.
  */
 static void
 ev_gpu_warm_matmul(ev_gpu *g)
 {
-	static const struct {
-		Kclaw__DType dtype;
-		int tf32;
-	} kinds[] = {{KCLAW__DTYPE__F32, 0}, {KCLAW__DTYPE__F32, 1},
-	    {KCLAW__DTYPE__F16, 0}, {KCLAW__DTYPE__BF16, 0}};
 	CUdeviceptr a = g->flush, b = a + (1 << 20), d = a + (2 << 20);
+	sbx_matmul mm = {.a = 0,
+	    .b = 1,
+	    .c = -1,
+	    .d = 2,
+	    .bias = -1,
+	    .m = 128,
+	    .n = 128,
+	    .k = 128,
+	    .dtype = KCLAW__DTYPE__F32,
+	    .epilogue = SBX_EPI_NONE,
+	    .alpha = 1,
+	    .beta = 0};
 	uint64_t t0 = kc_mono_ns();
 
-	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
-		sbx_matmul mm = {.a = 0,
-		    .b = 1,
-		    .c = -1,
-		    .d = 2,
-		    .bias = -1,
-		    .m = 128,
-		    .n = 128,
-		    .k = 128,
-		    .dtype = kinds[i].dtype,
-		    .tf32 = kinds[i].tf32,
-		    .epilogue = SBX_EPI_NONE,
-		    .alpha = 1,
-		    .beta = 0};
-		if (sbx_lt_matmul(g->lt, &mm, a, b, 0, d, 0, g->stream) != 0) {
-			KC_WARN("warming cuBLASLt up: %s", kc_lasterr());
-			break;
-		}
-	}
-	if (g->cu.cuStreamSynchronize(g->stream) != CUDA_SUCCESS)
+	if (sbx_lt_matmul(g->lt, &mm, a, b, 0, d, 0, g->stream) != 0)
+		KC_WARN("warming cuBLASLt up: %s", kc_lasterr());
+	else if (g->cu.cuStreamSynchronize(g->stream) != CUDA_SUCCESS)
 		KC_WARN("warming cuBLASLt up: the stream failed");
 	KC_DEBUG(
 	    "cuBLASLt warmed up in %.1f ms", (double)(kc_mono_ns() - t0) / 1e6);

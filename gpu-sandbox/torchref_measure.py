@@ -10,7 +10,7 @@ import traceback
 from torchref_common import (
     ITERS_MAX, RefError, describe_exc, is_fatal_cuda, is_oom, log, share_globals)
 from torchref_task import (
-    GpuClock, _bits, _buf_sum, _chunks, _draw, _need, _need_task, _param_sum, _to_shared)
+    GpuClock, _bits, _chunks, _draw, _need, _need_task, _to_shared)
 
 torch = None  # PyTorch once imported (import_torch sets it here)
 KERN = None   # the device kernels once compiled (set_kernels sets them here)
@@ -148,18 +148,11 @@ def op_check(st, req):
         if compare_held:
             r["held_diff_max"], r["held_diff_count"] = _held_diff(b.view, st.held[i], b.dtype)
         res.append(r)
-    written = []
-    if st.cur.keep and st.cur.input_sums is not None:
-        for b, h in zip(t.by_kind("input"), st.cur.input_sums):
-            if _buf_sum(t, b) != h:
-                written.append(b.name)
-        if t.param_sum is not None and _param_sum(t) != t.param_sum:
-            written.append("parameters")
     if hold:
         st.held = None
         st.held = [b.view.clone() for b in obufs]
     torch.cuda.synchronize()
-    return {"outputs": res, "written": written, "gpu_ms": clock.ms()}
+    return {"outputs": res, "gpu_ms": clock.ms()}
 
 
 def _stats(times, setup_s):

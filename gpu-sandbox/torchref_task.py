@@ -86,7 +86,6 @@ class Serial:
         self.variant = variant
         self.keep = keep
         self.expected = []
-        self.input_sums = None   # checksums of the shared inputs (kept with keep)
 
 
 class GpuClock:
@@ -1005,8 +1004,6 @@ def op_inputs(st, req):
         del drawn, tens
     cur = Serial(serial, seed, variant, keep)
     cur.expected = exp
-    if keep:
-        cur.input_sums = [_buf_sum(t, b) for b in ibufs]
     del rest
     res = []
     for b, e in zip(obufs, exp):

@@ -26,7 +26,6 @@ Misbehaviour, chosen by KCLAW_STANDIN_MODE:
   bad_task          load -> BAD_TASK
   compile_failed    baseline compile / max-autotune -> COMPILE_FAILED
   wrong             check: the first output has bad elements
-  written           check: the first input was written (keep serials)
 With KCLAW_STANDIN_ONCE=PATH the misbehaviour happens only while PATH does
 not exist (it is created then): a restarted stand-in behaves.
 With KCLAW_STANDIN_LOG=PATH every request line received is appended there.
@@ -40,7 +39,7 @@ import sys
 import time
 
 MODES = ("ok", "crash_on_inputs", "hang_on_check", "garbage", "no_torch", "slow_hello",
-         "bad_task", "compile_failed", "wrong", "written")
+         "bad_task", "compile_failed", "wrong")
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i32": 4, "i64": 8, "i8": 1, "u8": 1,
                "bool": 1}
 KINDS = ("input", "parameter", "output", "scalar")
@@ -225,13 +224,9 @@ class Standin:
             if compare_held:
                 r["held_diff_max"], r["held_diff_count"] = 0.0, 0
             res.append(r)
-        written = []
-        if self.keep and self.misbehave("written"):
-            ins = [t["name"] for t in self.task if t["kind"] == "input"]
-            written = ins[:1]
         if hold:
             self.held = True
-        return {"outputs": res, "written": written}
+        return {"outputs": res}
 
     def baseline(self, req):
         self.need_task("baseline")
