@@ -101,7 +101,10 @@ ev_gpu_hold_release(ev_gpu *g)
  * probe between two events, the hold released once they are enqueued,
  * the host ahead of the GPU (as it is within a batch of timed runs, read
  * only at the batch's end). EV_CALIB_RUNS times each of two probes,
- * interleaved: a read of the flush buffer (kc_read_sweep, every SM busy
+ * interleaved, after as many of each unmeasured, to let the GPU settle
+ * (children that measured their first runs read 3.5-3.9 us where others
+ * read 3.1-3.4, and their one-kernel plans 0.6-1.2 % low against CUPTI).
+ * The probes: a read of the flush buffer (kc_read_sweep, every SM busy
  * for about 30 us on the H200, as the kernels timed are) and the empty
  * kernel kc_probe. launch_cost_ms is the median of the read's events'
  * interval minus its CUPTI span: from the start event to the first
@@ -115,20 +118,23 @@ ev_gpu_hold_release(ev_gpu *g)
 static void
 ev_gpu_calibrate(ev_gpu *g)
 {
-	double probe[2 * EV_CALIB_RUNS], cost[2 * EV_CALIB_RUNS];
+	/* Runs 0..first-1 are the warm-up, first..total-1 are measured; even
+	 * runs time the empty probe, odd ones the busy read. */
+	enum { first = 2 * EV_CALIB_RUNS, total = 4 * EV_CALIB_RUNS };
+	double probe[total], cost[total];
 	double empty[EV_CALIB_RUNS], busy[EV_CALIB_RUNS], least[EV_CALIB_RUNS];
 	/* The timed runs' own events, made here before any timing. */
 	CUevent *ev = g->ev;
 	unsigned n = 0, made = 0;
 	int bad = 0;
 
-	for (; !bad && made < 4 * EV_CALIB_RUNS; made++)
+	for (; !bad && made < 2 * total; made++)
 		bad = ev[made] == NULL &&
 		    g->cu.cuEventCreate(&ev[made], CU_EVENT_DEFAULT) !=
 		        CUDA_SUCCESS;
 	if (!bad && sbx_prof_activity_start() != 0)
 		bad = 1;
-	for (; !bad && n < 2 * EV_CALIB_RUNS; n++) {
+	for (; !bad && n < total; n++) {
 		bad = ev_gpu_launch_empty(g, g->mark) != CUDA_SUCCESS ||
 		    ev_gpu_flush_l2(g) != CUDA_SUCCESS ||
 		    ev_gpu_hold(g) != CUDA_SUCCESS ||
@@ -142,7 +148,7 @@ ev_gpu_calibrate(ev_gpu *g)
 		    ev_gpu_launch_empty(g, g->mark_end) != CUDA_SUCCESS;
 		ev_gpu_hold_release(g);
 	}
-	if (made == 4 * EV_CALIB_RUNS) {
+	if (made == 2 * total) {
 		bad =
 		    bad || g->cu.cuStreamSynchronize(g->stream) != CUDA_SUCCESS;
 		sbx_prof_activity_stop(NULL);
@@ -153,18 +159,17 @@ ev_gpu_calibrate(ev_gpu *g)
 		    CUDA_SUCCESS;
 		cost[i] = ms;
 	}
-	if (bad || n < 2 * EV_CALIB_RUNS ||
-	    sbx_prof_runs(NULL, probe, 2 * EV_CALIB_RUNS) !=
-	        2 * EV_CALIB_RUNS) {
+	if (bad || n < total || sbx_prof_runs(NULL, probe, total) != total) {
 		KC_WARN("the events' cost around a launch could not be "
 		        "measured: timed runs are reported as their events "
 		        "say");
 		return;
 	}
 	for (unsigned i = 0; i < EV_CALIB_RUNS; i++) {
-		empty[i] = cost[2 * i] - probe[2 * i];
-		least[i] = probe[2 * i];
-		busy[i] = cost[2 * i + 1] - probe[2 * i + 1];
+		unsigned k = first + 2 * i;
+		empty[i] = cost[k] - probe[k];
+		least[i] = probe[k];
+		busy[i] = cost[k + 1] - probe[k + 1];
 	}
 	g->launch_cost_ms = ev_median(busy, EV_CALIB_RUNS);
 	g->launch_empty_ms = ev_median(empty, EV_CALIB_RUNS);
@@ -203,24 +208,29 @@ ev_gpu_best_of(
 
 /*
  * The device's ceilings for the speed of light and the roofline: the copy
- * bandwidth (the best of three device-to-device copies of 256 MiB, which
- * no L2 holds; read plus write) and the read bandwidth (the best of three
- * read-only sweeps of those 512 MiB), measured, and the arithmetic peak,
+ * bandwidth (the best of three device-to-device copies of 1 GiB, which no
+ * L2 holds; read plus write) and the read bandwidth (the best of three
+ * read-only sweeps of those 2 GiB), measured, and the arithmetic peak,
  * from the SM count and clock at 8192 operations per SM per clock
  * (Hopper's dense fp8 tensor rate, the fastest arithmetic there is).
- * Nothing measured: 0, and the speed of light is not applied.
+ * Nothing measured: 0, and the speed of light is not applied. Sweeps of
+ * a quarter of that (0.12 ms) read 4.30-4.44 TB/s on the H200 where an
+ * MSE loss's kernel read 4.57: a sweep's ramp and tail weigh on a short
+ * one. Where 2 GiB cannot be had, 256 MiB halves.
  */
 void
 ev_gpu_measure_ceilings(ev_gpu *g)
 {
-	size_t half = (size_t)256 << 20;
+	size_t half = (size_t)1 << 30;
 	CUdeviceptr buf = 0;
 	CUevent a = NULL, b = NULL;
 	float copy = 0, read = 0;
 	int clock_khz = ev_gpu_attr(g, CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
 
 	g->peak_flops_per_ms = (double)g->sms * clock_khz * SBX_OPS_FP8;
-	if (g->cu.cuMemAlloc(&buf, 2 * half) != CUDA_SUCCESS)
+	if (g->cu.cuMemAlloc(&buf, 2 * half) != CUDA_SUCCESS &&
+	    g->cu.cuMemAlloc(&buf, 2 * (half = (size_t)256 << 20)) !=
+	        CUDA_SUCCESS)
 		return;
 	if (g->cu.cuEventCreate(&a, CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
 	    g->cu.cuEventCreate(&b, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
