@@ -107,11 +107,12 @@ typedef struct {
 	 * arithmetic rate, for the speed of light and the roofline. */
 	double bw_bytes_per_ms, read_bytes_per_ms, peak_flops_per_ms;
 	/* Measured at start-up (ev_gpu_calibrate): the events' own time around
-	 * one launch of a kernel that fills the GPU, taken off every timed
-	 * sample, the same around an empty one (reported beside), and the
-	 * least a launch takes by CUPTI; 0 where CUPTI could not measure
+	 * one launch of a kernel that fills the GPU, what each further launch
+	 * of a plan adds to it (both taken off every timed sample:
+	 * ev_gpu_cost), the same around an empty one (reported beside), and
+	 * the least a launch takes by CUPTI; 0 where CUPTI could not measure
 	 * them. */
-	double launch_cost_ms, launch_empty_ms, launch_floor_ms;
+	double launch_cost_ms, launch_step_ms, launch_empty_ms, launch_floor_ms;
 	int measured;
 	size_t flush_bytes;
 	void *pinned;

@@ -65,6 +65,19 @@ ev_gpu_read(ev_gpu *g, CUfunction f, CUdeviceptr buf, size_t bytes)
 	    g->stream, params, NULL);
 }
 
+/* A read of 4 KiB in one block of 1024 threads (kc_read_sweep): a
+ * reduction's final block, or a clear before a sum. */
+static CUresult
+ev_gpu_read_small(ev_gpu *g)
+{
+	uint64_t n = 4096 / 16;
+	CUdeviceptr sink = g->acc + 7 * sizeof(uint64_t);
+	void *params[3] = {&g->flush, &n, &sink};
+
+	return g->cu.cuLaunchKernel(
+	    g->read_sweep, 1, 1, 1, 1024, 1, 1, 0, g->stream, params, NULL);
+}
+
 /* The L2 flush before a timed run (ev_flush_l2). */
 static CUresult
 ev_gpu_flush_l2(ev_gpu *g)
@@ -100,29 +113,37 @@ ev_gpu_hold_release(ev_gpu *g)
  * goes (ev_held_run) under CUPTI: after an L2 flush, the hold, then a
  * probe between two events, the hold released once they are enqueued,
  * the host ahead of the GPU (as it is within a batch of timed runs, read
- * only at the batch's end). EV_CALIB_RUNS times each of two probes,
+ * only at the batch's end). EV_CALIB_RUNS times each of four probes,
  * interleaved, after as many of each unmeasured, to let the GPU settle
  * (children that measured their first runs read 3.5-3.9 us where others
  * read 3.1-3.4, and their one-kernel plans 0.6-1.2 % low against CUPTI).
- * The probes: a read of the flush buffer (kc_read_sweep, every SM busy
- * for about 30 us on the H200, as the kernels timed are) and the empty
- * kernel kc_probe. launch_cost_ms is the median of the read's events'
- * interval minus its CUPTI span: from the start event to the first
- * block's start and from the last block's end to the stop event.
- * launch_empty_ms is the same around the empty kernel (reported beside),
+ * The probes: the empty kernel kc_probe; a read of the flush buffer
+ * (kc_read_sweep, every SM busy for about 30 us on the H200, as the
+ * kernels timed are); and two launches, the read then a read of 4 KiB
+ * in one block, and that small read then the whole one (the shapes of a
+ * partial sum and its final block, or of a clear and the sum). launch_cost_ms
+ * is the median of the read's events' interval minus its CUPTI span: from the
+ * start event to the first block's start and from the last block's end
+ * to the stop event. launch_step_ms is what each launch after the first
+ * adds to that (the two-launch probes' median cost less launch_cost_ms;
+ * the span holds the gap between the launches, so this is beyond it: the
+ * two-kernel sum_reduce plans read 0.4-0.7 us over CUPTI without it).
+ * launch_empty_ms is the cost around the empty kernel (reported beside),
  * launch_floor_ms the empty kernel's CUPTI duration, the least any run
- * takes. Every timed sample is reported less the cost (sbx_sample_ms), so
- * a 30 us kernel reads 30 us and not 33. Without CUPTI all stay 0: raw
- * event times.
+ * takes. Every timed sample is reported less the cost of its plan's
+ * launches (ev_gpu_cost, sbx_sample_ms), so a 30 us kernel reads 30 us
+ * and not 33. Without CUPTI all stay 0: raw event times.
  */
 static void
 ev_gpu_calibrate(ev_gpu *g)
 {
-	/* Runs 0..first-1 are the warm-up, first..total-1 are measured; even
-	 * runs time the empty probe, odd ones the busy read. */
-	enum { first = 2 * EV_CALIB_RUNS, total = 4 * EV_CALIB_RUNS };
+	/* Runs 0..first-1 are the warm-up, first..total-1 are measured; run
+	 * n's probe is form n % forms. */
+	enum { forms = 4, first = forms * EV_CALIB_RUNS, total = 2 * first };
+	enum { EMPTY, READ, READ_SMALL, SMALL_READ };
 	double probe[total], cost[total];
-	double empty[EV_CALIB_RUNS], busy[EV_CALIB_RUNS], least[EV_CALIB_RUNS];
+	double empty[EV_CALIB_RUNS], busy[EV_CALIB_RUNS], least[EV_CALIB_RUNS],
+	    two[2 * EV_CALIB_RUNS], by_form[forms][EV_CALIB_RUNS];
 	/* The timed runs' own events, made here before any timing. */
 	CUevent *ev = g->ev;
 	unsigned n = 0, made = 0;
@@ -135,14 +156,20 @@ ev_gpu_calibrate(ev_gpu *g)
 	if (!bad && sbx_prof_activity_start() != 0)
 		bad = 1;
 	for (; !bad && n < total; n++) {
+		unsigned form = n % forms;
 		bad = ev_gpu_launch_empty(g, g->mark) != CUDA_SUCCESS ||
 		    ev_gpu_flush_l2(g) != CUDA_SUCCESS ||
 		    ev_gpu_hold(g) != CUDA_SUCCESS ||
 		    g->cu.cuEventRecord(ev[2 * n], g->stream) != CUDA_SUCCESS ||
-		    (n % 2 ? ev_gpu_read(
-		                 g, g->read_sweep, g->flush, g->flush_bytes)
-		           : ev_gpu_launch_empty(g, g->probe)) !=
-		        CUDA_SUCCESS ||
+		    (form == EMPTY &&
+		        ev_gpu_launch_empty(g, g->probe) != CUDA_SUCCESS) ||
+		    (form == SMALL_READ &&
+		        ev_gpu_read_small(g) != CUDA_SUCCESS) ||
+		    (form != EMPTY &&
+		        ev_gpu_read(g, g->read_sweep, g->flush,
+		            g->flush_bytes) != CUDA_SUCCESS) ||
+		    (form == READ_SMALL &&
+		        ev_gpu_read_small(g) != CUDA_SUCCESS) ||
 		    g->cu.cuEventRecord(ev[2 * n + 1], g->stream) !=
 		        CUDA_SUCCESS ||
 		    ev_gpu_launch_empty(g, g->mark_end) != CUDA_SUCCESS;
@@ -166,16 +193,39 @@ ev_gpu_calibrate(ev_gpu *g)
 		return;
 	}
 	for (unsigned i = 0; i < EV_CALIB_RUNS; i++) {
-		unsigned k = first + 2 * i;
-		empty[i] = cost[k] - probe[k];
-		least[i] = probe[k];
-		busy[i] = cost[k + 1] - probe[k + 1];
+		for (unsigned f = 0; f < forms; f++) {
+			unsigned k = first + forms * i + f;
+			by_form[f][i] = cost[k] - probe[k];
+		}
+		least[i] = probe[first + forms * i + EMPTY];
+		empty[i] = by_form[EMPTY][i];
+		busy[i] = by_form[READ][i];
+		two[2 * i] = by_form[READ_SMALL][i];
+		two[2 * i + 1] = by_form[SMALL_READ][i];
 	}
 	g->launch_cost_ms = ev_median(busy, EV_CALIB_RUNS);
 	g->launch_empty_ms = ev_median(empty, EV_CALIB_RUNS);
 	g->launch_floor_ms = ev_median(least, EV_CALIB_RUNS);
+	g->launch_step_ms =
+	    ev_median(two, 2 * EV_CALIB_RUNS) - g->launch_cost_ms;
+	KC_INFO("events' cost: read %.4f ms, empty %.4f ms, read then small "
+	        "%.4f ms, small then read %.4f ms",
+	    g->launch_cost_ms, g->launch_empty_ms,
+	    ev_median(by_form[READ_SMALL], EV_CALIB_RUNS),
+	    ev_median(by_form[SMALL_READ], EV_CALIB_RUNS));
+	if (g->launch_step_ms < 0)
+		g->launch_step_ms = 0;
 	if (g->launch_cost_ms < 0 || g->launch_floor_ms <= 0)
-		g->launch_cost_ms = g->launch_floor_ms = 0;
+		g->launch_cost_ms = g->launch_floor_ms = g->launch_step_ms = 0;
+}
+
+/* What the events add around a run of a plan of steps launches
+ * (ev_gpu_calibrate). */
+static double
+ev_gpu_cost(const ev_gpu *g, size_t steps)
+{
+	return g->launch_cost_ms +
+	    (steps > 1 ? (double)(steps - 1) * g->launch_step_ms : 0);
 }
 
 /*
@@ -633,8 +683,9 @@ ev_time_traced(ev *e, unsigned samples, unsigned per, unsigned cap)
  * or EV_ADAPT_BUDGET_MS. A plan whose first runs' median is under
  * EV_SHORT_MS is then timed back to back instead (ev_time_batch): the
  * first runs' times are dropped, and each sample is a batch's time over its
- * runs. Every sample is reported less the events' own cost around a launch
- * (sbx_sample_ms, ev_gpu_calibrate), once per pair of events.
+ * runs. Every sample is reported less the events' own cost around its
+ * launches, once per pair of events (sbx_sample_ms, ev_gpu_calibrate): a
+ * run's, that of its plan's steps (ev_gpu_cost); a batch's, one launch's.
  */
 int
 ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
@@ -712,10 +763,13 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 			if (sets.n == 0 || j == 0)
 				g->cu.cuEventElapsedTime(
 				    &f, g->ev[2 * k], g->ev[2 * k + 1]);
-			ms[n + j] = sets.n > 0 && j > 0
-			    ? ms[n]
-			    : sbx_sample_ms(f, sets.n > 0 ? nrun : 1,
-			          g->launch_cost_ms, g->launch_floor_ms);
+			ms[n + j] = sets.n > 0 && j > 0 ? ms[n]
+			    : sets.n > 0
+			    ? sbx_sample_ms(f, nrun, g->launch_cost_ms,
+			          g->launch_floor_ms)
+			    : sbx_sample_ms(f, 1,
+			          ev_gpu_cost(g, p->plan->nsteps),
+			          g->launch_floor_ms);
 		}
 		runs += nrun;
 		n += nrun;
@@ -757,6 +811,9 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 			    g->launch_cost_ms, "ms");
 			sbx_result_add_metric(e->res,
 			    "sandbox.launch_cost_empty_ms", g->launch_empty_ms,
+			    "ms");
+			sbx_result_add_metric(e->res,
+			    "sandbox.launch_cost_step_ms", g->launch_step_ms,
 			    "ms");
 		}
 		if (expired > 0)
