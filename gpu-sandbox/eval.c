@@ -19,7 +19,10 @@
  * ev_ref_ops (ref_cuda.c, ref_tensors.c, ref_torch.c): the only places
  * that know which kind a task's reference is.
  *
- * Why this order: inputs exist before the first run, and the expected
+ * Why this order: what the reference kind can start without the
+ * candidate is sent first (prefetch: the torch kind's load runs in the
+ * reference process while NVRTC compiles); inputs exist before the first
+ * run, and the expected
  * outputs only where no candidate can reach them while it runs (the
  * reference kind's prepare); every verification trial runs from a fresh
  * state on inputs of its own distribution, inputs hashed before and after;
@@ -49,9 +52,11 @@ static int ev_cand(const ev *e);
 static int ev_refonly(const ev *e);
 static int ev_always(const ev *e);
 static int ev_offline(const ev *e);
+static int ev_online(const ev *e);
 static int ev_profiled(const ev *e);
 
 static int ph_target(ev *e);
+static int ph_prefetch(ev *e);
 static int ph_compile(ev *e);
 static int ph_offline(ev *e);
 static int ph_load(ev *e);
@@ -75,6 +80,7 @@ static int ph_summary(ev *e);
 /* clang-format off */
 static const ev_phase ev_protocol[] = {
 	{"target",      ev_cand,     ph_target,      NULL},                 /* COMPILE_ERROR (no source), NO_DEVICE */
+	{"prefetch",    ev_online,   ph_prefetch,    NULL},
 	{"compile",     ev_cand,     ph_compile,     NULL},                 /* COMPILE_ERROR */
 	{"offline",     ev_offline,  ph_offline,     NULL},                 /* ends: OK (compile-only), PLAN_ERROR, NO_DEVICE */
 	{"load",        ev_cand,     ph_load,        NULL},                 /* LAUNCH_ERROR */
@@ -214,6 +220,13 @@ ev_offline(const ev *e)
 	return !e->refonly && (!e->g->have_device || (o && o->compile_only));
 }
 
+/* A candidate that will run (not compile-only, a device there). */
+static int
+ev_online(const ev *e)
+{
+	return !e->refonly && !ev_offline(e);
+}
+
 static int
 ev_profiled(const ev *e)
 {
@@ -251,6 +264,22 @@ ph_target(ev *e)
 		return -1;
 	}
 	sbx_result_set(&e->res->arch, "%s", e->arch);
+	return 0;
+}
+
+/* What the task's reference kind can start before the candidate is
+ * compiled (its prefetch), so that it runs beside NVRTC. */
+static int
+ph_prefetch(ev *e)
+{
+	const Kclaw__Reference *ref = e->task->reference;
+
+	for (size_t i = 0; ref != NULL && i < e->nkinds; i++)
+		if (e->kinds[i]->usable(ref)) {
+			if (e->kinds[i]->prefetch != NULL)
+				e->kinds[i]->prefetch(e);
+			break;
+		}
 	return 0;
 }
 

@@ -39,6 +39,11 @@ struct sbx_torchref {
 	size_t len, cap;
 	unsigned starts;
 	char version[128];
+	/* A request sent and its reply not yet read (sbx_torchref_send):
+	 * its op and the time its reply is due by. */
+	char pending[32];
+	int pending_ms;
+	uint64_t pending_due;
 };
 
 int
@@ -94,6 +99,7 @@ tr_drop(sbx_torchref *r, int hard)
 	r->fd = -1;
 	r->len = 0;
 	r->version[0] = '\0';
+	r->pending[0] = '\0';
 }
 
 void
@@ -234,24 +240,32 @@ tr_read_line(sbx_torchref *r, uint64_t deadline, char **line)
 	}
 }
 
-/* One exchange on a running process; the process is killed on failure. */
+/* Sends req (one line) by deadline; KC_ECLOSED or KC_ETIMEDOUT as read. */
 static int
-tr_exchange(sbx_torchref *r, const cJSON *req, int timeout_ms, cJSON **reply)
+tr_send(sbx_torchref *r, const cJSON *req, uint64_t deadline)
 {
-	uint64_t deadline = kc_mono_ns() + (uint64_t)timeout_ms * 1000000;
-	char *text = cJSON_PrintUnformatted(req), *line = NULL;
-	const char *op;
+	char *text = cJSON_PrintUnformatted(req);
 	size_t n;
 	int rv;
 
-	*reply = NULL;
 	if (text == NULL)
 		return kc_seterr(KC_ENOMEM, "out of memory");
-	op = cJSON_GetStringValue(cJSON_GetObjectItem(req, "op"));
 	n = strlen(text);
 	text[n] = '\n';
 	rv = tr_write_all(r->fd, text, n + 1, deadline);
 	free(text);
+	return rv;
+}
+
+/* The reply to op, sent before and due by deadline (rv: what sending it
+ * returned); the process is killed on failure. */
+static int
+tr_reply(sbx_torchref *r, int rv, const char *op, int timeout_ms,
+    uint64_t deadline, cJSON **reply)
+{
+	char *line = NULL;
+
+	*reply = NULL;
 	if (rv == 0)
 		rv = tr_read_line(r, deadline, &line);
 	if (rv == KC_ECLOSED)
@@ -261,14 +275,14 @@ tr_exchange(sbx_torchref *r, const cJSON *req, int timeout_ms, cJSON **reply)
 		return kc_seterr(KC_ETIMEDOUT,
 		    "the PyTorch reference process did not answer '%s' within "
 		    "%d ms; it was killed and will be started again",
-		    op ? op : "?", timeout_ms);
+		    op, timeout_ms);
 	}
 	if (rv == KC_EPROTO) {
 		sbx_torchref_kill(r);
 		return kc_seterr(KC_EPROTO,
 		    "the PyTorch reference process sent a line over %u bytes "
 		    "for '%s'; it was killed",
-		    SBX_TORCHREF_LINE_MAX, op ? op : "?");
+		    SBX_TORCHREF_LINE_MAX, op);
 	}
 	if (rv != 0) {
 		sbx_torchref_kill(r);
@@ -286,10 +300,29 @@ tr_exchange(sbx_torchref *r, const cJSON *req, int timeout_ms, cJSON **reply)
 		return kc_seterr(KC_EPROTO,
 		    "the PyTorch reference process answered '%s' with a line "
 		    "that is not a JSON object (\"%s\"); it was killed",
-		    op ? op : "?", head);
+		    op, head);
 	}
 	free(line);
 	return 0;
+}
+
+/* The op a request names, for messages. */
+static const char *
+tr_op(const cJSON *req)
+{
+	const char *op = cJSON_GetStringValue(cJSON_GetObjectItem(req, "op"));
+
+	return op ? op : "?";
+}
+
+/* One exchange on a running process; the process is killed on failure. */
+static int
+tr_exchange(sbx_torchref *r, const cJSON *req, int timeout_ms, cJSON **reply)
+{
+	uint64_t deadline = kc_mono_ns() + (uint64_t)timeout_ms * 1000000;
+
+	return tr_reply(r, tr_send(r, req, deadline), tr_op(req), timeout_ms,
+	    deadline, reply);
 }
 
 /* hello on a fresh connection: KC_ENODEV when refused (no PyTorch or no
@@ -616,6 +649,66 @@ tr_start(sbx_torchref *r)
 	return tr_start_private(r);
 }
 
+/*
+ * A reply sent for and never read (an evaluation that stopped before it
+ * needed it) comes first on the connection: read and dropped. Where that
+ * fails the process was killed, and the next request starts a fresh one.
+ */
+static void
+tr_drop_pending(sbx_torchref *r)
+{
+	cJSON *old = NULL;
+
+	if (r->pending[0] == '\0')
+		return;
+	if (sbx_torchref_receive(r, &old) != 0)
+		KC_INFO("the reply to an earlier request was lost: %s",
+		    kc_lasterr());
+	cJSON_Delete(old);
+}
+
+int
+sbx_torchref_send(sbx_torchref *r, const cJSON *req, int timeout_ms)
+{
+	int rv;
+
+	tr_drop_pending(r);
+	if (r->fd < 0 && (rv = tr_start(r)) != 0)
+		return rv;
+	r->pending_due = kc_mono_ns() + (uint64_t)timeout_ms * 1000000;
+	r->pending_ms = timeout_ms;
+	if ((rv = tr_send(r, req, r->pending_due)) != 0) {
+		cJSON *none = NULL;
+		return tr_reply(
+		    r, rv, tr_op(req), timeout_ms, r->pending_due, &none);
+	}
+	snprintf(r->pending, sizeof(r->pending), "%s", tr_op(req));
+	return 0;
+}
+
+int
+sbx_torchref_receive(sbx_torchref *r, cJSON **reply)
+{
+	char op[sizeof(r->pending)];
+
+	*reply = NULL;
+	if (r->pending[0] == '\0' || r->fd < 0) {
+		r->pending[0] = '\0';
+		return kc_seterr(KC_EINVAL,
+		    "no request to the PyTorch reference process is waiting "
+		    "for its reply");
+	}
+	snprintf(op, sizeof(op), "%s", r->pending);
+	r->pending[0] = '\0';
+	return tr_reply(r, 0, op, r->pending_ms, r->pending_due, reply);
+}
+
+const char *
+sbx_torchref_pending(const sbx_torchref *r)
+{
+	return r->pending[0] != '\0' ? r->pending : NULL;
+}
+
 int
 sbx_torchref_call(
     sbx_torchref *r, const cJSON *req, int timeout_ms, cJSON **reply)
@@ -623,6 +716,7 @@ sbx_torchref_call(
 	int rv;
 
 	*reply = NULL;
+	tr_drop_pending(r);
 	if (r->fd < 0 && (rv = tr_start(r)) != 0)
 		return rv;
 	return tr_exchange(r, req, timeout_ms, reply);

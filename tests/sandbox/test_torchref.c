@@ -172,6 +172,45 @@ test_protocol(void)
 	sbx_torchref_free(r);
 }
 
+/* A request in two halves (the load sent before the candidate compiles):
+ * its reply read later; a reply never read is dropped by the next call,
+ * which gets its own reply, not the earlier one. */
+static void
+test_send_then_receive(void)
+{
+	sbx_torchref *r = client("ok");
+	cJSON *q, *a;
+
+	KT_ASSERT(sbx_torchref_pending(r) == NULL);
+	KT_EQ_INT(sbx_torchref_receive(r, &a), KC_EINVAL);
+	KT_CONTAINS(kc_lasterr(), "no request");
+	q = load_req();
+	KT_OK(sbx_torchref_send(r, q, 10000));
+	KT_EQ_STR(sbx_torchref_pending(r), "load");
+	KT_OK(sbx_torchref_receive(r, &a));
+	KT_ASSERT(sbx_torchref_pending(r) == NULL);
+	KT_ASSERT(is_ok(a));
+	KT_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItem(a, "buffers")), 3);
+	cJSON_Delete(a);
+	/* Sent and left: the next call reads past it. */
+	KT_OK(sbx_torchref_send(r, q, 10000));
+	cJSON_Delete(q);
+	q = req("inputs");
+	cJSON_AddNumberToObject(q, "serial", 0);
+	cJSON_AddNumberToObject(q, "seed", 7);
+	cJSON_AddNumberToObject(q, "variant", 0);
+	cJSON_AddBoolToObject(q, "keep", 1);
+	KT_OK(sbx_torchref_call(r, q, 10000, &a));
+	cJSON_Delete(q);
+	KT_ASSERT(is_ok(a));
+	KT_ASSERT(cJSON_GetObjectItem(a, "outputs") != NULL);
+	KT_ASSERT(cJSON_GetObjectItem(a, "buffers") == NULL);
+	KT_ASSERT(sbx_torchref_pending(r) == NULL);
+	cJSON_Delete(a);
+	KT_EQ_INT(sbx_torchref_starts(r), 1);
+	sbx_torchref_free(r);
+}
+
 /* A reference that dies mid-request is reported with its exit status and
  * replaced by the next call. */
 static void
@@ -575,6 +614,7 @@ main(void)
 	snprintf(once_path, sizeof(once_path), "%s/kc_standin_once.%d",
 	    tmp ? tmp : "/tmp", (int)getpid());
 	KT_RUN(test_protocol);
+	KT_RUN(test_send_then_receive);
 	KT_RUN(test_crash_then_restart);
 	KT_RUN(test_hang_is_killed);
 	KT_RUN(test_garbage_no_torch_no_script);
