@@ -29,11 +29,7 @@
  * the determinism run repeats trial 0; only a verified candidate is timed,
  * and every timed run is checked again; the judgement (precision, speed of
  * light) needs the timing; the baselines are timed last, so a candidate's
- * verdict never waits for them, except those a kind times in another
- * process while NVRTC compiles (the torch kind's PyTorch eager and
- * torch.compile, sent by prefetch and read by collect before the
- * candidate first uses the GPU, so nothing else runs there meanwhile). A
- * sticky CUDA error (a kernel fault) ends
+ * verdict never waits for them. A sticky CUDA error (a kernel fault) ends
  * the evaluation with RUNTIME_FAULT and *fatal set: the child exits and a
  * fresh one starts.
  */
@@ -585,8 +581,7 @@ ph_profile(ev *e)
 }
 
 /*
- * The reference kind's baselines, timed last (or read from what its
- * prefetch had timed during the compile). A candidate stands without
+ * The reference kind's baselines, timed last. A candidate stands without
  * them (OK, with why they are missing); a reference-only evaluation does
  * not.
  */
