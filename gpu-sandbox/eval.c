@@ -58,7 +58,6 @@ static int ev_profiled(const ev *e);
 static int ph_target(ev *e);
 static int ph_prefetch(ev *e);
 static int ph_compile(ev *e);
-static int ph_collect(ev *e);
 static int ph_offline(ev *e);
 static int ph_load(ev *e);
 static int ph_plan(ev *e);
@@ -83,7 +82,6 @@ static const ev_phase ev_protocol[] = {
 	{"target",      ev_cand,     ph_target,      NULL},                 /* COMPILE_ERROR (no source), NO_DEVICE */
 	{"prefetch",    ev_online,   ph_prefetch,    NULL},
 	{"compile",     ev_cand,     ph_compile,     NULL},                 /* COMPILE_ERROR */
-	{"collect",     ev_online,   ph_collect,     NULL},
 	{"offline",     ev_offline,  ph_offline,     NULL},                 /* ends: OK (compile-only), PLAN_ERROR, NO_DEVICE */
 	{"load",        ev_cand,     ph_load,        NULL},                 /* LAUNCH_ERROR */
 	{"plan",        ev_cand,     ph_plan,        NULL},                 /* PLAN_ERROR */
@@ -235,25 +233,6 @@ ev_profiled(const ev *e)
 	return !e->refonly && e->req->options && e->req->options->profile;
 }
 
-/* The counts asked for: trials, warm-up runs, timed runs (the most, where
- * adaptive). */
-static void
-ev_counts(ev *e)
-{
-	const Kclaw__EvalOptions *o = e->req->options;
-
-	e->trials = o && o->trials ? o->trials
-	    : e->task->trials      ? e->task->trials
-	                           : EV_DEFAULT_TRIALS;
-	e->warmup = o && o->warmup ? o->warmup : EV_DEFAULT_WARMUP;
-	e->adaptive = !(o && o->iterations);
-	e->iters = e->adaptive ? EV_ADAPT_MAX : o->iterations;
-	if (e->trials > EV_MAX_TRIALS)
-		e->trials = EV_MAX_TRIALS;
-	if (e->iters > EV_MAX_ITERS)
-		e->iters = EV_MAX_ITERS;
-}
-
 /* ------------------------------------------------------------- phases */
 
 /* The candidate's source is there, and an architecture to compile for:
@@ -289,8 +268,7 @@ ph_target(ev *e)
 }
 
 /* What the task's reference kind can start before the candidate is
- * compiled (its prefetch), so that it runs beside NVRTC; the kind is then
- * the evaluation's (ph_reference keeps it). */
+ * compiled (its prefetch), so that it runs beside NVRTC. */
 static int
 ph_prefetch(ev *e)
 {
@@ -298,23 +276,10 @@ ph_prefetch(ev *e)
 
 	for (size_t i = 0; ref != NULL && i < e->nkinds; i++)
 		if (e->kinds[i]->usable(ref)) {
-			if (e->kinds[i]->prefetch != NULL) {
-				e->ops = e->kinds[i];
-				ev_counts(e);
-				e->ops->prefetch(e);
-			}
+			if (e->kinds[i]->prefetch != NULL)
+				e->kinds[i]->prefetch(e);
 			break;
 		}
-	return 0;
-}
-
-/* What the prefetch started, finished before the candidate touches the
- * GPU. */
-static int
-ph_collect(ev *e)
-{
-	if (e->ops != NULL && e->ops->collect != NULL)
-		e->ops->collect(e);
 	return 0;
 }
 
@@ -391,7 +356,18 @@ ph_device(ev *e)
 static int
 ph_reference(ev *e)
 {
-	ev_counts(e);
+	const Kclaw__EvalOptions *o = e->req->options;
+
+	e->trials = o && o->trials ? o->trials
+	    : e->task->trials      ? e->task->trials
+	                           : EV_DEFAULT_TRIALS;
+	e->warmup = o && o->warmup ? o->warmup : EV_DEFAULT_WARMUP;
+	e->adaptive = !(o && o->iterations);
+	e->iters = e->adaptive ? EV_ADAPT_MAX : o->iterations;
+	if (e->trials > EV_MAX_TRIALS)
+		e->trials = EV_MAX_TRIALS;
+	if (e->iters > EV_MAX_ITERS)
+		e->iters = EV_MAX_ITERS;
 	for (size_t i = 0;
 	     e->task->reference != NULL && e->ops == NULL && i < e->nkinds; i++)
 		if (e->kinds[i]->usable(e->task->reference))

@@ -185,6 +185,7 @@ typedef struct {
 	 * the state it keeps for this evaluation (its own). */
 	const struct ev_ref_ops *ops;
 	void *ref_state;
+	uint64_t ref_sent; /* when the kind's prefetch sent (0: not sent) */
 	/* Per output: the smallest relative difference between the expected
 	 * outputs of two verification trials (the variation rule; 0 when
 	 * unknown), and the candidate's worst relative error. */
@@ -215,14 +216,11 @@ typedef struct ev_ref_ops {
 	/* Its state, the number of trials (e->trials as asked, at most
 	 * EV_MAX_TRIALS), and what it must build before anything runs. */
 	int (*setup)(ev *e);
-	/* Optional, before the candidate is compiled: sends what later
-	 * steps will need of another process (the torch kind's load and
-	 * PyTorch's timing), so that it works while NVRTC does; collect,
-	 * after the compile and before the candidate's first use of the
-	 * GPU, reads what came back. Nothing is reported from either: the
-	 * step that needs a reply asks itself where there is none. */
+	/* Optional, before the candidate is compiled: sends what prepare
+	 * will need of another process (the torch kind's load), so that it
+	 * works while NVRTC does; e->ref_sent says it went out. Nothing is
+	 * reported from here: prepare does what did not happen. */
 	void (*prefetch)(ev *e);
-	void (*collect)(ev *e);
 	/* Every verification trial's inputs and expected outputs. */
 	int (*prepare)(ev *e);
 	/* Verification trial k: its inputs; after the candidate ran, the

@@ -42,16 +42,6 @@ typedef struct {
 	int in_timed;
 	double timed_gpu_ms, timed_wait_ms;
 	unsigned timed_inputs;
-	/* What torch_prefetch sent before the candidate compiled (the load,
-	 * then PyTorch eager and torch.compile timed), in that order, and
-	 * once torch_collect read them, each one's reply or failure (rv),
-	 * handed to the step that needs it (torch_early). */
-	struct {
-		const char *op; /* "load", "eager" or the compile mode */
-		int collected, rv;
-		cJSON *reply;
-	} early[3];
-	unsigned nearly;
 } torch_state;
 
 static torch_state *
@@ -89,32 +79,26 @@ torch_fail(ev *e, int rv, const cJSON *reply, const char *what)
 static double torch_num(const cJSON *o, const char *key);
 
 /* What a request of this evaluation cost, from t0 (its send, or the start
- * of the wait for its reply) to now. */
-static void
-torch_account(ev *e, uint64_t t0, int rv, const cJSON *reply, const char *what)
+ * of the wait for its reply) to now; 0 with *reply holding an "ok": true
+ * reply, else -1 with the result filled and *reply NULL. */
+static int
+torch_replied(ev *e, uint64_t t0, int rv, const char *what, cJSON **reply)
 {
 	torch_state *st = torch_st(e);
 
 	ev_trace(e, t0, "the reference's %s (GPU %.3f ms)", what,
-	    rv == 0 ? torch_num(reply, "gpu_ms") : 0);
-	if (st == NULL)
-		return;
-	st->wait_ms += (double)(kc_mono_ns() - t0) / 1e6;
-	st->calls++;
-	if (rv == 0)
-		st->gpu_ms += torch_num(reply, "gpu_ms");
-	if (st->in_timed) {
-		st->timed_wait_ms += (double)(kc_mono_ns() - t0) / 1e6;
+	    rv == 0 ? torch_num(*reply, "gpu_ms") : 0);
+	if (st != NULL) {
+		st->wait_ms += (double)(kc_mono_ns() - t0) / 1e6;
+		st->calls++;
 		if (rv == 0)
-			st->timed_gpu_ms += torch_num(reply, "gpu_ms");
+			st->gpu_ms += torch_num(*reply, "gpu_ms");
+		if (st->in_timed) {
+			st->timed_wait_ms += (double)(kc_mono_ns() - t0) / 1e6;
+			if (rv == 0)
+				st->timed_gpu_ms += torch_num(*reply, "gpu_ms");
+		}
 	}
-}
-
-/* 0 where the request got an "ok": true reply (in *reply), else -1 with
- * the result filled and *reply freed. */
-static int
-torch_ok(ev *e, int rv, const char *what, cJSON **reply)
-{
 	if (rv != 0 || !cJSON_IsTrue(cJSON_GetObjectItem(*reply, "ok"))) {
 		torch_fail(e, rv, *reply, what);
 		cJSON_Delete(*reply);
@@ -154,30 +138,7 @@ torch_call(ev *e, cJSON *req, int timeout_ms, const char *what, cJSON **reply)
 	t0 = kc_mono_ns();
 	rv = sbx_torchref_call(tr, req, timeout_ms, reply);
 	cJSON_Delete(req);
-	torch_account(e, t0, rv, *reply, what);
-	return torch_ok(e, rv, what, reply);
-}
-
-/*
- * The reply to what torch_prefetch sent for op, read by torch_collect:
- * 1 with *rv and *reply (now the caller's) where there is one, else 0 (the
- * caller asks now).
- */
-static int
-torch_early(ev *e, const char *op, int *rv, cJSON **reply)
-{
-	torch_state *st = torch_st(e);
-
-	for (unsigned i = 0; st != NULL && i < st->nearly; i++)
-		if (st->early[i].collected && st->early[i].op != NULL &&
-		    strcmp(st->early[i].op, op) == 0) {
-			*rv = st->early[i].rv;
-			*reply = st->early[i].reply;
-			st->early[i].reply = NULL;
-			st->early[i].op = NULL;
-			return 1;
-		}
-	return 0;
+	return torch_replied(e, t0, rv, what, reply);
 }
 
 static cJSON *
@@ -254,62 +215,22 @@ nomem:
 	return NULL;
 }
 
-static cJSON *torch_timing_req(
-    const ev *e, const char *mode, const char *precision);
-static const char *torch_compile_mode(const ev *e);
-
 /*
- * Before the candidate is compiled: the load sent, then PyTorch eager and
- * torch.compile to be timed, so that the reference process loads the task
- * (24.9 ms median for a KernelBench Level 1 problem it had not loaded)
- * and times them on the GPU while NVRTC compiles on the CPU (57.9 ms
- * median). torch_collect reads the replies before anything of the
- * candidate touches the GPU, so nothing else runs there while PyTorch is
- * timed. Where a request cannot be sent, the step that needs it asks then.
+ * Before the candidate is compiled: the load sent, so the reference
+ * process loads the task (24.9 ms median for a KernelBench Level 1
+ * problem it had not loaded) while NVRTC compiles (57.9 ms median).
+ * torch_prepare reads the reply. Where it cannot be sent, torch_prepare
+ * asks again and says why.
  */
 static void
 torch_prefetch(ev *e)
 {
 	sbx_torchref *tr = torch_client(e);
-	const Kclaw__EvalOptions *o = e->req->options;
-	const char *ops[3] = {"load", "eager", torch_compile_mode(e)};
-	unsigned n = o && o->no_compile_baseline ? 2 : 3;
-	torch_state *st;
+	cJSON *req = tr ? torch_load_req(e) : NULL;
 
-	if (tr == NULL || (st = calloc(1, sizeof(*st))) == NULL)
-		return;
-	e->ref_state = st;
-	sbx_torchref_drain(tr);
-	for (unsigned i = 0; i < n; i++) {
-		cJSON *req = i == 0 ? torch_load_req(e)
-		                    : torch_timing_req(e, ops[i], NULL);
-		int sent = req != NULL &&
-		    sbx_torchref_send(tr, req,
-		        i == 0 ? TORCH_CALL_MS : TORCH_BASELINE_MS) == 0;
-		cJSON_Delete(req);
-		if (!sent)
-			break;
-		st->early[st->nearly++].op = ops[i];
-	}
-}
-
-/* After the compile: the prefetched replies read (kept for the steps that
- * need them), PyTorch's timing done before the candidate's first use of
- * the GPU. */
-static void
-torch_collect(ev *e)
-{
-	torch_state *st = torch_st(e);
-
-	for (unsigned i = 0; st != NULL && i < st->nearly; i++) {
-		uint64_t t0 = kc_mono_ns();
-		st->early[i].rv =
-		    sbx_torchref_receive(e->g->tr, &st->early[i].reply);
-		st->early[i].collected = 1;
-		torch_account(e, t0, st->early[i].rv, st->early[i].reply,
-		    i == 0 ? "loading the torch reference (sent ahead)"
-		           : "timing PyTorch (sent ahead)");
-	}
+	if (req != NULL && sbx_torchref_send(tr, req, TORCH_CALL_MS) == 0)
+		e->ref_sent = kc_mono_ns();
+	cJSON_Delete(req);
 }
 
 /* Loads the task in the reference process (the reply to torch_prefetch's
@@ -317,23 +238,28 @@ torch_collect(ev *e)
 static int
 torch_prepare(ev *e)
 {
-	const char *what = "loading the torch reference";
 	cJSON *reply, *bufs;
 	ev_gpu *g = e->g;
 	int rv;
 
-	if (torch_early(e, "load", &rv, &reply)) {
-		if (torch_ok(e, rv, what, &reply) != 0)
-			return -1;
+	if (e->ref_sent != 0 && g->tr != NULL &&
+	    sbx_torchref_pending(g->tr) != NULL) {
+		uint64_t t0 = kc_mono_ns();
+		e->ref_sent = 0;
+		rv = sbx_torchref_receive(g->tr, &reply);
+		rv = torch_replied(
+		    e, t0, rv, "loading the torch reference", &reply);
 	} else {
 		cJSON *req = torch_load_req(e);
 		if (req == NULL) {
 			sbx_result_status(e->res, EV_INTERNAL, "out of memory");
 			return -1;
 		}
-		if (torch_call(e, req, TORCH_CALL_MS, what, &reply) != 0)
-			return -1;
+		rv = torch_call(e, req, TORCH_CALL_MS,
+		    "loading the torch reference", &reply);
 	}
+	if (rv != 0)
+		return -1;
 	bufs = cJSON_GetObjectItem(reply, "buffers");
 	for (size_t t = 0, b = 0; t < e->nt; t++) {
 		const Kclaw__TensorSpec *s = e->task->tensors[t];
@@ -560,16 +486,24 @@ torch_sample(const ev *e, double ms)
 	    ms, 1, e->g->launch_cost_ms, e->g->launch_floor_ms);
 }
 
-/* The request that times PyTorch in mode at precision (NULL: out of
- * memory). */
-static cJSON *
-torch_timing_req(const ev *e, const char *mode, const char *precision)
+/* PyTorch timed in mode (eager, compile, max-autotune), at precision
+ * (NULL: the task's; else a math mode of sbx_torchref_precision). */
+static int
+torch_timing(ev *e, const char *mode, const char *precision,
+    Kclaw__Timing **out, double *setup_s)
 {
 	const Kclaw__EvalOptions *o = e->req->options;
-	cJSON *req = torch_req("baseline");
+	cJSON *req = torch_req("baseline"), *reply;
+	Kclaw__Timing *t;
+	char what[96];
 
-	if (req == NULL)
-		return NULL;
+	if (req == NULL || (t = malloc(sizeof(*t))) == NULL) {
+		cJSON_Delete(req);
+		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+		return -1;
+	}
+	snprintf(what, sizeof(what), "timing PyTorch (%s%s%s)", mode,
+	    precision ? ", " : "", precision ? precision : "");
 	cJSON_AddStringToObject(req, "mode", mode);
 	if (precision != NULL)
 		cJSON_AddStringToObject(req, "precision", precision);
@@ -584,39 +518,8 @@ torch_timing_req(const ev *e, const char *mode, const char *precision)
 	}
 	cJSON_AddBoolToObject(req, "flush", !(o && o->no_l2_flush));
 	cJSON_AddNumberToObject(req, "seed", torch_seed(e, 999999));
-	return req;
-}
-
-/* PyTorch timed in mode (eager, compile, max-autotune), at precision
- * (NULL: the task's; else a math mode of sbx_torchref_precision): the
- * reply torch_prefetch asked for where there is one, else asked now. */
-static int
-torch_timing(ev *e, const char *mode, const char *precision,
-    Kclaw__Timing **out, double *setup_s)
-{
-	const Kclaw__EvalOptions *o = e->req->options;
-	cJSON *reply = NULL;
-	Kclaw__Timing *t;
-	char what[96];
-	int rv;
-
-	snprintf(what, sizeof(what), "timing PyTorch (%s%s%s)", mode,
-	    precision ? ", " : "", precision ? precision : "");
-	if (precision == NULL && torch_early(e, mode, &rv, &reply)) {
-		if (torch_ok(e, rv, what, &reply) != 0)
-			return -1;
-	} else {
-		cJSON *req = torch_timing_req(e, mode, precision);
-		if (req == NULL) {
-			sbx_result_status(e->res, EV_INTERNAL, "out of memory");
-			return -1;
-		}
-		if (torch_call(e, req, TORCH_BASELINE_MS, what, &reply) != 0)
-			return -1;
-	}
-	if ((t = malloc(sizeof(*t))) == NULL) {
-		cJSON_Delete(reply);
-		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+	if (torch_call(e, req, TORCH_BASELINE_MS, what, &reply) != 0) {
+		free(t);
 		return -1;
 	}
 	kclaw__timing__init(t);
@@ -683,20 +586,14 @@ torch_matched_precision(ev *e)
 
 /* PyTorch eager is the baseline; torch.compile is timed too, and its
  * failure loses only its number. */
-/* The torch.compile mode the task asks for ("compile" by default). */
-static const char *
-torch_compile_mode(const ev *e)
-{
-	const char *mode = e->task->reference->torch_compile_mode;
-
-	return mode && *mode ? mode : "compile";
-}
-
 static int
 torch_baseline(ev *e)
 {
 	Kclaw__EvalResult *res = e->res;
-	const char *mode = torch_compile_mode(e);
+	const char *mode = e->task->reference->torch_compile_mode &&
+	        *e->task->reference->torch_compile_mode
+	    ? e->task->reference->torch_compile_mode
+	    : "compile";
 	double setup = 0;
 	Kclaw__EvalStatus st = res->status;
 	char *msg = res->message ? strdup(res->message) : NULL;
@@ -733,9 +630,7 @@ torch_usable(const Kclaw__Reference *ref)
 static int
 torch_setup(ev *e)
 {
-	/* torch_prefetch may have made it. */
-	if (e->ref_state == NULL &&
-	    (e->ref_state = calloc(1, sizeof(torch_state))) == NULL) {
+	if ((e->ref_state = calloc(1, sizeof(torch_state))) == NULL) {
 		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
 		return -1;
 	}
@@ -788,8 +683,6 @@ torch_release(ev *e)
 	}
 	for (size_t i = 0; i < st->nmapped && !*e->fatal; i++)
 		e->g->cu.cuIpcCloseMemHandle(st->mapped[i]);
-	for (unsigned i = 0; i < st->nearly; i++)
-		cJSON_Delete(st->early[i].reply);
 	free(st);
 	e->ref_state = NULL;
 }
@@ -799,7 +692,6 @@ const ev_ref_ops ev_torch_ops = {
     .usable = torch_usable,
     .setup = torch_setup,
     .prefetch = torch_prefetch,
-    .collect = torch_collect,
     .prepare = torch_prepare,
     .trial_inputs = torch_trial_inputs,
     .trial_check = torch_trial_check,

@@ -39,14 +39,11 @@ struct sbx_torchref {
 	size_t len, cap;
 	unsigned starts;
 	char version[128];
-	/* Requests sent whose replies are not yet read (sbx_torchref_send),
-	 * oldest first: each one's op and the time its reply is due by. */
-	struct {
-		char op[32];
-		int ms;
-		uint64_t due;
-	} pending[SBX_TORCHREF_PENDING_MAX];
-	unsigned npending;
+	/* A request sent and its reply not yet read (sbx_torchref_send):
+	 * its op and the time its reply is due by. */
+	char pending[32];
+	int pending_ms;
+	uint64_t pending_due;
 };
 
 int
@@ -102,7 +99,7 @@ tr_drop(sbx_torchref *r, int hard)
 	r->fd = -1;
 	r->len = 0;
 	r->version[0] = '\0';
-	r->npending = 0;
+	r->pending[0] = '\0';
 }
 
 void
@@ -653,72 +650,63 @@ tr_start(sbx_torchref *r)
 }
 
 /*
- * Replies sent for and never read (an evaluation that stopped before it
- * needed them) come first on the connection: read and dropped. Where that
+ * A reply sent for and never read (an evaluation that stopped before it
+ * needed it) comes first on the connection: read and dropped. Where that
  * fails the process was killed, and the next request starts a fresh one.
  */
-void
-sbx_torchref_drain(sbx_torchref *r)
+static void
+tr_drop_pending(sbx_torchref *r)
 {
-	while (r->npending > 0) {
-		cJSON *old = NULL;
-		if (sbx_torchref_receive(r, &old) != 0)
-			KC_INFO("the reply to an earlier request was lost: %s",
-			    kc_lasterr());
-		cJSON_Delete(old);
-	}
+	cJSON *old = NULL;
+
+	if (r->pending[0] == '\0')
+		return;
+	if (sbx_torchref_receive(r, &old) != 0)
+		KC_INFO("the reply to an earlier request was lost: %s",
+		    kc_lasterr());
+	cJSON_Delete(old);
 }
 
 int
 sbx_torchref_send(sbx_torchref *r, const cJSON *req, int timeout_ms)
 {
-	uint64_t due = kc_mono_ns() + (uint64_t)timeout_ms * 1000000;
 	int rv;
 
-	if (r->npending == SBX_TORCHREF_PENDING_MAX)
-		return kc_seterr(KC_EBUSY,
-		    "%u requests to the PyTorch reference process already "
-		    "wait for their replies",
-		    r->npending);
-	if (r->npending == 0 && r->fd < 0 && (rv = tr_start(r)) != 0)
+	tr_drop_pending(r);
+	if (r->fd < 0 && (rv = tr_start(r)) != 0)
 		return rv;
-	if ((rv = tr_send(r, req, due)) != 0) {
+	r->pending_due = kc_mono_ns() + (uint64_t)timeout_ms * 1000000;
+	r->pending_ms = timeout_ms;
+	if ((rv = tr_send(r, req, r->pending_due)) != 0) {
 		cJSON *none = NULL;
-		return tr_reply(r, rv, tr_op(req), timeout_ms, due, &none);
+		return tr_reply(
+		    r, rv, tr_op(req), timeout_ms, r->pending_due, &none);
 	}
-	snprintf(r->pending[r->npending].op, sizeof(r->pending[0].op), "%s",
-	    tr_op(req));
-	r->pending[r->npending].ms = timeout_ms;
-	r->pending[r->npending++].due = due;
+	snprintf(r->pending, sizeof(r->pending), "%s", tr_op(req));
 	return 0;
 }
 
 int
 sbx_torchref_receive(sbx_torchref *r, cJSON **reply)
 {
-	char op[sizeof(r->pending[0].op)];
-	int ms;
-	uint64_t due;
+	char op[sizeof(r->pending)];
 
 	*reply = NULL;
-	if (r->npending == 0 || r->fd < 0) {
-		r->npending = 0;
+	if (r->pending[0] == '\0' || r->fd < 0) {
+		r->pending[0] = '\0';
 		return kc_seterr(KC_EINVAL,
 		    "no request to the PyTorch reference process is waiting "
 		    "for its reply");
 	}
-	snprintf(op, sizeof(op), "%s", r->pending[0].op);
-	ms = r->pending[0].ms;
-	due = r->pending[0].due;
-	memmove(&r->pending[0], &r->pending[1],
-	    --r->npending * sizeof(r->pending[0]));
-	return tr_reply(r, 0, op, ms, due, reply);
+	snprintf(op, sizeof(op), "%s", r->pending);
+	r->pending[0] = '\0';
+	return tr_reply(r, 0, op, r->pending_ms, r->pending_due, reply);
 }
 
 const char *
 sbx_torchref_pending(const sbx_torchref *r)
 {
-	return r->npending > 0 ? r->pending[0].op : NULL;
+	return r->pending[0] != '\0' ? r->pending : NULL;
 }
 
 int
@@ -728,7 +716,7 @@ sbx_torchref_call(
 	int rv;
 
 	*reply = NULL;
-	sbx_torchref_drain(r);
+	tr_drop_pending(r);
 	if (r->fd < 0 && (rv = tr_start(r)) != 0)
 		return rv;
 	return tr_exchange(r, req, timeout_ms, reply);

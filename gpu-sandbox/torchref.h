@@ -46,17 +46,12 @@ int sbx_torchref_call(
  * The same in two halves, so the caller can work while the process does:
  * sbx_torchref_send starts the process if none runs and sends req, whose
  * reply sbx_torchref_receive then reads (waiting up to timeout_ms from the
- * send), failing as sbx_torchref_call does. Up to SBX_TORCHREF_PENDING_MAX
- * requests can wait for their replies, which are received in the order
- * sent (KC_EBUSY beyond; KC_EINVAL receiving with none sent); a reply not
- * received is read and dropped by the next call, so the connection stays
- * in step. sbx_torchref_pending names the op whose reply comes next (NULL:
- * none).
+ * send), failing as sbx_torchref_call does. One request at a time is
+ * pending: a reply not received is read and dropped by the next send or
+ * call, so the connection stays in step. sbx_torchref_pending names the
+ * op waiting for its reply (NULL: none).
  */
 int sbx_torchref_send(sbx_torchref *r, const cJSON *req, int timeout_ms);
-/* Reads and drops every reply not yet received (what sbx_torchref_call
- * does first). */
-void sbx_torchref_drain(sbx_torchref *r);
 int sbx_torchref_receive(sbx_torchref *r, cJSON **reply);
 const char *sbx_torchref_pending(const sbx_torchref *r);
 
@@ -84,8 +79,6 @@ const char *sbx_torchref_precision(const char *what);
 
 /* The start-up limit: importing PyTorch takes seconds. */
 #define SBX_TORCHREF_START_MS 120000
-/* Requests sent ahead of their replies (sbx_torchref_send). */
-#define SBX_TORCHREF_PENDING_MAX 4
 /* The longest line either side sends. */
 #define SBX_TORCHREF_LINE_MAX (16u << 20)
 
