@@ -750,7 +750,34 @@ static const ev_ref_ops sc_ops = {
     .release = sc_release,
 };
 
+/* The same kind with a prefetch (what the torch kind sends before the
+ * candidate compiles). */
+static void
+sc_prefetch(ev *e)
+{
+	(void)e;
+	fk_log("prefetch ");
+}
+
+static const ev_ref_ops sc_early_ops = {
+    .name = "scripted, early",
+    .usable = sc_usable,
+    .setup = sc_setup,
+    .prefetch = sc_prefetch,
+    .prepare = sc_prepare,
+    .trial_inputs = sc_trial_inputs,
+    .trial_check = sc_trial_check,
+    .run_inputs = sc_run_inputs,
+    .run_check = sc_run_check,
+    .profile_inputs = sc_profile_inputs,
+    .baseline = sc_baseline,
+    .release = sc_release,
+};
+
 static const ev_ref_ops *const sc_kinds[] = {&sc_ops};
+static const ev_ref_ops *const sc_early_kinds[] = {&sc_early_ops};
+/* Whether evaluate() uses the kind with a prefetch. */
+static int sc_early;
 
 /* --------------------------------------------------------------- cases */
 
@@ -845,7 +872,8 @@ evaluate(const sc_case *c, int *fatal)
 	req.options = &o;
 	*fatal = 0;
 	kclaw__eval_result__init(res);
-	ev_evaluate(g, sc_kinds, 1, &req, res, fatal);
+	ev_evaluate(
+	    g, sc_early ? sc_early_kinds : sc_kinds, 1, &req, res, fatal);
 	if (!*fatal)
 		KT_EQ_INT(fk.nallocs, base);
 	ev_gpu_fini(g);
@@ -898,6 +926,38 @@ test_phases_in_order(void)
 	KT_ASSERT(fabs(res->sol_fraction - 0.5) < 1e-4);
 	KT_ASSERT(fabs(res->speed_of_light_ms - 0.005) < 1e-12);
 	kclaw__eval_result__free_unpacked(res, NULL);
+}
+
+/* A kind's prefetch goes out before the candidate compiles (before the
+ * module's load, the candidate's first use of the GPU), also for a
+ * candidate that then does not compile; a compile-only evaluation sends
+ * nothing. */
+static void
+test_prefetch_before_compile(void)
+{
+	sc_case c = {.kernel = "scale2"};
+	Kclaw__EvalResult *res;
+	int fatal;
+
+	sc_early = 1;
+	res = evaluate(&c, &fatal);
+	expect(res, KCLAW__EVAL_STATUS__OK, "2.00x the reference");
+	KT_EQ_STR(fk.log,
+	    "prefetch load setup prepare inputs0 check0 inputs1 check1 "
+	    "inputs2 check2 inputs0 check0 timed23/20 baseline release");
+	kclaw__eval_result__free_unpacked(res, NULL);
+	c.source = "this is not CUDA";
+	res = evaluate(&c, &fatal);
+	expect(res, KCLAW__EVAL_STATUS__COMPILE_ERROR, "compile log");
+	KT_EQ_STR(fk.log, "prefetch ");
+	kclaw__eval_result__free_unpacked(res, NULL);
+	c.source = NULL;
+	c.compile_only = 1;
+	res = evaluate(&c, &fatal);
+	KT_EQ_INT(res->status, KCLAW__EVAL_STATUS__OK);
+	KT_EQ_STR(fk.log, "");
+	kclaw__eval_result__free_unpacked(res, NULL);
+	sc_early = 0;
 }
 
 static void
@@ -1096,6 +1156,7 @@ main(void)
 	setup_task();
 	KT_RUN(test_phases_in_order);
 	KT_RUN(test_compile_error);
+	KT_RUN(test_prefetch_before_compile);
 	KT_RUN(test_plan_error);
 	KT_RUN(test_wrong_in_a_trial);
 	KT_RUN(test_writes_its_input);
