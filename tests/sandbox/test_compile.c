@@ -66,6 +66,28 @@ test_compiles_for_sm90_without_gpu(void)
 	sbx_compiled_free(&c);
 }
 
+/* What NVRTC's -minimal leaves out still compiles: texture objects and the
+ * runtime's types, named (compiled without it). A source that fails with
+ * it is compiled again without it (test_compile_error_keeps_the_log: the
+ * log is that compile's). */
+static void
+test_minimal_leaves_nothing_out(void)
+{
+	sbx_compiled c;
+
+	KT_OK(sbx_compile("extern \"C\" __global__ void k(cudaTextureObject_t "
+	                  "t, float *y) { y[threadIdx.x] = "
+	                  "tex1Dfetch<float>(t, threadIdx.x); }\n",
+	    "sm_90", NULL, &c));
+	KT_ASSERT(c.cubin_len > 0);
+	sbx_compiled_free(&c);
+	KT_OK(sbx_compile("extern \"C\" __global__ void k(int *y) { "
+	                  "cudaError_t e = cudaSuccess; y[0] = (int)e; }\n",
+	    "sm_90", NULL, &c));
+	KT_ASSERT(c.cubin_len > 0);
+	sbx_compiled_free(&c);
+}
+
 static void
 test_compile_error_keeps_the_log(void)
 {
@@ -218,6 +240,7 @@ main(void)
 	KT_RUN(test_compile_many_warms_the_cache);
 	KT_RUN(test_compiles_for_sm90_without_gpu);
 	KT_RUN(test_compile_error_keeps_the_log);
+	KT_RUN(test_minimal_leaves_nothing_out);
 	KT_RUN(test_include_escapes_are_refused);
 	KT_RUN(test_cache_by_hash);
 	return 0;
