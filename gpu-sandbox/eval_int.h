@@ -185,7 +185,7 @@ typedef struct {
 	 * the state it keeps for this evaluation (its own). */
 	const struct ev_ref_ops *ops;
 	void *ref_state;
-	uint64_t ref_sent; /* when the kind's prefetch sent (0: not sent) */
+	int ref_sent; /* the kind's prefetch sent its request */
 	/* Per output: the smallest relative difference between the expected
 	 * outputs of two verification trials (the variation rule; 0 when
 	 * unknown), and the candidate's worst relative error. */
@@ -218,8 +218,8 @@ typedef struct ev_ref_ops {
 	int (*setup)(ev *e);
 	/* Optional, before the candidate is compiled: sends what prepare
 	 * will need of another process (the torch kind's load), so that it
-	 * works while NVRTC does; e->ref_sent says it went out. Nothing is
-	 * reported from here: prepare does what did not happen. */
+	 * works while NVRTC does; e->ref_sent says it went out. Nothing fails
+	 * here: prepare does what did not happen. */
 	void (*prefetch)(ev *e);
 	/* Every verification trial's inputs and expected outputs. */
 	int (*prepare)(ev *e);

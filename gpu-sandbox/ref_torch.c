@@ -229,7 +229,7 @@ torch_prefetch(ev *e)
 	cJSON *req = tr ? torch_load_req(e) : NULL;
 
 	if (req != NULL && sbx_torchref_send(tr, req, TORCH_CALL_MS) == 0)
-		e->ref_sent = kc_mono_ns();
+		e->ref_sent = 1;
 	cJSON_Delete(req);
 }
 

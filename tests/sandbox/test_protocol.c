@@ -750,8 +750,8 @@ static const ev_ref_ops sc_ops = {
     .release = sc_release,
 };
 
-/* The same kind with a prefetch (what the torch kind sends before the
- * candidate compiles). */
+/* What the torch kind sends before the candidate compiles, for a kind
+ * made from sc_ops (sc_early_ops). */
 static void
 sc_prefetch(ev *e)
 {
@@ -759,22 +759,9 @@ sc_prefetch(ev *e)
 	fk_log("prefetch ");
 }
 
-static const ev_ref_ops sc_early_ops = {
-    .name = "scripted, early",
-    .usable = sc_usable,
-    .setup = sc_setup,
-    .prefetch = sc_prefetch,
-    .prepare = sc_prepare,
-    .trial_inputs = sc_trial_inputs,
-    .trial_check = sc_trial_check,
-    .run_inputs = sc_run_inputs,
-    .run_check = sc_run_check,
-    .profile_inputs = sc_profile_inputs,
-    .baseline = sc_baseline,
-    .release = sc_release,
-};
-
 static const ev_ref_ops *const sc_kinds[] = {&sc_ops};
+/* sc_ops with sc_prefetch (made by test_prefetch_before_compile). */
+static ev_ref_ops sc_early_ops;
 static const ev_ref_ops *const sc_early_kinds[] = {&sc_early_ops};
 /* Whether evaluate() uses the kind with a prefetch. */
 static int sc_early;
@@ -939,6 +926,8 @@ test_prefetch_before_compile(void)
 	Kclaw__EvalResult *res;
 	int fatal;
 
+	sc_early_ops = sc_ops;
+	sc_early_ops.prefetch = sc_prefetch;
 	sc_early = 1;
 	res = evaluate(&c, &fatal);
 	expect(res, KCLAW__EVAL_STATUS__OK, "2.00x the reference");

@@ -70,6 +70,19 @@ load_req(void)
 	return r;
 }
 
+/* An inputs request for set `serial` of the task's own distribution, kept. */
+static cJSON *
+inputs_req(int serial, double seed)
+{
+	cJSON *q = req("inputs");
+
+	cJSON_AddNumberToObject(q, "serial", serial);
+	cJSON_AddNumberToObject(q, "seed", seed);
+	cJSON_AddNumberToObject(q, "variant", 0);
+	cJSON_AddBoolToObject(q, "keep", 1);
+	return q;
+}
+
 /* Whether a reply says ok; prints its error when not. */
 static int
 is_ok(const cJSON *a)
@@ -195,11 +208,7 @@ test_send_then_receive(void)
 	/* Sent and left: the next call reads past it. */
 	KT_OK(sbx_torchref_send(r, q, 10000));
 	cJSON_Delete(q);
-	q = req("inputs");
-	cJSON_AddNumberToObject(q, "serial", 0);
-	cJSON_AddNumberToObject(q, "seed", 7);
-	cJSON_AddNumberToObject(q, "variant", 0);
-	cJSON_AddBoolToObject(q, "keep", 1);
+	q = inputs_req(0, 7);
 	KT_OK(sbx_torchref_call(r, q, 10000, &a));
 	cJSON_Delete(q);
 	KT_ASSERT(is_ok(a));
@@ -226,11 +235,7 @@ test_crash_then_restart(void)
 	KT_OK(sbx_torchref_call(r, q, 10000, &a));
 	cJSON_Delete(q);
 	cJSON_Delete(a);
-	q = req("inputs");
-	cJSON_AddNumberToObject(q, "serial", 0);
-	cJSON_AddNumberToObject(q, "seed", 1);
-	cJSON_AddNumberToObject(q, "variant", 0);
-	cJSON_AddBoolToObject(q, "keep", 1);
+	q = inputs_req(0, 1);
 	KT_EQ_INT(sbx_torchref_call(r, q, 10000, &a), KC_ECLOSED);
 	KT_CONTAINS(kc_lasterr(), "exited with status 3");
 	KT_ASSERT(a == NULL);
