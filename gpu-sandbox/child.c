@@ -182,12 +182,15 @@ sbx_child_main(const sbx_backend *be, int argc, char **argv)
 	void *state = NULL;
 	int rv, code = 0;
 
-	for (int i = 1; i + 1 < argc; i++) {
-		if (strcmp(argv[i], "--device") == 0)
+	for (int i = 1; i < argc; i++) {
+		int value = i + 1 < argc;
+		if (strcmp(argv[i], "--alone") == 0)
+			cfg.alone = 1;
+		else if (value && strcmp(argv[i], "--device") == 0)
 			cfg.device = atoi(argv[++i]);
-		else if (strcmp(argv[i], "--cache") == 0)
+		else if (value && strcmp(argv[i], "--cache") == 0)
 			cfg.cache_dir = argv[++i];
-		else if (strcmp(argv[i], "--arch") == 0)
+		else if (value && strcmp(argv[i], "--arch") == 0)
 			cfg.arch = argv[++i];
 	}
 	/* The parent owns the lifecycle: a dead parent closes the pipe and

@@ -185,7 +185,7 @@ typedef struct {
 	 * the state it keeps for this evaluation (its own). */
 	const struct ev_ref_ops *ops;
 	void *ref_state;
-	int ref_sent; /* the kind's prefetch sent its request */
+	int ref_sent; /* how many requests the kind's prefetch sent */
 	/* Per output: the smallest relative difference between the expected
 	 * outputs of two verification trials (the variation rule; 0 when
 	 * unknown), and the candidate's worst relative error. */
@@ -217,9 +217,10 @@ typedef struct ev_ref_ops {
 	 * EV_MAX_TRIALS), and what it must build before anything runs. */
 	int (*setup)(ev *e);
 	/* Optional, before the candidate is compiled: sends what prepare
-	 * will need of another process (the torch kind's load), so that it
-	 * works while NVRTC does; e->ref_sent says it went out. Nothing fails
-	 * here: prepare does what did not happen. */
+	 * and trial 0's inputs will need of another process (the torch
+	 * kind's load and first draw), so that it works while NVRTC does;
+	 * e->ref_sent counts what went out. Nothing fails here: prepare and
+	 * trial_inputs do what did not happen. */
 	void (*prefetch)(ev *e);
 	/* Every verification trial's inputs and expected outputs. */
 	int (*prepare)(ev *e);

@@ -61,6 +61,9 @@ typedef struct {
 	int device;
 	const char *cache_dir; /* compile cache; may be NULL */
 	const char *arch;      /* --arch override, or NULL */
+	/* --alone: no other child of its sandbox runs (not a spare started
+	 * beside a busy one), so the device may be measured at start. */
+	int alone;
 } sbx_child_config;
 
 typedef struct sbx_backend {

@@ -107,13 +107,15 @@ super_drop(sbx_super *s, int kill_it)
 	return status;
 }
 
-/* Starts a child; its pid and pipes go to the out parameters. */
+/* Starts a child; its pid and pipes go to the out parameters. alone: no
+ * other child of this sandbox runs (it is not a spare), so the child may
+ * measure the device as it starts (sbx_child_config's alone). */
 static int
-super_spawn(sbx_super *s, pid_t *opid, int *oto, int *ofrom)
+super_spawn(sbx_super *s, int alone, pid_t *opid, int *oto, int *ofrom)
 {
 	int in[2], out[2];
 	char dev[16];
-	char *argv[10];
+	char *argv[11];
 	int argc = 0;
 	pid_t pid, parent;
 
@@ -137,6 +139,8 @@ super_spawn(sbx_super *s, pid_t *opid, int *oto, int *ofrom)
 		argv[argc++] = "--arch";
 		argv[argc++] = s->arch;
 	}
+	if (alone)
+		argv[argc++] = "--alone";
 	argv[argc] = NULL;
 	parent = getpid();
 	if ((pid = fork()) < 0) {
@@ -176,7 +180,7 @@ super_spawn(sbx_super *s, pid_t *opid, int *oto, int *ofrom)
 static int
 super_start(sbx_super *s)
 {
-	int rv = super_spawn(s, &s->pid, &s->to_child, &s->from_child);
+	int rv = super_spawn(s, 1, &s->pid, &s->to_child, &s->from_child);
 
 	s->ready = 0;
 	return rv;
@@ -215,7 +219,7 @@ super_spare_ensure(sbx_super *s)
 		sp->pid = 0;
 	}
 	if (sp->pid <= 0 &&
-	    super_spawn(s, &sp->pid, &sp->to_child, &sp->from_child) != 0) {
+	    super_spawn(s, 0, &sp->pid, &sp->to_child, &sp->from_child) != 0) {
 		KC_WARN("cannot start a spare sandbox child: %s", kc_lasterr());
 		sp->pid = 0;
 	}

@@ -52,37 +52,32 @@ ev_gpu_launch_empty(ev_gpu *g, CUfunction f)
 	    f, (unsigned)g->sms, 1, 1, 128, 1, 1, 0, g->stream, params, NULL);
 }
 
-/* A read of bytes at buf with f (kc_flush_read or kc_read_sweep, every
- * SM full). */
+/* A read of bytes at buf with f (kc_flush_read or kc_read_sweep) in
+ * blocks of threads. */
 static CUresult
-ev_gpu_read(ev_gpu *g, CUfunction f, CUdeviceptr buf, size_t bytes)
+ev_gpu_read(ev_gpu *g, CUfunction f, CUdeviceptr buf, size_t bytes,
+    unsigned blocks, unsigned threads)
 {
 	uint64_t n = bytes / 16;
 	CUdeviceptr sink = g->acc + 7 * sizeof(uint64_t);
 	void *params[3] = {&buf, &n, &sink};
 
-	return g->cu.cuLaunchKernel(f, (unsigned)g->sms * 8, 1, 1, 256, 1, 1, 0,
-	    g->stream, params, NULL);
+	return g->cu.cuLaunchKernel(
+	    f, blocks, 1, 1, threads, 1, 1, 0, g->stream, params, NULL);
 }
 
-/* A read of 4 KiB in one block of 1024 threads (kc_read_sweep): a
- * reduction's final block, or a clear before a sum. */
+/* The same with every SM full. */
 static CUresult
-ev_gpu_read_small(ev_gpu *g)
+ev_gpu_sweep(ev_gpu *g, CUfunction f, CUdeviceptr buf, size_t bytes)
 {
-	uint64_t n = 4096 / 16;
-	CUdeviceptr sink = g->acc + 7 * sizeof(uint64_t);
-	void *params[3] = {&g->flush, &n, &sink};
-
-	return g->cu.cuLaunchKernel(
-	    g->read_sweep, 1, 1, 1, 1024, 1, 1, 0, g->stream, params, NULL);
+	return ev_gpu_read(g, f, buf, bytes, (unsigned)g->sms * 8, 256);
 }
 
 /* The L2 flush before a timed run (ev_flush_l2). */
 static CUresult
 ev_gpu_flush_l2(ev_gpu *g)
 {
-	return ev_gpu_read(g, g->flush_read, g->flush, g->flush_bytes);
+	return ev_gpu_sweep(g, g->flush_read, g->flush, g->flush_bytes);
 }
 
 /* The hold (ev_hold) on the device's stream; none without its flag. */
@@ -142,8 +137,10 @@ ev_gpu_calibrate(ev_gpu *g)
 	enum { forms = 4, first = forms * EV_CALIB_RUNS, total = 2 * first };
 	enum { EMPTY, READ, READ_SMALL, SMALL_READ };
 	double probe[total], cost[total];
-	double empty[EV_CALIB_RUNS], busy[EV_CALIB_RUNS], least[EV_CALIB_RUNS],
-	    two[2 * EV_CALIB_RUNS], by_form[forms][EV_CALIB_RUNS];
+	/* Each form's costs (events less CUPTI span), the empty kernel's own
+	 * spans, and the two-launch forms' costs together. */
+	double by_form[forms][EV_CALIB_RUNS], least[EV_CALIB_RUNS],
+	    two[2 * EV_CALIB_RUNS];
 	/* The timed runs' own events, made here before any timing. */
 	CUevent *ev = g->ev;
 	unsigned n = 0, made = 0;
@@ -164,12 +161,14 @@ ev_gpu_calibrate(ev_gpu *g)
 		    (form == EMPTY &&
 		        ev_gpu_launch_empty(g, g->probe) != CUDA_SUCCESS) ||
 		    (form == SMALL_READ &&
-		        ev_gpu_read_small(g) != CUDA_SUCCESS) ||
+		        ev_gpu_read(g, g->read_sweep, g->flush, 4096, 1,
+		            1024) != CUDA_SUCCESS) ||
 		    (form != EMPTY &&
-		        ev_gpu_read(g, g->read_sweep, g->flush,
+		        ev_gpu_sweep(g, g->read_sweep, g->flush,
 		            g->flush_bytes) != CUDA_SUCCESS) ||
 		    (form == READ_SMALL &&
-		        ev_gpu_read_small(g) != CUDA_SUCCESS) ||
+		        ev_gpu_read(g, g->read_sweep, g->flush, 4096, 1,
+		            1024) != CUDA_SUCCESS) ||
 		    g->cu.cuEventRecord(ev[2 * n + 1], g->stream) !=
 		        CUDA_SUCCESS ||
 		    ev_gpu_launch_empty(g, g->mark_end) != CUDA_SUCCESS;
@@ -198,13 +197,11 @@ ev_gpu_calibrate(ev_gpu *g)
 			by_form[f][i] = cost[k] - probe[k];
 		}
 		least[i] = probe[first + forms * i + EMPTY];
-		empty[i] = by_form[EMPTY][i];
-		busy[i] = by_form[READ][i];
 		two[2 * i] = by_form[READ_SMALL][i];
 		two[2 * i + 1] = by_form[SMALL_READ][i];
 	}
-	g->launch_cost_ms = ev_median(busy, EV_CALIB_RUNS);
-	g->launch_empty_ms = ev_median(empty, EV_CALIB_RUNS);
+	g->launch_cost_ms = ev_median(by_form[READ], EV_CALIB_RUNS);
+	g->launch_empty_ms = ev_median(by_form[EMPTY], EV_CALIB_RUNS);
 	g->launch_floor_ms = ev_median(least, EV_CALIB_RUNS);
 	g->launch_step_ms =
 	    ev_median(two, 2 * EV_CALIB_RUNS) - g->launch_cost_ms;
@@ -242,7 +239,7 @@ ev_gpu_best_of(
 		float ms = 0;
 		g->cu.cuEventRecord(a, g->stream);
 		if (read)
-			ev_gpu_read(g, g->read_sweep, buf, 2 * half);
+			ev_gpu_sweep(g, g->read_sweep, buf, 2 * half);
 		else
 			g->cu.cuMemcpyDtoDAsync(
 			    buf + half, buf, half, g->stream);

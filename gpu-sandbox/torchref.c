@@ -39,11 +39,14 @@ struct sbx_torchref {
 	size_t len, cap;
 	unsigned starts;
 	char version[128];
-	/* A request sent and its reply not yet read (sbx_torchref_send):
-	 * its op and the time its reply is due by. */
-	char pending[32];
-	int pending_ms;
-	uint64_t pending_due;
+	/* Requests sent whose replies are not yet read (sbx_torchref_send),
+	 * oldest first: each one's op and the time its reply is due by. */
+	struct {
+		char op[32];
+		int ms;
+		uint64_t due;
+	} pending[SBX_TORCHREF_PIPELINE];
+	unsigned npending;
 };
 
 int
@@ -99,7 +102,7 @@ tr_drop(sbx_torchref *r, int hard)
 	r->fd = -1;
 	r->len = 0;
 	r->version[0] = '\0';
-	r->pending[0] = '\0';
+	r->npending = 0;
 }
 
 void
@@ -650,63 +653,73 @@ tr_start(sbx_torchref *r)
 }
 
 /*
- * A reply sent for and never read (an evaluation that stopped before it
- * needed it) comes first on the connection: read and dropped. Where that
+ * Replies sent for and never read (an evaluation that stopped before it
+ * needed them) come first on the connection: read and dropped. Where that
  * fails the process was killed, and the next request starts a fresh one.
  */
-static void
-tr_drop_pending(sbx_torchref *r)
+void
+sbx_torchref_drop(sbx_torchref *r)
 {
-	cJSON *old = NULL;
-
-	if (r->pending[0] == '\0')
-		return;
-	if (sbx_torchref_receive(r, &old) != 0)
-		KC_INFO("the reply to an earlier request was lost: %s",
-		    kc_lasterr());
-	cJSON_Delete(old);
+	while (r->npending > 0) {
+		cJSON *old = NULL;
+		if (sbx_torchref_receive(r, &old) != 0)
+			KC_INFO("the reply to an earlier request was lost: %s",
+			    kc_lasterr());
+		cJSON_Delete(old);
+	}
 }
 
 int
 sbx_torchref_send(sbx_torchref *r, const cJSON *req, int timeout_ms)
 {
+	uint64_t due = kc_mono_ns() + (uint64_t)timeout_ms * 1000000;
 	int rv;
 
-	tr_drop_pending(r);
+	if (r->npending == SBX_TORCHREF_PIPELINE)
+		return kc_seterr(KC_EBUSY,
+		    "%u requests to the PyTorch reference process already "
+		    "wait for their replies",
+		    r->npending);
 	if (r->fd < 0 && (rv = tr_start(r)) != 0)
 		return rv;
-	r->pending_due = kc_mono_ns() + (uint64_t)timeout_ms * 1000000;
-	r->pending_ms = timeout_ms;
-	if ((rv = tr_send(r, req, r->pending_due)) != 0) {
+	if ((rv = tr_send(r, req, due)) != 0) {
 		cJSON *none = NULL;
-		return tr_reply(
-		    r, rv, tr_op(req), timeout_ms, r->pending_due, &none);
+		return tr_reply(r, rv, tr_op(req), timeout_ms, due, &none);
 	}
-	snprintf(r->pending, sizeof(r->pending), "%s", tr_op(req));
+	snprintf(r->pending[r->npending].op, sizeof(r->pending[0].op), "%s",
+	    tr_op(req));
+	r->pending[r->npending].ms = timeout_ms;
+	r->pending[r->npending++].due = due;
 	return 0;
 }
 
 int
 sbx_torchref_receive(sbx_torchref *r, cJSON **reply)
 {
-	char op[sizeof(r->pending)];
+	char op[sizeof(r->pending[0].op)];
+	uint64_t due;
+	int ms;
 
 	*reply = NULL;
-	if (r->pending[0] == '\0' || r->fd < 0) {
-		r->pending[0] = '\0';
+	if (r->npending == 0 || r->fd < 0) {
+		r->npending = 0;
 		return kc_seterr(KC_EINVAL,
 		    "no request to the PyTorch reference process is waiting "
 		    "for its reply");
 	}
-	snprintf(op, sizeof(op), "%s", r->pending);
-	r->pending[0] = '\0';
-	return tr_reply(r, 0, op, r->pending_ms, r->pending_due, reply);
+	snprintf(op, sizeof(op), "%s", r->pending[0].op);
+	ms = r->pending[0].ms;
+	due = r->pending[0].due;
+	r->npending--;
+	memmove(&r->pending[0], &r->pending[1],
+	    r->npending * sizeof(r->pending[0]));
+	return tr_reply(r, 0, op, ms, due, reply);
 }
 
 const char *
 sbx_torchref_pending(const sbx_torchref *r)
 {
-	return r->pending[0] != '\0' ? r->pending : NULL;
+	return r->npending > 0 ? r->pending[0].op : NULL;
 }
 
 int
@@ -716,7 +729,7 @@ sbx_torchref_call(
 	int rv;
 
 	*reply = NULL;
-	tr_drop_pending(r);
+	sbx_torchref_drop(r);
 	if (r->fd < 0 && (rv = tr_start(r)) != 0)
 		return rv;
 	return tr_exchange(r, req, timeout_ms, reply);

@@ -46,14 +46,19 @@ int sbx_torchref_call(
  * The same in two halves, so the caller can work while the process does:
  * sbx_torchref_send starts the process if none runs and sends req, whose
  * reply sbx_torchref_receive then reads (waiting up to timeout_ms from the
- * send), failing as sbx_torchref_call does. One request at a time is
- * pending: a reply not received is read and dropped by the next send or
- * call, so the connection stays in step. sbx_torchref_pending names the
- * op waiting for its reply (NULL: none).
+ * send), failing as sbx_torchref_call does. Up to SBX_TORCHREF_PIPELINE
+ * requests may wait for their replies, which come in the order sent (the
+ * process answers one request at a time); one more is KC_EBUSY.
+ * sbx_torchref_pending names the op of the oldest (NULL: none).
+ * sbx_torchref_drop reads and drops every reply not received (an
+ * evaluation that stopped before it needed them), as sbx_torchref_call
+ * does first, so the connection stays in step.
  */
+#define SBX_TORCHREF_PIPELINE 4
 int sbx_torchref_send(sbx_torchref *r, const cJSON *req, int timeout_ms);
 int sbx_torchref_receive(sbx_torchref *r, cJSON **reply);
 const char *sbx_torchref_pending(const sbx_torchref *r);
+void sbx_torchref_drop(sbx_torchref *r);
 
 /* The hello reply's fields once started ("" before). */
 const char *sbx_torchref_version(const sbx_torchref *r);

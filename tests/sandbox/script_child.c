@@ -3,9 +3,11 @@
  * double at the process boundary (gpu-sandbox's backend seam). The first
  * word of the candidate's source says what to do:
  *
- *   ok           answer OK (message "pid N since T": its pid and the
- *                CLOCK_MONOTONIC ms it started at, so tests see
- *                replacements and when they started)
+ *   ok           answer OK (message "pid N since T, started alone" or
+ *                ", started as a spare": its pid, the CLOCK_MONOTONIC ms
+ *                it started at and how, so tests see replacements, when
+ *                they started and whether the sandbox told them they
+ *                were alone)
  *   crash        die of SIGABRT mid-evaluation
  *   hang         never answer
  *   fault NAME   answer RUNTIME_FAULT with fault NAME, then exit (as the
@@ -34,13 +36,14 @@
 #include "spec_check.h"
 
 static uint64_t started_ms;
+static int started_alone;
 
 static int
 script_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 {
-	(void)cfg;
 	*state = NULL;
 	started_ms = kc_mono_ms();
+	started_alone = cfg->alone;
 	if (getenv("SBX_SCRIPT_NODEV") != NULL)
 		return kc_seterr(KC_ENODEV, "scripted: no GPU here");
 	sbx_result_set(&ready->device_name, "scripted GPU");
@@ -97,8 +100,9 @@ script_evaluate(void *state, const Kclaw__EvalRequest *req,
 		    res->n_degenerate ? "; DEGENERATE (see warnings)" : "");
 	} else if (strncmp(src, "ok", 2) == 0) {
 		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
-		    "pid %d since %llu", (int)getpid(),
-		    (unsigned long long)started_ms);
+		    "pid %d since %llu%s", (int)getpid(),
+		    (unsigned long long)started_ms,
+		    started_alone ? ", started alone" : ", started as a spare");
 	} else if (strncmp(src, "crash", 5) == 0) {
 		abort();
 	} else if (strncmp(src, "hang", 4) == 0) {

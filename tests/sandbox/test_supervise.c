@@ -83,27 +83,32 @@ eval(sbx_session *s, const char *src, const char *plan, unsigned timeout_ms,
 	return eval_task(s, NULL, src, plan, timeout_ms, compile_only, arch);
 }
 
-/* The pid of the child that answered, and (since) when it started. */
+/* The pid of the child that answered, (since) when it started, and
+ * whether the sandbox started it alone (1) or as a spare (0). */
 static int
-ok_pid_since(sbx_session *s, unsigned long long *since)
+ok_pid_how(sbx_session *s, unsigned long long *since, int *alone)
 {
 	Kclaw__EvalResult *r = eval(s, "ok", NULL, 5000, 0, NULL);
 	unsigned long long t = 0;
+	char how[16] = "";
 	int pid;
 
 	KT_EQ_STR(sbx_status_name(r->status), "OK");
 	KT_EQ_STR(r->device_name, "scripted GPU");
-	KT_ASSERT(sscanf(r->message, "pid %d since %llu", &pid, &t) == 2);
+	KT_ASSERT(sscanf(r->message, "pid %d since %llu, started %15s", &pid,
+	              &t, how) == 3);
 	kclaw__eval_result__free_unpacked(r, NULL);
 	if (since)
 		*since = t;
+	if (alone)
+		*alone = strcmp(how, "alone") == 0;
 	return pid;
 }
 
 static int
 ok_pid(sbx_session *s)
 {
-	return ok_pid_since(s, NULL);
+	return ok_pid_how(s, NULL, NULL);
 }
 
 static void
@@ -114,10 +119,14 @@ test_scripted_child_is_replaced(void)
 	sbx_session *s;
 	unsigned long long since = 0;
 	uint64_t t0;
-	int a, b, c, d, e;
+	int a, b, c, d, e, alone = -1;
 
 	KT_OK(sbx_session_open(&s, &o));
-	a = ok_pid(s);
+	/* The first child is told it starts alone (it may measure the device
+	 * at once); the spare beside it, which serves after the crash, is
+	 * not (it measures at its first evaluation). */
+	a = ok_pid_how(s, NULL, &alone);
+	KT_EQ_INT(alone, 1);
 	KT_EQ_INT(ok_pid(s), a); /* one child serves many requests */
 
 	/* The child that serves the request after a crash is the spare,
@@ -130,9 +139,10 @@ test_scripted_child_is_replaced(void)
 	KT_EQ_STR(r->fault_name, "SIGABRT");
 	KT_CONTAINS(r->message, "a fresh one was started");
 	kclaw__eval_result__free_unpacked(r, NULL);
-	b = ok_pid_since(s, &since);
+	b = ok_pid_how(s, &since, &alone);
 	KT_ASSERT(b != a);
 	KT_ASSERT(since <= t0);
+	KT_EQ_INT(alone, 0);
 
 	t0 = kc_mono_ms();
 	r = eval(s, "hang", NULL, 700, 0, NULL);
@@ -307,7 +317,7 @@ test_without_spare(void)
 	Kclaw__EvalResult *r;
 	sbx_session *s;
 	uint64_t t0;
-	int a, b;
+	int a, b, alone = -1;
 
 	setenv("KCLAW_SANDBOX_SPARE", "0", 1);
 	KT_OK(sbx_session_open(&s, &o));
@@ -316,9 +326,11 @@ test_without_spare(void)
 	r = eval(s, "crash", NULL, 5000, 0, NULL);
 	KT_EQ_STR(sbx_status_name(r->status), "RUNTIME_FAULT");
 	kclaw__eval_result__free_unpacked(r, NULL);
-	b = ok_pid_since(s, &since);
+	/* Without spares every child starts alone. */
+	b = ok_pid_how(s, &since, &alone);
 	KT_ASSERT(b != a);
 	KT_ASSERT(since >= t0);
+	KT_EQ_INT(alone, 1);
 	sbx_session_close(s);
 	unsetenv("KCLAW_SANDBOX_SPARE");
 }

@@ -220,6 +220,46 @@ test_send_then_receive(void)
 	sbx_torchref_free(r);
 }
 
+/* Requests sent back to back (the load, then trial 0's inputs, before the
+ * candidate compiles): their replies come in the order sent; no more than
+ * SBX_TORCHREF_PIPELINE wait at once; sbx_torchref_drop reads and drops
+ * every one left, and the connection is in step after it. */
+static void
+test_pipelined_requests(void)
+{
+	sbx_torchref *r = client("ok");
+	cJSON *load = load_req(), *in = inputs_req(0, 7), *a;
+
+	KT_OK(sbx_torchref_send(r, load, 10000));
+	KT_OK(sbx_torchref_send(r, in, 10000));
+	KT_EQ_STR(sbx_torchref_pending(r), "load");
+	KT_OK(sbx_torchref_receive(r, &a));
+	KT_ASSERT(cJSON_GetObjectItem(a, "buffers") != NULL);
+	cJSON_Delete(a);
+	KT_EQ_STR(sbx_torchref_pending(r), "inputs");
+	KT_OK(sbx_torchref_receive(r, &a));
+	KT_ASSERT(is_ok(a));
+	KT_ASSERT(cJSON_GetObjectItem(a, "outputs") != NULL);
+	KT_ASSERT(cJSON_GetObjectItem(a, "buffers") == NULL);
+	cJSON_Delete(a);
+	KT_ASSERT(sbx_torchref_pending(r) == NULL);
+
+	for (int i = 0; i < SBX_TORCHREF_PIPELINE; i++)
+		KT_OK(sbx_torchref_send(r, i % 2 ? in : load, 10000));
+	KT_EQ_INT(sbx_torchref_send(r, in, 10000), KC_EBUSY);
+	KT_CONTAINS(kc_lasterr(), "already wait");
+	sbx_torchref_drop(r);
+	KT_ASSERT(sbx_torchref_pending(r) == NULL);
+	KT_OK(sbx_torchref_send(r, load, 10000));
+	KT_OK(sbx_torchref_receive(r, &a));
+	KT_ASSERT(cJSON_GetObjectItem(a, "buffers") != NULL);
+	cJSON_Delete(a);
+	KT_EQ_INT(sbx_torchref_starts(r), 1);
+	cJSON_Delete(load);
+	cJSON_Delete(in);
+	sbx_torchref_free(r);
+}
+
 /* A reference that dies mid-request is reported with its exit status and
  * replaced by the next call. */
 static void
@@ -620,6 +660,7 @@ main(void)
 	    tmp ? tmp : "/tmp", (int)getpid());
 	KT_RUN(test_protocol);
 	KT_RUN(test_send_then_receive);
+	KT_RUN(test_pipelined_requests);
 	KT_RUN(test_crash_then_restart);
 	KT_RUN(test_hang_is_killed);
 	KT_RUN(test_garbage_no_torch_no_script);
