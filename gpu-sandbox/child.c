@@ -237,8 +237,14 @@ sbx_child_main(const sbx_backend *be, int argc, char **argv)
 			code = 1;
 			break;
 		}
-		if (child_tune(be, state, req, &res, &fatal) != 0)
+		if (req->measure_device) {
+			if (be->measure != NULL)
+				be->measure(state, res);
+			sbx_result_status(
+			    res, KCLAW__EVAL_STATUS__OK, "measured");
+		} else if (child_tune(be, state, req, &res, &fatal) != 0) {
 			be->evaluate(state, req, res, &fatal);
+		}
 		kclaw__eval_request__free_unpacked(req, NULL);
 		rv = sbx_frame_write(SBX_CHILD_OUT_FD, &res->base);
 		kclaw__eval_result__free_unpacked(res, NULL);

@@ -145,6 +145,21 @@ ev_gpu_warm_matmul(ev_gpu *g)
 	    "cuBLASLt warmed up in %.1f ms", (double)(kc_mono_ns() - t0) / 1e6);
 }
 
+void
+ev_gpu_measure(void *state, Kclaw__EvalResult *res)
+{
+	ev_gpu *g = state;
+	uint64_t t0 = kc_mono_ns();
+
+	if (!g->have_device || g->measured)
+		return;
+	g->cu.cuCtxSetCurrent(g->ctx);
+	ev_gpu_measure_ceilings(g);
+	g->measured = 1;
+	sbx_result_add_metric(res, "sandbox.ceilings_ms",
+	    (double)(kc_mono_ns() - t0) / 1e6, "ms");
+}
+
 int
 ev_gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 {
@@ -166,17 +181,12 @@ ev_gpu_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 		ev_gpu_warm_matmul(g);
 	}
 	/* The ceilings and the events' cost (16 ms on the H200) are measured
-	 * here by a child started alone, so no evaluation waits for them; a
-	 * spare measures at its first evaluation instead: it starts beside
-	 * a busy child, whose timing its copies would disturb (and be slowed
-	 * by). */
-	if (cfg->alone && g->have_device) {
-		uint64_t t0 = kc_mono_ns();
-		ev_gpu_measure_ceilings(g);
-		g->measured = 1;
-		sbx_result_add_metric(ready, "sandbox.ceilings_ms",
-		    (double)(kc_mono_ns() - t0) / 1e6, "ms");
-	}
+	 * here by a child started alone, so no evaluation waits for them. A
+	 * spare starts beside a busy child, whose timing its copies would
+	 * disturb (and be slowed by): it measures when its parent finds the
+	 * sandbox idle (ev_gpu_measure), or else at its first evaluation. */
+	if (cfg->alone)
+		ev_gpu_measure(g, ready);
 	return 0;
 }
 

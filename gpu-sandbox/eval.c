@@ -657,13 +657,7 @@ ev_evaluate(ev_gpu *g, const ev_ref_ops *const *kinds, size_t nkinds,
 	    .refonly = req->options != NULL && req->options->reference_only};
 
 	e.cand.what = "candidate";
-	if (g->have_device && !g->measured) {
-		g->cu.cuCtxSetCurrent(g->ctx);
-		ev_gpu_measure_ceilings(g);
-		g->measured = 1;
-		sbx_result_add_metric(res, "sandbox.ceilings_ms",
-		    (double)(kc_mono_ns() - t0) / 1e6, "ms");
-	}
+	ev_gpu_measure(g, res);
 	e.salt = ev_random();
 	ev_run_protocol(&e);
 	ev_free(&e);
@@ -719,5 +713,6 @@ const sbx_backend sbx_cuda_backend = {
     .init = ev_gpu_init,
     .evaluate = ev_gpu_evaluate,
     .precompile = ev_gpu_precompile,
+    .measure = ev_gpu_measure,
     .fini = ev_gpu_fini,
 };

@@ -281,6 +281,9 @@ int ev_ok(ev *e, CUresult r, Kclaw__EvalStatus status, const char *what);
 int ev_gpu_attr(ev_gpu *g, CUdevice_attribute a);
 void ev_gpu_device_metrics(ev_gpu *g, Kclaw__EvalResult *res);
 void ev_gpu_fini(void *state);
+/* The device's ceilings and the events' cost, once per child (the
+ * sandbox.ceilings_ms metric in res says how long it took). */
+void ev_gpu_measure(void *state, Kclaw__EvalResult *res);
 int ev_gpu_init(
     void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready);
 /* ev_gpu_init with the driver's functions given (cu; NULL: libcuda.so.1

@@ -93,6 +93,13 @@ typedef struct sbx_backend {
 	 */
 	int (*precompile)(void *state, const Kclaw__EvalRequest *req,
 	    const char *const *sources, size_t n, unsigned *threads);
+	/*
+	 * Optional (NULL: nothing to measure). Measures the device as the
+	 * first evaluation would (the ceilings, the events' cost), for a
+	 * request with measure_device: the parent sends it to a spare while
+	 * no other child runs anything. res says what was done.
+	 */
+	void (*measure)(void *state, Kclaw__EvalResult *res);
 	void (*fini)(void *state);
 } sbx_backend;
 

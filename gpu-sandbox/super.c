@@ -28,11 +28,16 @@
 
 #define SUPER_MAX_REAP 16
 #define SUPER_START_TRIES 3
+/* How long a spare may take to measure the device (16-22 ms on the H200). */
+#define SUPER_MEASURE_MS 5000
 
-/* A child that waits, ready or starting, to replace the current one. */
+/* A child that waits, ready or starting, to replace the current one:
+ * whether its ready frame was read, whether it was asked to measure the
+ * device (its reply not yet read) and whether it did. */
 typedef struct {
 	pid_t pid;
 	int to_child, from_child;
+	int ready, measuring, measured;
 } super_spare;
 
 struct sbx_super {
@@ -52,6 +57,8 @@ struct sbx_super {
 	pid_t reap[SUPER_MAX_REAP]; /* killed children not yet reaped */
 	int cancel_fd;
 };
+
+static void super_spare_settle(sbx_super *s);
 
 static void
 super_reap(sbx_super *s)
@@ -218,6 +225,8 @@ super_spare_ensure(sbx_super *s)
 		close(sp->from_child);
 		sp->pid = 0;
 	}
+	if (sp->pid <= 0)
+		sp->ready = sp->measuring = sp->measured = 0;
 	if (sp->pid <= 0 &&
 	    super_spawn(s, 0, &sp->pid, &sp->to_child, &sp->from_child) != 0) {
 		KC_WARN("cannot start a spare sandbox child: %s", kc_lasterr());
@@ -232,6 +241,7 @@ super_promote(sbx_super *s)
 {
 	super_spare *sp = &s->spare;
 
+	super_spare_settle(s);
 	if (sp->pid <= 0)
 		return -1;
 	if (waitpid(sp->pid, NULL, WNOHANG) == sp->pid) {
@@ -243,10 +253,37 @@ super_promote(sbx_super *s)
 	s->pid = sp->pid;
 	s->to_child = sp->to_child;
 	s->from_child = sp->from_child;
-	s->ready = 0;
+	s->ready = sp->ready;
 	sp->pid = 0;
+	sp->ready = sp->measured = 0;
 	sp->to_child = sp->from_child = -1;
 	KC_INFO("the spare sandbox child %d takes over", (int)s->pid);
+	return 0;
+}
+
+/* What a child's ready frame r says (r is freed): 0, or KC_EBUSY where a
+ * GPU the last child had was refused to this one: a second context on it
+ * is not allowed (exclusive-process mode), so a spare started beside the
+ * last child could not get one. Without spares from then on. */
+static int
+super_take_ready(sbx_super *s, Kclaw__EvalResult *r)
+{
+	if (r->status != KCLAW__EVAL_STATUS__OK &&
+	    s->ready_status == KCLAW__EVAL_STATUS__OK && s->device_name[0] &&
+	    s->use_spare) {
+		KC_WARN("sandbox child: %s; the GPU takes one process at a "
+		        "time, so no spare child from now on",
+		    r->message);
+		kclaw__eval_result__free_unpacked(r, NULL);
+		s->use_spare = 0;
+		return kc_seterr(KC_EBUSY, "the spare child had no GPU");
+	}
+	snprintf(s->device_name, sizeof(s->device_name), "%s", r->device_name);
+	snprintf(s->dev_arch, sizeof(s->dev_arch), "%s", r->arch);
+	s->ready_status = r->status;
+	if (r->status != KCLAW__EVAL_STATUS__OK)
+		KC_WARN("sandbox child: %s", r->message);
+	kclaw__eval_result__free_unpacked(r, NULL);
 	return 0;
 }
 
@@ -281,29 +318,101 @@ super_wait_ready(sbx_super *s)
 		super_drop(s, 1);
 		return kc_seterr(KC_EPROTO, "the child's ready frame is bad");
 	}
-	if (r->status != KCLAW__EVAL_STATUS__OK &&
-	    s->ready_status == KCLAW__EVAL_STATUS__OK && s->device_name[0] &&
-	    s->use_spare) {
-		/* A GPU the last child had, refused to this one: a second
-		 * context on it is not allowed (exclusive-process mode), so
-		 * the spare started beside the last child could not get one.
-		 * Without spares from now on; a fresh child gets the GPU. */
-		KC_WARN("sandbox child: %s; the GPU takes one process at a "
-		        "time, so no spare child from now on",
-		    r->message);
-		kclaw__eval_result__free_unpacked(r, NULL);
-		s->use_spare = 0;
+	if ((rv = super_take_ready(s, r)) != 0) {
 		super_drop(s, 1);
-		return kc_seterr(KC_EBUSY, "the spare child had no GPU");
+		return rv;
 	}
-	snprintf(s->device_name, sizeof(s->device_name), "%s", r->device_name);
-	snprintf(s->dev_arch, sizeof(s->dev_arch), "%s", r->arch);
-	s->ready_status = r->status;
-	if (r->status != KCLAW__EVAL_STATUS__OK)
-		KC_WARN("sandbox child: %s", r->message);
-	kclaw__eval_result__free_unpacked(r, NULL);
 	s->ready = 1;
 	return 0;
+}
+
+/* ---- the spare's measurement of the device ---- */
+
+/* The spare is gone or useless: it ends, and a new one starts when one is
+ * next wanted. */
+static void
+super_spare_drop(sbx_super *s)
+{
+	super_spare *sp = &s->spare;
+
+	if (sp->pid <= 0)
+		return;
+	close(sp->to_child);
+	close(sp->from_child);
+	kill(sp->pid, SIGKILL);
+	if (waitpid(sp->pid, NULL, WNOHANG) != sp->pid)
+		super_defer_reap(s, sp->pid);
+	memset(sp, 0, sizeof(*sp));
+	sp->to_child = sp->from_child = -1;
+}
+
+/* The reply to the spare's measure_device, waited for: a current child
+ * may time nothing while the spare measures. A spare that does not
+ * answer in time is dropped. */
+static void
+super_spare_settle(sbx_super *s)
+{
+	super_spare *sp = &s->spare;
+	void *buf;
+	size_t len;
+
+	if (!sp->measuring)
+		return;
+	sp->measuring = 0;
+	if (sbx_frame_read(sp->from_child, SUPER_MEASURE_MS, &buf, &len) != 0) {
+		KC_WARN("the spare sandbox child did not measure the device "
+		        "within %d ms: %s; it is replaced",
+		    SUPER_MEASURE_MS, kc_lasterr());
+		super_spare_drop(s);
+		return;
+	}
+	free(buf);
+	sp->measured = 1;
+}
+
+/*
+ * While no child runs anything: a spare that has started is asked to
+ * measure the device now (its ceilings and the events' cost), so that no
+ * evaluation of its own waits for that later and nothing it runs lands
+ * beside another child's timing. wait: its reply is read before this
+ * returns (a request is about to go to the current child); else the next
+ * request's super_spare_settle reads it. A spare still starting (its ready
+ * frame not yet sent) is left alone.
+ */
+static void
+super_spare_measure(sbx_super *s, int wait)
+{
+	Kclaw__EvalRequest m = KCLAW__EVAL_REQUEST__INIT;
+	super_spare *sp = &s->spare;
+	struct pollfd p = {.fd = sp->from_child, .events = POLLIN};
+
+	if (sp->pid <= 0 || sp->measuring || sp->measured)
+		return;
+	if (!sp->ready) {
+		Kclaw__EvalResult *r = NULL;
+		void *buf;
+		size_t len;
+		if (poll(&p, 1, 0) != 1)
+			return;
+		if (sbx_frame_read(sp->from_child, 1000, &buf, &len) == 0) {
+			r = kclaw__eval_result__unpack(NULL, len, buf);
+			free(buf);
+		}
+		if (r == NULL || super_take_ready(s, r) != 0) {
+			super_spare_drop(s);
+			return;
+		}
+		sp->ready = 1;
+	}
+	m.job_id = "measure";
+	m.measure_device = 1;
+	if (sbx_frame_write(sp->to_child, &m.base) != 0) {
+		super_spare_drop(s);
+		return;
+	}
+	sp->measuring = 1;
+	if (wait)
+		super_spare_settle(s);
 }
 
 static int
@@ -427,6 +536,16 @@ sbx_super_eval(sbx_super *s, const Kclaw__EvalRequest *req, int timeout_ms,
 
 	if ((r = sbx_result_new(req->job_id)) == NULL)
 		return KC_ENOMEM;
+	if (req->measure_device) {
+		sbx_result_status(r, KCLAW__EVAL_STATUS__INTERNAL_ERROR,
+		    "measure_device is the sandbox's own request to its spare "
+		    "child; leave it unset");
+		goto done;
+	}
+	/* Nothing runs now: a spare measures the device first, unless its
+	 * measurement is under way (then it is waited for). */
+	super_spare_settle(s);
+	super_spare_measure(s, 1);
 	if ((rv = super_ensure(s)) != 0) {
 		sbx_result_status(r, KCLAW__EVAL_STATUS__INTERNAL_ERROR,
 		    "the sandbox could not start its GPU process: %s",
@@ -528,6 +647,9 @@ done:
 		sbx_result_set(&r->arch, "%s", s->dev_arch);
 	if (r->wall_ms == 0)
 		r->wall_ms = (double)(kc_mono_ns() - t0) / 1e6;
+	/* Nothing runs until the next request: a spare that is ready
+	 * measures now (read by the next request's super_spare_settle). */
+	super_spare_measure(s, 0);
 	*res = r;
 	return 0;
 }

@@ -3,11 +3,12 @@
  * double at the process boundary (gpu-sandbox's backend seam). The first
  * word of the candidate's source says what to do:
  *
- *   ok           answer OK (message "pid N since T, started alone" or
- *                ", started as a spare": its pid, the CLOCK_MONOTONIC ms
- *                it started at and how, so tests see replacements, when
- *                they started and whether the sandbox told them they
- *                were alone)
+ *   ok           answer OK (message "pid N since T, started alone|as a
+ *                spare, measured at start|when idle|in an evaluation":
+ *                its pid, the CLOCK_MONOTONIC ms it started at, how, and
+ *                when it measured its device, so tests see replacements,
+ *                when they started, whether the sandbox told them they
+ *                were alone and when it asked them to measure)
  *   crash        die of SIGABRT mid-evaluation
  *   hang         never answer
  *   fault NAME   answer RUNTIME_FAULT with fault NAME, then exit (as the
@@ -37,6 +38,10 @@
 
 static uint64_t started_ms;
 static int started_alone;
+/* When it measured its "device", as the real child does: as it started
+ * (alone), when its parent asked (an idle sandbox), or in its first
+ * evaluation. */
+static const char *measured;
 
 static int
 script_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
@@ -44,6 +49,7 @@ script_init(void **state, const sbx_child_config *cfg, Kclaw__EvalResult *ready)
 	*state = NULL;
 	started_ms = kc_mono_ms();
 	started_alone = cfg->alone;
+	measured = cfg->alone ? "at start" : NULL;
 	if (getenv("SBX_SCRIPT_NODEV") != NULL)
 		return kc_seterr(KC_ENODEV, "scripted: no GPU here");
 	sbx_result_set(&ready->device_name, "scripted GPU");
@@ -99,10 +105,12 @@ script_evaluate(void *state, const Kclaw__EvalRequest *req,
 		    "reference only (scripted): baseline 1.0000 ms%s",
 		    res->n_degenerate ? "; DEGENERATE (see warnings)" : "");
 	} else if (strncmp(src, "ok", 2) == 0) {
+		if (measured == NULL)
+			measured = "in an evaluation";
 		sbx_result_status(res, KCLAW__EVAL_STATUS__OK,
-		    "pid %d since %llu%s", (int)getpid(),
+		    "pid %d since %llu, started %s, measured %s", (int)getpid(),
 		    (unsigned long long)started_ms,
-		    started_alone ? ", started alone" : ", started as a spare");
+		    started_alone ? "alone" : "as a spare", measured);
 	} else if (strncmp(src, "crash", 5) == 0) {
 		abort();
 	} else if (strncmp(src, "hang", 4) == 0) {
@@ -121,10 +129,20 @@ script_evaluate(void *state, const Kclaw__EvalRequest *req,
 	}
 }
 
+static void
+script_measure(void *state, Kclaw__EvalResult *res)
+{
+	(void)state;
+	(void)res;
+	if (measured == NULL)
+		measured = "when idle";
+}
+
 static const sbx_backend script_backend = {
     .name = "script",
     .init = script_init,
     .evaluate = script_evaluate,
+    .measure = script_measure,
 };
 
 int

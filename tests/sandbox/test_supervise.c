@@ -83,26 +83,37 @@ eval(sbx_session *s, const char *src, const char *plan, unsigned timeout_ms,
 	return eval_task(s, NULL, src, plan, timeout_ms, compile_only, arch);
 }
 
-/* The pid of the child that answered, (since) when it started, and
- * whether the sandbox started it alone (1) or as a spare (0). */
+/* The pid of the child that answered, (since) when it started, whether
+ * the sandbox started it alone (1) or as a spare (0), and when it measured
+ * its device (script_child.c). */
 static int
-ok_pid_how(sbx_session *s, unsigned long long *since, int *alone)
+ok_pid_measured(sbx_session *s, unsigned long long *since, int *alone,
+    char *measured, size_t size)
 {
 	Kclaw__EvalResult *r = eval(s, "ok", NULL, 5000, 0, NULL);
 	unsigned long long t = 0;
-	char how[16] = "";
+	char how[16] = "", when[32] = "";
 	int pid;
 
 	KT_EQ_STR(sbx_status_name(r->status), "OK");
 	KT_EQ_STR(r->device_name, "scripted GPU");
-	KT_ASSERT(sscanf(r->message, "pid %d since %llu, started %15s", &pid,
-	              &t, how) == 3);
+	KT_ASSERT(sscanf(r->message,
+	              "pid %d since %llu, started %15[^,], measured %31[^\n]",
+	              &pid, &t, how, when) == 4);
 	kclaw__eval_result__free_unpacked(r, NULL);
 	if (since)
 		*since = t;
 	if (alone)
 		*alone = strcmp(how, "alone") == 0;
+	if (measured)
+		snprintf(measured, size, "%s", when);
 	return pid;
+}
+
+static int
+ok_pid_how(sbx_session *s, unsigned long long *since, int *alone)
+{
+	return ok_pid_measured(s, since, alone, NULL, 0);
 }
 
 static int
@@ -120,13 +131,16 @@ test_scripted_child_is_replaced(void)
 	unsigned long long since = 0;
 	uint64_t t0;
 	int a, b, c, d, e, alone = -1;
+	char measured[32];
 
 	KT_OK(sbx_session_open(&s, &o));
-	/* The first child is told it starts alone (it may measure the device
-	 * at once); the spare beside it, which serves after the crash, is
-	 * not (it measures at its first evaluation). */
-	a = ok_pid_how(s, NULL, &alone);
+	/* The first child is told it starts alone, and measures its device
+	 * as it starts; the spare beside it, which serves after the crash,
+	 * is not, and measures when its parent asks it to, between two
+	 * requests (here as the crash arrives, the spare ready by then). */
+	a = ok_pid_measured(s, NULL, &alone, measured, sizeof(measured));
 	KT_EQ_INT(alone, 1);
+	KT_EQ_STR(measured, "at start");
 	KT_EQ_INT(ok_pid(s), a); /* one child serves many requests */
 
 	/* The child that serves the request after a crash is the spare,
@@ -139,10 +153,11 @@ test_scripted_child_is_replaced(void)
 	KT_EQ_STR(r->fault_name, "SIGABRT");
 	KT_CONTAINS(r->message, "a fresh one was started");
 	kclaw__eval_result__free_unpacked(r, NULL);
-	b = ok_pid_how(s, &since, &alone);
+	b = ok_pid_measured(s, &since, &alone, measured, sizeof(measured));
 	KT_ASSERT(b != a);
 	KT_ASSERT(since <= t0);
 	KT_EQ_INT(alone, 0);
+	KT_EQ_STR(measured, "when idle");
 
 	t0 = kc_mono_ms();
 	r = eval(s, "hang", NULL, 700, 0, NULL);
@@ -318,6 +333,7 @@ test_without_spare(void)
 	sbx_session *s;
 	uint64_t t0;
 	int a, b, alone = -1;
+	char measured[32];
 
 	setenv("KCLAW_SANDBOX_SPARE", "0", 1);
 	KT_OK(sbx_session_open(&s, &o));
@@ -327,10 +343,11 @@ test_without_spare(void)
 	KT_EQ_STR(sbx_status_name(r->status), "RUNTIME_FAULT");
 	kclaw__eval_result__free_unpacked(r, NULL);
 	/* Without spares every child starts alone. */
-	b = ok_pid_how(s, &since, &alone);
+	b = ok_pid_measured(s, &since, &alone, measured, sizeof(measured));
 	KT_ASSERT(b != a);
 	KT_ASSERT(since >= t0);
 	KT_EQ_INT(alone, 1);
+	KT_EQ_STR(measured, "at start");
 	sbx_session_close(s);
 	unsetenv("KCLAW_SANDBOX_SPARE");
 }
