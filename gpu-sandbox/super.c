@@ -211,6 +211,25 @@ super_retire(sbx_super *s)
 	s->ready = 0;
 }
 
+/* No spare: its state as at the start (the pipes now another's, or
+ * closed). */
+static void
+super_spare_clear(super_spare *sp)
+{
+	memset(sp, 0, sizeof(*sp));
+	sp->to_child = sp->from_child = -1;
+}
+
+/* A spare that has exited and been reaped: its pipes closed, its state
+ * cleared. */
+static void
+super_spare_forget(super_spare *sp)
+{
+	close(sp->to_child);
+	close(sp->from_child);
+	super_spare_clear(sp);
+}
+
 /* Starts a spare if there is none (and spares are on). */
 static void
 super_spare_ensure(sbx_super *s)
@@ -220,13 +239,8 @@ super_spare_ensure(sbx_super *s)
 	/* No GPU: nothing a spare would make faster. */
 	if (!s->use_spare || s->ready_status != KCLAW__EVAL_STATUS__OK)
 		return;
-	if (sp->pid > 0 && waitpid(sp->pid, NULL, WNOHANG) == sp->pid) {
-		close(sp->to_child);
-		close(sp->from_child);
-		sp->pid = 0;
-	}
-	if (sp->pid <= 0)
-		sp->ready = sp->measuring = sp->measured = 0;
+	if (sp->pid > 0 && waitpid(sp->pid, NULL, WNOHANG) == sp->pid)
+		super_spare_forget(sp);
 	if (sp->pid <= 0 &&
 	    super_spawn(s, 0, &sp->pid, &sp->to_child, &sp->from_child) != 0) {
 		KC_WARN("cannot start a spare sandbox child: %s", kc_lasterr());
@@ -245,18 +259,14 @@ super_promote(sbx_super *s)
 	if (sp->pid <= 0)
 		return -1;
 	if (waitpid(sp->pid, NULL, WNOHANG) == sp->pid) {
-		close(sp->to_child);
-		close(sp->from_child);
-		sp->pid = 0;
+		super_spare_forget(sp);
 		return -1;
 	}
 	s->pid = sp->pid;
 	s->to_child = sp->to_child;
 	s->from_child = sp->from_child;
 	s->ready = sp->ready;
-	sp->pid = 0;
-	sp->ready = sp->measured = 0;
-	sp->to_child = sp->from_child = -1;
+	super_spare_clear(sp);
 	KC_INFO("the spare sandbox child %d takes over", (int)s->pid);
 	return 0;
 }
@@ -337,13 +347,10 @@ super_spare_drop(sbx_super *s)
 
 	if (sp->pid <= 0)
 		return;
-	close(sp->to_child);
-	close(sp->from_child);
 	kill(sp->pid, SIGKILL);
 	if (waitpid(sp->pid, NULL, WNOHANG) != sp->pid)
 		super_defer_reap(s, sp->pid);
-	memset(sp, 0, sizeof(*sp));
-	sp->to_child = sp->from_child = -1;
+	super_spare_forget(sp);
 }
 
 /* The reply to the spare's measure_device, waited for: a current child
