@@ -276,8 +276,10 @@ ph_prefetch(ev *e)
 
 	for (size_t i = 0; ref != NULL && i < e->nkinds; i++)
 		if (e->kinds[i]->usable(ref)) {
-			if (e->kinds[i]->prefetch != NULL)
+			if (e->kinds[i]->prefetch != NULL) {
+				ev_counts(e);
 				e->kinds[i]->prefetch(e);
+			}
 			break;
 		}
 	return 0;
@@ -351,10 +353,10 @@ ph_device(ev *e)
 	return 0;
 }
 
-/* The counts asked for, the reference kind that matches the task, and
- * what that kind must build (its setup); the kind's caveat, if any. */
-static int
-ph_reference(ev *e)
+/* The counts asked for (trials, warm-up runs, timed runs: the most, where
+ * adaptive), before the kind's setup raises any. */
+void
+ev_counts(ev *e)
 {
 	const Kclaw__EvalOptions *o = e->req->options;
 
@@ -368,6 +370,14 @@ ph_reference(ev *e)
 		e->trials = EV_MAX_TRIALS;
 	if (e->iters > EV_MAX_ITERS)
 		e->iters = EV_MAX_ITERS;
+}
+
+/* The counts asked for, the reference kind that matches the task, and
+ * what that kind must build (its setup); the kind's caveat, if any. */
+static int
+ph_reference(ev *e)
+{
+	ev_counts(e);
 	for (size_t i = 0;
 	     e->task->reference != NULL && e->ops == NULL && i < e->nkinds; i++)
 		if (e->kinds[i]->usable(e->task->reference))

@@ -216,9 +216,10 @@ typedef struct ev_ref_ops {
 	/* Its state, the number of trials (e->trials as asked, at most
 	 * EV_MAX_TRIALS), and what it must build before anything runs. */
 	int (*setup)(ev *e);
-	/* Optional, before the candidate is compiled: sends what prepare
-	 * and trial 0's inputs will need of another process (the torch
-	 * kind's load and first draw), so that it works while NVRTC does;
+	/* Optional, before the candidate is compiled (e->trials and the
+	 * other counts as asked, ev_counts): sends what prepare and the
+	 * runs' inputs will need of another process (the torch kind's load,
+	 * first draw and staged serials), so that it works while NVRTC does;
 	 * e->ref_sent counts what went out. Nothing fails here: prepare and
 	 * trial_inputs do what did not happen. */
 	void (*prefetch)(ev *e);
@@ -276,6 +277,7 @@ extern const ev_ref_ops ev_cuda_ops, ev_tensors_ops, ev_torch_ops;
 
 /* ---- device.c ---- */
 
+void ev_counts(ev *e);
 int ev_cu(ev *e, CUresult r, Kclaw__EvalStatus status, const char *what);
 int ev_ok(ev *e, CUresult r, Kclaw__EvalStatus status, const char *what);
 int ev_gpu_attr(ev_gpu *g, CUdevice_attribute a);

@@ -26,6 +26,9 @@
 #define TORCH_CALL_MS 300000
 #define TORCH_BASELINE_MS 900000
 #define TORCH_TIMED_SERIAL 1000
+/* Timed runs whose inputs are staged while the candidate compiles
+ * (torch_prefetch), after the trials' and the warm-up runs'. */
+#define TORCH_STAGED_TIMED 4
 
 /* The torch reference's state: the reference process's buffers, mapped
  * (one mapping per allocation). */
@@ -38,6 +41,8 @@ typedef struct {
 	 * time waited for them, the requests. */
 	double gpu_ms, wait_ms;
 	unsigned calls;
+	/* Serials the reference process drew ahead (torch_staged). */
+	unsigned staged;
 	/* The same for the timing's runs alone (their inputs and checks). */
 	int in_timed;
 	double timed_gpu_ms, timed_wait_ms;
@@ -79,26 +84,32 @@ torch_fail(ev *e, int rv, const cJSON *reply, const char *what)
 static double torch_num(const cJSON *o, const char *key);
 
 /* What a request of this evaluation cost, from t0 (its send, or the start
- * of the wait for its reply) to now; 0 with *reply holding an "ok": true
- * reply, else -1 with the result filled and *reply NULL. */
+ * of the wait for its reply) to now: its wait, its reply's gpu_ms. */
+static void
+torch_account(ev *e, uint64_t t0, int rv, const cJSON *reply, const char *what)
+{
+	torch_state *st = torch_st(e);
+	double gpu = rv == 0 ? torch_num(reply, "gpu_ms") : 0,
+	       wait = (double)(kc_mono_ns() - t0) / 1e6;
+
+	ev_trace(e, t0, "the reference's %s (GPU %.3f ms)", what, gpu);
+	if (st == NULL)
+		return;
+	st->wait_ms += wait;
+	st->gpu_ms += gpu;
+	st->calls++;
+	if (st->in_timed) {
+		st->timed_wait_ms += wait;
+		st->timed_gpu_ms += gpu;
+	}
+}
+
+/* A request's reply accounted (torch_account): 0 with *reply holding an
+ * "ok": true reply, else -1 with the result filled and *reply NULL. */
 static int
 torch_replied(ev *e, uint64_t t0, int rv, const char *what, cJSON **reply)
 {
-	torch_state *st = torch_st(e);
-
-	ev_trace(e, t0, "the reference's %s (GPU %.3f ms)", what,
-	    rv == 0 ? torch_num(*reply, "gpu_ms") : 0);
-	if (st != NULL) {
-		st->wait_ms += (double)(kc_mono_ns() - t0) / 1e6;
-		st->calls++;
-		if (rv == 0)
-			st->gpu_ms += torch_num(*reply, "gpu_ms");
-		if (st->in_timed) {
-			st->timed_wait_ms += (double)(kc_mono_ns() - t0) / 1e6;
-			if (rv == 0)
-				st->timed_gpu_ms += torch_num(*reply, "gpu_ms");
-		}
-	}
+	torch_account(e, t0, rv, *reply, what);
 	if (rv != 0 || !cJSON_IsTrue(cJSON_GetObjectItem(*reply, "ok"))) {
 		torch_fail(e, rv, *reply, what);
 		cJSON_Delete(*reply);
@@ -215,37 +226,6 @@ nomem:
 	return NULL;
 }
 
-static cJSON *torch_inputs_req(
-    const ev *e, unsigned serial, unsigned variant, int keep);
-
-/*
- * Before the candidate is compiled: the load sent, then trial 0's inputs,
- * so the reference process loads the task (24.9 ms median for a
- * KernelBench Level 1 problem it had not loaded), draws trial 0's inputs
- * and runs its forward while NVRTC compiles (35-220 ms). Nothing runs in
- * the shared buffers before trial 0, so its inputs can be made this early.
- * torch_prepare reads the load's reply, trial 0's torch_inputs the other.
- * Where they cannot be sent, those ask again and say why. Replies left
- * over from an evaluation that ended early are dropped first.
- */
-static void
-torch_prefetch(ev *e)
-{
-	sbx_torchref *tr = torch_client(e);
-	cJSON *load = tr ? torch_load_req(e) : NULL,
-	      *in = load ? torch_inputs_req(e, 0, ev_variant(0), 1) : NULL;
-
-	if (tr != NULL)
-		sbx_torchref_drop(tr);
-	if (load != NULL && sbx_torchref_send(tr, load, TORCH_CALL_MS) == 0) {
-		e->ref_sent = 1;
-		if (in != NULL && sbx_torchref_send(tr, in, TORCH_CALL_MS) == 0)
-			e->ref_sent = 2;
-	}
-	cJSON_Delete(load);
-	cJSON_Delete(in);
-}
-
 /* Whether the reply to what the prefetch sent as its nth request (1: the
  * load, 2: trial 0's inputs) is the next one to read. */
 static int
@@ -351,6 +331,119 @@ torch_inputs_req(const ev *e, unsigned serial, unsigned variant, int keep)
 	return req;
 }
 
+/* The request that has the reference process do inputs' work for
+ * `serial` ahead (NULL: out of memory). */
+static cJSON *
+torch_stage_req(const ev *e, unsigned serial, unsigned variant, int keep)
+{
+	cJSON *req = torch_inputs_req(e, serial, variant, keep);
+
+	if (req != NULL)
+		cJSON_ReplaceItemInObject(
+		    req, "op", cJSON_CreateString("stage"));
+	return req;
+}
+
+/* The trials a torch evaluation runs: at least three distributions. */
+static unsigned
+torch_trials(const ev *e)
+{
+	return e->trials < EV_MIN_TRIALS ? EV_MIN_TRIALS : e->trials;
+}
+
+/*
+ * Before the candidate is compiled: the load sent, then trial 0's inputs,
+ * so the reference process loads the task (24.9 ms median for a
+ * KernelBench Level 1 problem it had not loaded), draws trial 0's inputs
+ * and runs its forward while NVRTC compiles (35-220 ms). Nothing runs in
+ * the shared buffers before trial 0, so its inputs can be made this early.
+ * Then the later serials the evaluation will ask for, in the order it will
+ * (the other trials, the warm-up runs, the first TORCH_STAGED_TIMED timed
+ * runs), as stage requests: their draws and forwards run on the GPU while
+ * the CPU compiles, into the reference's own tensors; the reference
+ * stages what fits in its budget. torch_prepare reads the load's reply,
+ * trial 0's torch_inputs the next and then the stages' (torch_staged),
+ * before the candidate first runs. Where they cannot be sent, those ask
+ * again and say why. Replies left over from an evaluation that ended
+ * early are dropped first.
+ */
+static void
+torch_prefetch(ev *e)
+{
+	sbx_torchref *tr = torch_client(e);
+	const Kclaw__EvalOptions *o = e->req->options;
+	unsigned trials = torch_trials(e),
+	         timed = e->iters < TORCH_STAGED_TIMED ? e->iters
+	                                               : TORCH_STAGED_TIMED,
+	         later = trials - 1 + e->warmup + timed;
+	cJSON *load = tr ? torch_load_req(e) : NULL,
+	      *in = load ? torch_inputs_req(e, 0, ev_variant(0), 1) : NULL;
+
+	if (tr != NULL)
+		sbx_torchref_drop(tr);
+	if (load != NULL && sbx_torchref_send(tr, load, TORCH_CALL_MS) == 0) {
+		e->ref_sent = 1;
+		if (in != NULL && sbx_torchref_send(tr, in, TORCH_CALL_MS) == 0)
+			e->ref_sent = 2;
+	}
+	cJSON_Delete(load);
+	cJSON_Delete(in);
+	if (e->ref_sent < 2 || (o != NULL && o->reference_only))
+		return;
+	for (unsigned i = 0; i < later && e->ref_sent < SBX_TORCHREF_PIPELINE;
+	     i++) {
+		/* Trials 1.. keep their outputs; the runs' ids count from 0
+		 * (e->fresh_serial), the warm-up runs first. */
+		unsigned k = i + 1, id = i + 1 - trials;
+		cJSON *req = k < trials
+		    ? torch_stage_req(e, k, ev_variant(k), 1)
+		    : torch_stage_req(e, TORCH_TIMED_SERIAL + id,
+		          ev_variant(EV_MAX_TRIALS + id), 0);
+		int rv = req != NULL ? sbx_torchref_send(tr, req, TORCH_CALL_MS)
+		                     : KC_ENOMEM;
+		cJSON_Delete(req);
+		if (rv != 0)
+			break;
+		e->ref_sent++;
+	}
+}
+
+/*
+ * The stages' replies (torch_prefetch), read before the candidate first
+ * runs: the reference process answers in order and each reply comes after
+ * its GPU work is done, so once the last is read nothing it staged can
+ * run beside the candidate, and every staged forward ran on the parameters
+ * as loaded, before any candidate could write them. A serial it did not
+ * stage (no room, or an error it will report again) is drawn when asked.
+ */
+static int
+torch_staged(ev *e)
+{
+	sbx_torchref *tr = e->g->tr;
+	const char *p;
+
+	while (tr != NULL && (p = sbx_torchref_pending(tr)) != NULL &&
+	    strcmp(p, "stage") == 0) {
+		uint64_t t0 = kc_mono_ns();
+		cJSON *reply = NULL;
+		int rv = sbx_torchref_receive(tr, &reply);
+		torch_account(e, t0, rv, reply, "staging inputs");
+		if (rv != 0) {
+			torch_fail(e, rv, NULL, "staging inputs");
+			return -1;
+		}
+		if (!cJSON_IsTrue(cJSON_GetObjectItem(reply, "ok")))
+			KC_DEBUG("the torch reference staged nothing: %s",
+			    cJSON_GetStringValue(
+			        cJSON_GetObjectItem(reply, "error")));
+		else if (cJSON_IsTrue(cJSON_GetObjectItem(reply, "staged")) &&
+		    torch_st(e) != NULL)
+			torch_st(e)->staged++;
+		cJSON_Delete(reply);
+	}
+	return 0;
+}
+
 /* Input set `serial` made in the shared buffers, with its expected
  * outputs (trial 0's the reply to the prefetch's request, when it went
  * out). */
@@ -369,6 +462,10 @@ torch_inputs(ev *e, unsigned serial, unsigned variant, int keep)
 		e->ref_sent = 0;
 		if (torch_replied(e, t0, rv, what, &reply) != 0)
 			return -1;
+		if (torch_staged(e) != 0) {
+			cJSON_Delete(reply);
+			return -1;
+		}
 	} else if ((req = torch_inputs_req(e, serial, variant, keep)) == NULL) {
 		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
 		return -1;
@@ -675,9 +772,7 @@ torch_setup(ev *e)
 		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
 		return -1;
 	}
-	/* At least three distributions in every evaluation. */
-	if (e->trials < EV_MIN_TRIALS)
-		e->trials = EV_MIN_TRIALS;
+	e->trials = torch_trials(e);
 	return 0;
 }
 
@@ -713,6 +808,8 @@ torch_release(ev *e)
 		    e->res, "torch.reference_wait_ms", st->wait_ms, "ms");
 		sbx_result_add_metric(
 		    e->res, "torch.reference_calls", st->calls, "calls");
+		sbx_result_add_metric(
+		    e->res, "torch.staged_serials", st->staged, "serials");
 	}
 	if (st->timed_inputs > 0) {
 		sbx_result_add_metric(

@@ -54,7 +54,7 @@ int sbx_torchref_call(
  * evaluation that stopped before it needed them), as sbx_torchref_call
  * does first, so the connection stays in step.
  */
-#define SBX_TORCHREF_PIPELINE 4
+#define SBX_TORCHREF_PIPELINE 16
 int sbx_torchref_send(sbx_torchref *r, const cJSON *req, int timeout_ms);
 int sbx_torchref_receive(sbx_torchref *r, cJSON **reply);
 const char *sbx_torchref_pending(const sbx_torchref *r);

@@ -52,11 +52,11 @@ import traceback
 
 from torchref_common import (
     LINE_MAX, RefError, describe_exc, is_fatal_cuda, is_oom, log, one_line, sanitize)
-from torchref_task import State, _free_serials, op_hello, op_inputs, op_load, op_unload
+from torchref_task import State, _free_serials, op_hello, op_inputs, op_load, op_stage, op_unload
 from torchref_measure import op_baseline, op_check
 
 
-OPS = {"hello": op_hello, "load": op_load, "inputs": op_inputs, "check": op_check,
+OPS = {"hello": op_hello, "load": op_load, "inputs": op_inputs, "stage": op_stage, "check": op_check,
        "baseline": op_baseline, "unload": op_unload}
 
 
@@ -88,7 +88,7 @@ def handle(st, req):
     if st.fatal:
         reply["error"] = reply.get("error", "") + " (the CUDA context is lost; the reference " \
                                                   "process exits after this reply)"
-    log("%s%s -> %s %.2f ms" % (op, "" if op not in ("inputs", "check") else " serial %s" % req.get("serial"),
+    log("%s%s -> %s %.2f ms" % (op, "" if op not in ("inputs", "stage", "check") else " serial %s" % req.get("serial"),
                                "ok" if reply.get("ok") else "%s: %s" % (reply["code"], reply["error"]),
                                1e3 * (time.monotonic() - t0)))
     return reply

@@ -18,6 +18,7 @@ RAND_CHUNK = 1 << 26           # elements per chunk of a variant's random number
                                # of float32 at most)
 SHARED_ALIGN = 2 << 20         # the shared arena's allocation is rounded up to this
 SHARED_MIN = 10 << 20          # and is at least this (PyTorch's kMinLargeAlloc)
+STAGE_BYTES = 4 << 30          # staged serials' inputs and outputs together, at most
 BUF_ALIGN = 256                # a shared buffer's offset in the arena
 VARIANT_SALT = 0x9E3779B97F4A7C15  # the variants' generator: seed ^ salt
 MASK64 = (1 << 64) - 1

@@ -14,7 +14,7 @@ import time
 
 from torchref_common import (
     BUF_ALIGN, CHUNK, DTYPES, FLUSH_FALLBACK, KINDS, MASK64, NVARIANTS, RAND_CHUNK, RefError,
-    SHARED_ALIGN, SHARED_MIN, VARIANT_SALT, describe_exc, import_torch, log, set_kernels,
+    SHARED_ALIGN, SHARED_MIN, STAGE_BYTES, VARIANT_SALT, describe_exc, import_torch, log, set_kernels,
     share_globals, user)
 from torchref_cuda import DeviceBuffer, Driver, KC_SUMS, Kernels, torch_share
 
@@ -88,6 +88,18 @@ class Serial:
         self.expected = []
 
 
+class Staged:
+    """A serial's inputs drawn ahead (op_stage): its private values, its
+    expected outputs and their norms, until inputs asks for it."""
+
+    def __init__(self, seed, variant, keep, drawn, expected, norms, nbytes):
+        self.key = (seed, variant, keep)
+        self.drawn = drawn
+        self.expected = expected
+        self.norms = norms
+        self.nbytes = nbytes
+
+
 class GpuClock:
     """GPU time of a request's parts (draws, forwards, comparisons) by CUDA
     events around each, read after the request's synchronisation: the
@@ -127,6 +139,8 @@ class State:
         self.held = None         # outputs copied aside by check's hold
         self.fatal = False
         self.swept = False       # an unload collected and emptied the cache since
+        self.staged = {}         # serial -> Staged: stage's work for a later inputs
+        self.staged_bytes = 0
 
 
 # --------------------------------------------------------------- helpers
@@ -280,6 +294,8 @@ def _free_serials(st):
     st.cur = None
     st.prev_kept = None
     st.held = None
+    st.staged = {}
+    st.staged_bytes = 0
 
 
 def _stepper(t0):
@@ -957,39 +973,46 @@ def _need_task(st, op):
     return st.task
 
 
-def op_inputs(st, req):
-    t = _need_task(st, "inputs")
+def _serial_req(req):
     serial = _need(req, "serial", int)
     seed = _need(req, "seed", int)
     variant = _need(req, "variant", int)
     keep = bool(req.get("keep", False))
     if not 0 <= variant < NVARIANTS:
-        raise RefError("INTERNAL", "inputs: unknown variant %d (0 to %d)" % (variant, NVARIANTS - 1))
-    # The previous serial's expected outputs go first (kept serial 0's
-    # stay for var_norm).
-    st.cur = None
-    _restore_params(st, t)
-    clock = GpuClock()
+        raise RefError("INTERNAL", "%s: unknown variant %d (0 to %d)"
+                       % (req.get("op"), variant, NVARIANTS - 1))
+    return serial, seed, variant, keep
+
+
+def _expect(st, clock, seed, variant, keep, into_arena):
+    """A serial's draw (into the shared input buffers with into_arena, else
+    into tensors of its own), its forward and its expected outputs with their
+    norms: (drawn values, expected, the reply's outputs). The draw and then
+    the forward with the norms (the comparisons' GPU work) are timed by
+    clock; the checks between them are host time."""
+    t = st.task
     clock.start()
-    drawn = _draw(st, seed, variant, into_arena=True)
+    drawn = _draw(st, seed, variant, into_arena=into_arena)
+    clock.stop()
     tens, rest = _split_inputs(t, drawn, "inputs")
     for b, v in zip(t.by_kind("scalar"), rest):
         if _scalar_value(b, v) != t.scalars.get(b.name):
             raise RefError("BAD_TASK", "scalar '%s' is %r for seed %d but was %r at load: a scalar must "
                            "not depend on the seed" % (b.name, v, seed, t.scalars.get(b.name)))
-    ibufs = t.by_kind("input")
-    for b, v in zip(ibufs, tens):
+    for b, v in zip(t.by_kind("input"), tens):
         _check_tensor(b, v, "tensor")
-    # The expected outputs are computed now, before the candidate runs, on
-    # the very inputs it will get: nothing the candidate writes later can
+    del tens, rest
+    # The expected outputs are computed before the candidate runs, on the
+    # very inputs it will get: nothing the candidate writes later can
     # change them.
-    shared = _to_shared(t, drawn)
-    args = drawn if t.writes_inputs else shared
-    del shared
-    if not t.writes_inputs:
-        del drawn, tens
-    clock.stop()
     clock.start()
+    args = drawn
+    if into_arena:
+        shared = _to_shared(t, drawn)
+        if not t.writes_inputs:
+            # What was drawn outside the arena is freed before the forward.
+            args, drawn = shared, None
+        del shared
     outs = _forward(st, args, "inputs, seed %d" % seed)
     obufs = t.by_kind("output")
     if len(outs) != len(obufs):
@@ -998,13 +1021,7 @@ def op_inputs(st, req):
     for b, o in zip(obufs, outs):
         _check_tensor(b, o, "tensor")
     exp = [o.reshape(b.shape) for b, o in zip(obufs, _own_outputs(st, outs, args))]
-    clock.stop()
     del outs, args
-    if t.writes_inputs:
-        del drawn, tens
-    cur = Serial(serial, seed, variant, keep)
-    cur.expected = exp
-    del rest
     res = []
     for b, e in zip(obufs, exp):
         var = None
@@ -1013,9 +1030,67 @@ def op_inputs(st, req):
         # The norms are read for kept serials only (the variation rule):
         # a timed run's inputs skip that pass over its outputs.
         res.append({"name": b.name, "exp_norm": _norm64(e, b.dtype) if keep else None, "var_norm": var})
+    clock.stop()
+    return drawn, exp, res
+
+
+def _keep_prev(st, serial, keep, exp):
     # Only kept serial 0's outputs are held, until the next serial (the
     # variation between trials 0 and 1): one more output copy at most.
     st.prev_kept = exp if keep and serial == 0 else None
+
+
+def op_stage(st, req):
+    """What inputs will do for this serial, done ahead into tensors of the
+    reference's own (docs/torchref.md "Staged serials"): the draw, the
+    forward, the expected outputs and their norms. The sandbox sends these
+    while it compiles the candidate and reads every reply before the
+    candidate first runs, so the model ran on its parameters as loaded;
+    inputs then only copies the values into the shared buffers. Not staged
+    (staged: false) where the model writes its inputs or the staged serials
+    would pass STAGE_BYTES or a quarter of the GPU's free memory."""
+    t = _need_task(st, "stage")
+    serial, seed, variant, keep = _serial_req(req)
+    need = sum(b.nbytes for b in t.bufs if b.kind in ("input", "output"))
+    free = torch.cuda.mem_get_info(st.dev)[0]
+    if t.writes_inputs or serial in st.staged or \
+            st.staged_bytes + need > min(STAGE_BYTES, free // 4):
+        return {"staged": False, "gpu_ms": 0.0}
+    _restore_params(st, t)
+    clock = GpuClock()
+    drawn, exp, res = _expect(st, clock, seed, variant, keep, into_arena=False)
+    _keep_prev(st, serial, keep, exp)
+    torch.cuda.synchronize()
+    st.staged[serial] = Staged(seed, variant, keep, drawn, exp, res, need)
+    st.staged_bytes += need
+    return {"staged": True, "gpu_ms": clock.ms()}
+
+
+def op_inputs(st, req):
+    t = _need_task(st, "inputs")
+    serial, seed, variant, keep = _serial_req(req)
+    staged = st.staged.pop(serial, None)
+    if staged is not None:
+        st.staged_bytes -= staged.nbytes
+        if staged.key != (seed, variant, keep):
+            staged = None
+    # The previous serial's expected outputs go first (kept serial 0's
+    # stay for var_norm).
+    st.cur = None
+    _restore_params(st, t)
+    clock = GpuClock()
+    if staged is not None:
+        clock.start()
+        _to_shared(t, staged.drawn)
+        clock.stop()
+        exp, res = staged.expected, staged.norms
+        staged = None
+    else:
+        drawn, exp, res = _expect(st, clock, seed, variant, keep, into_arena=True)
+        del drawn
+    cur = Serial(serial, seed, variant, keep)
+    cur.expected = exp
+    _keep_prev(st, serial, keep, exp)
     # The shared outputs are not poisoned here: the sandbox poisons them
     # before every run of the candidate (ev_poison), the same all-ones
     # bytes; a second pass cost 1.6 ms per run on a 6.4 GB output.

@@ -26,6 +26,7 @@ Misbehaviour, chosen by KCLAW_STANDIN_MODE:
   bad_task          load -> BAD_TASK
   compile_failed    baseline compile / max-autotune -> COMPILE_FAILED
   wrong             check: the first output has bad elements
+  no_stage          stage -> staged: false (nothing drawn ahead)
 With KCLAW_STANDIN_ONCE=PATH the misbehaviour happens only while PATH does
 not exist (it is created then): a restarted stand-in behaves.
 With KCLAW_STANDIN_LOG=PATH every request line received is appended there.
@@ -39,7 +40,7 @@ import sys
 import time
 
 MODES = ("ok", "crash_on_inputs", "hang_on_check", "garbage", "no_torch", "slow_hello",
-         "bad_task", "compile_failed", "wrong")
+         "bad_task", "compile_failed", "wrong", "no_stage")
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i32": 4, "i64": 8, "i8": 1, "u8": 1,
                "bool": 1}
 KINDS = ("input", "parameter", "output", "scalar")
@@ -88,6 +89,7 @@ class Standin:
         self.held = False
         self.compiled = set()
         self.inputs_seen = 0
+        self.staged = {}
 
     def misbehave(self, mode):
         """Whether the scripted misbehaviour `mode` happens now."""
@@ -153,6 +155,7 @@ class Standin:
         self.task = decl
         self.serial = None
         self.kept = 0
+        self.staged = {}
         self.held = False
         return {"buffers": bufs, "scalars": scalars, "flops": float(flops), "declared": decl}
 
@@ -179,17 +182,38 @@ class Standin:
             log("crashing on the first inputs request (KCLAW_STANDIN_MODE=crash_on_inputs)")
             sys.stderr.flush()
             os._exit(3)
+        staged = self.staged.pop(serial, None)
         self.serial, self.seed, self.keep = serial, seed, keep
+        if staged is not None and staged[0] == (seed, variant, keep):
+            return {"outputs": staged[1]}
+        return {"outputs": self.expect(seed, keep)}
+
+    def expect(self, seed, keep):
         res = []
         for t in self.outputs():
             var = None
             if keep and self.kept > 0:
                 var = 0.25
-            res.append({"name": t["name"], "exp_norm": self.exp_norm() if keep else None,
-                        "var_norm": var})
+            norm = 1.0 + (seed % 1000) / 1000.0
+            res.append({"name": t["name"], "exp_norm": norm if keep else None, "var_norm": var})
         if keep:
             self.kept += 1
-        return {"outputs": res}
+        return res
+
+    def stage(self, req):
+        """inputs' reply for a later inputs of the same serial, seed,
+        variant and keep, made now; staged: false in mode no_stage."""
+        self.need_task("stage")
+        serial = need(req, "serial", "int")
+        seed = need(req, "seed", "int")
+        variant = need(req, "variant", "int")
+        keep = need(req, "keep", "bool")
+        if not 0 <= variant <= 6:
+            raise Bad("INTERNAL", "stage: unknown variant %d" % variant)
+        if self.mode == "no_stage":
+            return {"staged": False, "gpu_ms": 0.0}
+        self.staged[serial] = ((seed, variant, keep), self.expect(seed, keep))
+        return {"staged": True, "gpu_ms": 0.5}
 
     def check(self, req):
         self.need_task("check")
@@ -263,7 +287,8 @@ class Standin:
 
     def handle(self, req):
         op = req.get("op") if isinstance(req, dict) else None
-        fn = {"hello": self.hello, "load": self.load, "inputs": self.inputs, "check": self.check,
+        fn = {"hello": self.hello, "load": self.load, "inputs": self.inputs, "stage": self.stage,
+              "check": self.check,
               "baseline": self.baseline, "unload": self.unload}.get(op)
         try:
             if fn is None:

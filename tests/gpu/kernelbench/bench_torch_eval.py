@@ -445,6 +445,7 @@ def part_cases(b, kb, kb2bundle, cache):
                            overhead_ms=eval_overhead_ms(res), timed=timed_run_ratio(res),
                            reference_wait_ms=metric(res, "torch.reference_wait_ms"),
                            reference_calls=metric(res, "torch.reference_calls"),
+                           staged_serials=metric(res, "torch.staged_serials"),
                            compile_cached=bool(res.get("compile_cached")), steps=eval_steps(res))
             tr_ = rec["timed"] or {}
             print("%s %-15s %s: wall %s ms, parts %s ms, overhead %s ms; a timed run %s ms for %s ms of parts (%sx)"

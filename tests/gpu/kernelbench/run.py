@@ -8,7 +8,9 @@ For each case: converts its problem with tools/kernelbench/kb2bundle.py
 (a torch-reference bundle, cached per problem under $TMPDIR/kclaw-kb),
 evaluates the case with `kclaw eval BUNDLE CASE --json` against the live
 PyTorch reference, and compares the status (and speedup, when OK) with the
-case's `expect`. Prints one line per case and a table of the honest ones
+case's `expect` (status; speedup_min / speedup_max; staged_min / staged_max:
+the serials the reference process drew while the candidate compiled,
+metric torch.staged_serials). Prints one line per case and a table of the honest ones
 (speedup over eager and over torch.compile); exit 1 when a case got what it
 must not. Cases left when --budget-s runs out are reported as not run.
 """
@@ -33,7 +35,7 @@ def read_expect(path):
         k, v = line.split(" ", 1)
         if k == "status":
             e["status"] = v.split()
-        elif k in ("speedup_min", "speedup_max"):
+        elif k in ("speedup_min", "speedup_max", "staged_min", "staged_max"):
             e[k] = float(v)
         else:
             e[k] = v
@@ -92,9 +94,17 @@ def main(argv=None):
             ok = False
         if ok and st == "OK" and "speedup_max" in e and sp > e["speedup_max"]:
             ok = False
+        # Serials the reference process drew while the candidate compiled
+        # (docs/torchref.md "Staged serials"): within the case's bounds.
+        staged = {m.get("name"): m.get("value") for m in res.get("metrics") or []}.get(
+            "torch.staged_serials", 0) or 0
+        if ok and st == "OK" and staged < e.get("staged_min", 0):
+            ok = False
+        if ok and st == "OK" and staged > e.get("staged_max", 1e9):
+            ok = False
         bad += not ok
-        print("%-18s %-13s %6.2fx eager %6.2fx compile  %6.1f s  %s%s" % (
-            c, st, sp, res.get("compile_speedup", 0) or 0, wall,
+        print("%-18s %-13s %6.2fx eager %6.2fx compile  %6.1f s  staged %d  %s%s" % (
+            c, st, sp, res.get("compile_speedup", 0) or 0, wall, staged,
             "" if ok else "<-- UNEXPECTED (want %s) " % " ".join(e["status"]),
             (res.get("message") or "")[:200]), flush=True)
         rec = {"case": c, "problem": prob, "pass": ok, "import_s": round(import_s, 2),
