@@ -18,6 +18,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <math.h>
+
 #include "kc_err.h"
 #include "kc_test.h"
 #include "kc_util.h"
@@ -258,6 +260,64 @@ test_pipelined_requests(void)
 	cJSON_Delete(load);
 	cJSON_Delete(in);
 	sbx_torchref_free(r);
+}
+
+/* The prefetch's shape (ref_torch.c torch_prefetch): load, trial 0's
+ * inputs and stage requests all sent before any reply is read, the
+ * replies in order; a staged serial's later inputs gets the staged
+ * figures, and a reference that stages nothing says so. */
+static void
+test_staged_serials(void)
+{
+	const char *modes[] = {"ok", "no_stage"};
+
+	for (int m = 0; m < 2; m++) {
+		sbx_torchref *r = client(modes[m]);
+		cJSON *load = load_req(), *in = inputs_req(0, 7), *a;
+		cJSON *st[SBX_TORCHREF_PIPELINE - 2];
+		int n = SBX_TORCHREF_PIPELINE - 2;
+
+		KT_OK(sbx_torchref_send(r, load, 10000));
+		KT_OK(sbx_torchref_send(r, in, 10000));
+		for (int i = 0; i < n; i++) {
+			st[i] = inputs_req(i + 1, 100 + i);
+			cJSON_ReplaceItemInObject(
+			    st[i], "op", cJSON_CreateString("stage"));
+			KT_OK(sbx_torchref_send(r, st[i], 10000));
+		}
+		KT_EQ_STR(sbx_torchref_pending(r), "load");
+		KT_OK(sbx_torchref_receive(r, &a));
+		cJSON_Delete(a);
+		KT_OK(sbx_torchref_receive(r, &a));
+		KT_ASSERT(is_ok(a));
+		cJSON_Delete(a);
+		for (int i = 0; i < n; i++) {
+			KT_EQ_STR(sbx_torchref_pending(r), "stage");
+			KT_OK(sbx_torchref_receive(r, &a));
+			KT_ASSERT(is_ok(a));
+			KT_EQ_INT(
+			    cJSON_IsTrue(cJSON_GetObjectItem(a, "staged")),
+			    m == 0);
+			cJSON_Delete(a);
+		}
+		KT_ASSERT(sbx_torchref_pending(r) == NULL);
+		/* Serial 3 as staged (seed 102): its expected norm is the
+		 * staged one, 1 + 102 / 1000. */
+		cJSON_Delete(in);
+		in = inputs_req(3, 102);
+		KT_OK(sbx_torchref_call(r, in, 10000, &a));
+		KT_ASSERT(is_ok(a));
+		KT_ASSERT(fabs(num(cJSON_GetArrayItem(
+		                       cJSON_GetObjectItem(a, "outputs"), 0),
+		                   "exp_norm") -
+		              1.102) < 1e-9);
+		cJSON_Delete(a);
+		for (int i = 0; i < n; i++)
+			cJSON_Delete(st[i]);
+		cJSON_Delete(load);
+		cJSON_Delete(in);
+		sbx_torchref_free(r);
+	}
 }
 
 /* A reference that dies mid-request is reported with its exit status and
@@ -661,6 +721,7 @@ main(void)
 	KT_RUN(test_protocol);
 	KT_RUN(test_send_then_receive);
 	KT_RUN(test_pipelined_requests);
+	KT_RUN(test_staged_serials);
 	KT_RUN(test_crash_then_restart);
 	KT_RUN(test_hang_is_killed);
 	KT_RUN(test_garbage_no_torch_no_script);
