@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +18,6 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-#include <math.h>
 
 #include "kc_err.h"
 #include "kc_test.h"
