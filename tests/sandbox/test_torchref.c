@@ -8,8 +8,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
-#include <poll.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
