@@ -166,17 +166,23 @@ class Standin:
     def outputs(self):
         return [t for t in self.task if t["kind"] == "output"]
 
-    def exp_norm(self):
-        return 1.0 + (self.seed % 1000) / 1000.0
+    def exp_norm(self, seed=None):
+        return 1.0 + ((self.seed if seed is None else seed) % 1000) / 1000.0
 
-    def inputs(self, req):
-        self.need_task("inputs")
+    def serial_req(self, req):
+        """An inputs or stage request's fields: (serial, seed, variant, keep)."""
+        op = req.get("op")
+        self.need_task(op)
         serial = need(req, "serial", "int")
         seed = need(req, "seed", "int")
         variant = need(req, "variant", "int")
         keep = need(req, "keep", "bool")
         if not 0 <= variant <= 6:
-            raise Bad("INTERNAL", "inputs: unknown variant %d" % variant)
+            raise Bad("INTERNAL", "%s: unknown variant %d" % (op, variant))
+        return serial, seed, variant, keep
+
+    def inputs(self, req):
+        serial, seed, variant, keep = self.serial_req(req)
         self.inputs_seen += 1
         if self.inputs_seen == 1 and self.misbehave("crash_on_inputs"):
             log("crashing on the first inputs request (KCLAW_STANDIN_MODE=crash_on_inputs)")
@@ -194,7 +200,7 @@ class Standin:
             var = None
             if keep and self.kept > 0:
                 var = 0.25
-            norm = 1.0 + (seed % 1000) / 1000.0
+            norm = self.exp_norm(seed)
             res.append({"name": t["name"], "exp_norm": norm if keep else None, "var_norm": var})
         if keep:
             self.kept += 1
@@ -203,13 +209,7 @@ class Standin:
     def stage(self, req):
         """inputs' reply for a later inputs of the same serial, seed,
         variant and keep, made now; staged: false in mode no_stage."""
-        self.need_task("stage")
-        serial = need(req, "serial", "int")
-        seed = need(req, "seed", "int")
-        variant = need(req, "variant", "int")
-        keep = need(req, "keep", "bool")
-        if not 0 <= variant <= 6:
-            raise Bad("INTERNAL", "stage: unknown variant %d" % variant)
+        serial, seed, variant, keep = self.serial_req(req)
         if self.mode == "no_stage":
             return {"staged": False, "gpu_ms": 0.0}
         self.staged[serial] = ((seed, variant, keep), self.expect(seed, keep))
