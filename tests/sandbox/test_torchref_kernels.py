@@ -10,7 +10,8 @@ KERNELS_CU) without a GPU or PyTorch:
    too) exactly what the PyTorch path of check computes
    (_compare_torch, transcribed below element by element): bad, nan,
    max_abs, max_rel, the norms' sums and the worst element, ties going to
-   the lowest index.
+   the lowest index; also over long runs of finite values, where the
+   kernel makes a division only where it can raise a maximum.
 
 Exit 0 when all hold; 77 (skipped) where neither NVRTC nor a C++ compiler
 is found.
@@ -78,6 +79,38 @@ int main() {
     }
     kc_acc_merge(blk[0], blk[1]);
     show(blk[0]);
+  }
+  /* Finite values only, in longer runs: the scores and relative errors
+   * grow and shrink, so the divisions skipped where they cannot raise a
+   * maximum must leave the same figures and the same worst element. */
+  {
+    double f[64];
+    int nf = 0;
+    for (int i = 0; i < nv; i++)
+      if (std::isfinite(v[i])) f[nf++] = v[i];
+    for (int t = 0; t < nt; t++) {
+      kc_acc blk[2];
+      kc_acc_init(blk[0]);
+      kc_acc_init(blk[1]);
+      for (int k = 0; k < 7 * nf; k++)
+        kc_elem_float(blk[k % 2], f[k % nf], f[(k * 5 + 2) % nf], (unsigned long long)k,
+                      tol[t][0], tol[t][1]);
+      kc_acc_merge(blk[0], blk[1]);
+      show(blk[0]);
+    }
+    /* Errors of close sizes, rising and falling: each new worst element
+     * is only a little worse than the one before. */
+    for (int t = 0; t < nt; t++) {
+      kc_acc blk[2];
+      kc_acc_init(blk[0]);
+      kc_acc_init(blk[1]);
+      for (int k = 0; k < 200; k++) {
+        double e = 1.0 + k * 0.01, g = e + 0.001 * ((k * 37) % 11 + 1);
+        kc_elem_float(blk[k % 2], g, e, (unsigned long long)k, tol[t][0], tol[t][1]);
+      }
+      kc_acc_merge(blk[0], blk[1]);
+      show(blk[0]);
+    }
   }
   /* Integers: exact. */
   for (int t = 0; t < nt; t++)
@@ -207,6 +240,31 @@ def main():
         for name, w, x in zip(names, want, got[:6] + [got[6], got[7]]):
             if not same(w, x):
                 fails.append("merged sequence atol=%r rtol=%r: %s %r, the PyTorch path gives %r"
+                             % (atol, rtol, name, x, w))
+    fin = [v for v in VALUES if math.isfinite(v)]
+    for atol, rtol in TOLS:
+        items = [ref_float(fin[k % len(fin)], fin[(k * 5 + 2) % len(fin)], atol, rtol)
+                 for k in range(7 * len(fin))]
+        want = ref_merge(items)
+        got = rows[r]
+        r += 1
+        names = ("bad", "nan", "max_abs", "max_rel", "err2", "exp2", "worst score", "worst index")
+        for name, w, x in zip(names, want, got[:6] + [got[6], got[7]]):
+            if not same(w, x):
+                fails.append("finite sequence atol=%r rtol=%r: %s %r, the PyTorch path gives %r"
+                             % (atol, rtol, name, x, w))
+    for atol, rtol in TOLS:
+        items = []
+        for k in range(200):
+            e = 1.0 + k * 0.01
+            items.append(ref_float(e + 0.001 * ((k * 37) % 11 + 1), e, atol, rtol))
+        want = ref_merge(items)
+        got = rows[r]
+        r += 1
+        names = ("bad", "nan", "max_abs", "max_rel", "err2", "exp2", "worst score", "worst index")
+        for name, w, x in zip(names, want, got[:6] + [got[6], got[7]]):
+            if not same(w, x):
+                fails.append("close errors atol=%r rtol=%r: %s %r, the PyTorch path gives %r"
                              % (atol, rtol, name, x, w))
     for atol, rtol in TOLS:
         for g in range(-2, 3):
