@@ -352,30 +352,55 @@ torch_trials(const ev *e)
 }
 
 /*
+ * The stage requests for the serials the evaluation will ask for after
+ * trial 0, in the order it will: the other trials (their outputs kept),
+ * then the runs, whose ids count from 0 (e->fresh_serial): the warm-up
+ * runs and the first TORCH_STAGED_TIMED timed ones. As many as the
+ * pipeline holds.
+ */
+static void
+torch_send_stages(ev *e, sbx_torchref *tr)
+{
+	unsigned trials = torch_trials(e),
+	         timed = e->iters < TORCH_STAGED_TIMED ? e->iters
+	                                               : TORCH_STAGED_TIMED,
+	         runs = e->warmup + timed;
+
+	for (unsigned i = 1;
+	     i < trials + runs && e->ref_sent < SBX_TORCHREF_PIPELINE; i++) {
+		unsigned id = i - trials;
+		cJSON *req = i < trials
+		    ? torch_stage_req(e, i, ev_variant(i), 1)
+		    : torch_stage_req(e, TORCH_TIMED_SERIAL + id,
+		          ev_variant(EV_MAX_TRIALS + id), 0);
+		int rv = req != NULL ? sbx_torchref_send(tr, req, TORCH_CALL_MS)
+		                     : KC_ENOMEM;
+		cJSON_Delete(req);
+		if (rv != 0)
+			return;
+		e->ref_sent++;
+	}
+}
+
+/*
  * Before the candidate is compiled: the load sent, then trial 0's inputs,
  * so the reference process loads the task (24.9 ms median for a
  * KernelBench Level 1 problem it had not loaded), draws trial 0's inputs
  * and runs its forward while NVRTC compiles (35-220 ms). Nothing runs in
  * the shared buffers before trial 0, so its inputs can be made this early.
- * Then the later serials the evaluation will ask for, in the order it will
- * (the other trials, the warm-up runs, the first TORCH_STAGED_TIMED timed
- * runs), as stage requests: their draws and forwards run on the GPU while
- * the CPU compiles, into the reference's own tensors; the reference
- * stages what fits in its budget. torch_prepare reads the load's reply,
- * trial 0's torch_inputs the next and then the stages' (torch_staged),
- * before the candidate first runs. Where they cannot be sent, those ask
- * again and say why. Replies left over from an evaluation that ended
- * early are dropped first.
+ * Then the later serials as stage requests (torch_send_stages): their
+ * draws and forwards run on the GPU while the CPU compiles, into the
+ * reference's own tensors, as many as its budget holds. torch_prepare
+ * reads the load's reply, trial 0's torch_inputs the next and then the
+ * stages' (torch_staged), before the candidate first runs. Where they
+ * cannot be sent, those ask again and say why. Replies left over from an
+ * evaluation that ended early are dropped first.
  */
 static void
 torch_prefetch(ev *e)
 {
 	sbx_torchref *tr = torch_client(e);
 	const Kclaw__EvalOptions *o = e->req->options;
-	unsigned trials = torch_trials(e),
-	         timed = e->iters < TORCH_STAGED_TIMED ? e->iters
-	                                               : TORCH_STAGED_TIMED,
-	         later = trials - 1 + e->warmup + timed;
 	cJSON *load = tr ? torch_load_req(e) : NULL,
 	      *in = load ? torch_inputs_req(e, 0, ev_variant(0), 1) : NULL;
 
@@ -388,24 +413,8 @@ torch_prefetch(ev *e)
 	}
 	cJSON_Delete(load);
 	cJSON_Delete(in);
-	if (e->ref_sent < 2 || (o != NULL && o->reference_only))
-		return;
-	for (unsigned i = 0; i < later && e->ref_sent < SBX_TORCHREF_PIPELINE;
-	     i++) {
-		/* Trials 1.. keep their outputs; the runs' ids count from 0
-		 * (e->fresh_serial), the warm-up runs first. */
-		unsigned k = i + 1, id = i + 1 - trials;
-		cJSON *req = k < trials
-		    ? torch_stage_req(e, k, ev_variant(k), 1)
-		    : torch_stage_req(e, TORCH_TIMED_SERIAL + id,
-		          ev_variant(EV_MAX_TRIALS + id), 0);
-		int rv = req != NULL ? sbx_torchref_send(tr, req, TORCH_CALL_MS)
-		                     : KC_ENOMEM;
-		cJSON_Delete(req);
-		if (rv != 0)
-			break;
-		e->ref_sent++;
-	}
+	if (e->ref_sent == 2 && !(o != NULL && o->reference_only))
+		torch_send_stages(e, tr);
 }
 
 /*
