@@ -230,42 +230,23 @@ def main():
                                  % (g, e, atol, rtol, name, x, w))
             if got[7] != 0 or not (same(got[8], e) and same(got[9], g)):
                 fails.append("g=%r e=%r: the worst element is (%r, %r, %r)" % (g, e, got[7], got[8], got[9]))
-    for atol, rtol in TOLS:
-        items = [ref_float(VALUES[k % len(VALUES)], VALUES[(k * 7 + 3) % len(VALUES)], atol, rtol)
-                 for k in range(nseq)]
-        want = ref_merge(items)
-        got = rows[r]
-        r += 1
-        names = ("bad", "nan", "max_abs", "max_rel", "err2", "exp2", "worst score", "worst index")
-        for name, w, x in zip(names, want, got[:6] + [got[6], got[7]]):
-            if not same(w, x):
-                fails.append("merged sequence atol=%r rtol=%r: %s %r, the PyTorch path gives %r"
-                             % (atol, rtol, name, x, w))
     fin = [v for v in VALUES if math.isfinite(v)]
-    for atol, rtol in TOLS:
-        items = [ref_float(fin[k % len(fin)], fin[(k * 5 + 2) % len(fin)], atol, rtol)
-                 for k in range(7 * len(fin))]
-        want = ref_merge(items)
-        got = rows[r]
-        r += 1
-        names = ("bad", "nan", "max_abs", "max_rel", "err2", "exp2", "worst score", "worst index")
-        for name, w, x in zip(names, want, got[:6] + [got[6], got[7]]):
-            if not same(w, x):
-                fails.append("finite sequence atol=%r rtol=%r: %s %r, the PyTorch path gives %r"
-                             % (atol, rtol, name, x, w))
-    for atol, rtol in TOLS:
-        items = []
-        for k in range(200):
-            e = 1.0 + k * 0.01
-            items.append(ref_float(e + 0.001 * ((k * 37) % 11 + 1), e, atol, rtol))
-        want = ref_merge(items)
-        got = rows[r]
-        r += 1
-        names = ("bad", "nan", "max_abs", "max_rel", "err2", "exp2", "worst score", "worst index")
-        for name, w, x in zip(names, want, got[:6] + [got[6], got[7]]):
-            if not same(w, x):
-                fails.append("close errors atol=%r rtol=%r: %s %r, the PyTorch path gives %r"
-                             % (atol, rtol, name, x, w))
+    sequences = (
+        ("merged sequence", lambda k: (VALUES[k % len(VALUES)], VALUES[(k * 7 + 3) % len(VALUES)]),
+         nseq),
+        ("finite sequence", lambda k: (fin[k % len(fin)], fin[(k * 5 + 2) % len(fin)]), 7 * len(fin)),
+        ("close errors", lambda k: (1.0 + k * 0.01 + 0.001 * ((k * 37) % 11 + 1), 1.0 + k * 0.01),
+         200))
+    names = ("bad", "nan", "max_abs", "max_rel", "err2", "exp2", "worst score", "worst index")
+    for label, pair, count in sequences:
+        for atol, rtol in TOLS:
+            want = ref_merge([ref_float(*pair(k), atol, rtol) for k in range(count)])
+            got = rows[r]
+            r += 1
+            for name, w, x in zip(names, want, got[:8]):
+                if not same(w, x):
+                    fails.append("%s atol=%r rtol=%r: %s %r, the PyTorch path gives %r"
+                                 % (label, atol, rtol, name, x, w))
     for atol, rtol in TOLS:
         for g in range(-2, 3):
             for e in range(-2, 3):
