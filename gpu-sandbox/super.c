@@ -271,6 +271,23 @@ super_promote(sbx_super *s)
 	return 0;
 }
 
+/* One result frame from fd within timeout_ms, decoded into *out: 0 (*out
+ * NULL where the frame does not decode) or the frame read's error. */
+static int
+super_read_result(int fd, int timeout_ms, Kclaw__EvalResult **out)
+{
+	void *buf;
+	size_t len;
+	int rv = sbx_frame_read(fd, timeout_ms, &buf, &len);
+
+	*out = NULL;
+	if (rv != 0)
+		return rv;
+	*out = kclaw__eval_result__unpack(NULL, len, buf);
+	free(buf);
+	return 0;
+}
+
 /* What a child's ready frame r says (r is freed): 0, or KC_EBUSY where a
  * GPU the last child had was refused to this one: a second context on it
  * is not allowed (exclusive-process mode), so a spare started beside the
@@ -300,12 +317,9 @@ super_take_ready(sbx_super *s, Kclaw__EvalResult *r)
 static int
 super_wait_ready(sbx_super *s)
 {
-	Kclaw__EvalResult *r;
-	void *buf;
-	size_t len;
-	int rv;
+	Kclaw__EvalResult *r = NULL;
+	int rv = super_read_result(s->from_child, s->cfg.ready_timeout_ms, &r);
 
-	rv = sbx_frame_read(s->from_child, s->cfg.ready_timeout_ms, &buf, &len);
 	if (rv != 0) {
 		int st = super_drop(s, 1);
 		int code = st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -322,8 +336,6 @@ super_wait_ready(sbx_super *s)
 		                  "LD_LIBRARY_PATH"
 		                : "");
 	}
-	r = kclaw__eval_result__unpack(NULL, len, buf);
-	free(buf);
 	if (r == NULL) {
 		super_drop(s, 1);
 		return kc_seterr(KC_EPROTO, "the child's ready frame is bad");
@@ -397,15 +409,10 @@ super_spare_measure(sbx_super *s, int wait)
 		return;
 	if (!sp->ready) {
 		Kclaw__EvalResult *r = NULL;
-		void *buf;
-		size_t len;
 		if (poll(&p, 1, 0) != 1)
 			return;
-		if (sbx_frame_read(sp->from_child, 1000, &buf, &len) == 0) {
-			r = kclaw__eval_result__unpack(NULL, len, buf);
-			free(buf);
-		}
-		if (r == NULL || super_take_ready(s, r) != 0) {
+		if (super_read_result(sp->from_child, 1000, &r) != 0 ||
+		    r == NULL || super_take_ready(s, r) != 0) {
 			super_spare_drop(s);
 			return;
 		}
