@@ -4,6 +4,7 @@
 #include "integrity.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -330,4 +331,20 @@ sbx_sample_ms(double ms, unsigned runs, double cost, double floor_ms)
 	if (v < floor_ms)
 		v = floor_ms;
 	return v > raw ? raw : v;
+}
+
+int
+sbx_median_settled(const double *sorted, unsigned n, double ci)
+{
+	long lo, hi;
+	double med;
+
+	if (n < 2)
+		return 0;
+	lo = (long)floor(n / 2.0 - 0.98 * sqrt((double)n));
+	if (lo < 0)
+		lo = 0;
+	hi = (long)n - 1 - lo;
+	med = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+	return (sorted[hi] - sorted[lo]) / 2 <= ci * med;
 }

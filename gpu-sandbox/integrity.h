@@ -124,4 +124,16 @@ int sbx_output_degenerate(double var_rel, const Kclaw__Tolerance *tol);
  */
 double sbx_sample_ms(double ms, unsigned runs, double cost, double floor_ms);
 
+/*
+ * Whether n timed samples (sorted) pin their median down: its
+ * distribution-free 95 % confidence interval lies within ci (a fraction)
+ * of it on either side. The interval is the pair of order statistics lo
+ * and n - 1 - lo (from 0), lo = floor(n/2 - 1.96 sqrt(n)/2): for 10
+ * samples the 2nd and 9th of 10 (97.9 % coverage), for 20 the 6th and 15th
+ * (95.9 %). It is symmetric: one slow sample (the largest) is outside it,
+ * as one fast one is. torchref_measure.py's _median_settled is the same
+ * rule for the reference's baseline.
+ */
+int sbx_median_settled(const double *sorted, unsigned n, double ci);
+
 #endif

@@ -501,27 +501,6 @@ ev_hold_expired(ev *e)
 	return n;
 }
 
-/*
- * Whether n timed runs (sorted) pin the median down: the distribution-free
- * 95 % confidence interval of the median (the order statistics
- * n/2 -+ 1.96 sqrt(n)/2) is within EV_ADAPT_CI of it on either side.
- */
-static int
-ev_median_settled(const double *sorted, unsigned n)
-{
-	double half = 0.98 * sqrt((double)n), med;
-	long lo = (long)floor(n / 2.0 - half), hi = (long)ceil(n / 2.0 + half);
-
-	if (n < 2)
-		return 0;
-	if (lo < 0)
-		lo = 0;
-	if (hi > (long)n - 1)
-		hi = (long)n - 1;
-	med = ev_sorted_median(sorted, n);
-	return (sorted[hi] - sorted[lo]) / 2 <= EV_ADAPT_CI * med;
-}
-
 /* Where e->trace is set: kernel f (kc_mark or kc_mark_end) for CUPTI's
  * records, outside the events. */
 static int
@@ -662,6 +641,21 @@ ev_time_traced(ev *e, unsigned samples, unsigned per, unsigned cap)
 	free(span);
 }
 
+/* The step log (debug): a batch's samples in the order they ran, so a
+ * slow run can be placed. */
+static void
+ev_trace_times(const double *ms, unsigned n)
+{
+	char line[160];
+	size_t len = 0;
+
+	for (unsigned i = 0; i < n && len + 12 < sizeof(line); i++)
+		len += (size_t)snprintf(
+		    line + len, sizeof(line) - len, " %.4f", ms[i]);
+	line[len] = '\0';
+	KC_DEBUG("eval: timed samples in order (ms):%s", line);
+}
+
 /*
  * Times p: warm-up, then runs each between two events. Before each run
  * (outside the events): the next inputs (fresh ones where the reference
@@ -676,7 +670,7 @@ ev_time_traced(ev *e, unsigned samples, unsigned per, unsigned cap)
  *
  * The runs go in batches, each read (its times and its checks) before the
  * next: e->iters of them when the count was asked for, else adaptively
- * until the median is settled (ev_median_settled), at most e->iters runs
+ * until the median is settled (sbx_median_settled), at most e->iters runs
  * or EV_ADAPT_BUDGET_MS. A plan whose first runs' median is under
  * EV_SHORT_MS is then timed back to back instead (ev_time_batch): the
  * first runs' times are dropped, and each sample is a batch's time over its
@@ -768,6 +762,7 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 			          ev_gpu_cost(g, p->plan->nsteps),
 			          g->launch_floor_ms);
 		}
+		ev_trace_times(ms + n, sets.n > 0 ? 1 : nrun);
 		runs += nrun;
 		n += nrun;
 		if (sets.n > 0)
@@ -791,7 +786,7 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 		/* Back to back, a batch is one sample (its runs share its
 		 * time): settled only over EV_ADAPT_MIN batches. */
 		if ((sets.n == 0 || samples >= EV_ADAPT_MIN) &&
-		    ev_median_settled(sorted, n))
+		    sbx_median_settled(sorted, n, EV_ADAPT_CI))
 			break;
 		if ((kc_mono_ns() - t0) / 1000000 > EV_ADAPT_BUDGET_MS)
 			break;

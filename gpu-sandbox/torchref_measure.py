@@ -163,15 +163,17 @@ def _stats(times, setup_s):
 
 
 def _median_settled(times, ci):
-    """The distribution-free 95 % interval of the median (order statistics
-    n/2 -+ 1.96 sqrt(n)/2) within ci of it on either side."""
+    """The distribution-free 95 % interval of the median within ci of it on
+    either side: order statistics lo and n - 1 - lo (from 0), lo =
+    floor(n/2 - 1.96 sqrt(n)/2), as the sandbox's (timing.c
+    ev_median_settled)."""
     n = len(times)
     if n < 2:
         return False
     x = sorted(times)
     half = 0.98 * math.sqrt(n)
     lo = max(0, int(math.floor(n / 2.0 - half)))
-    hi = min(n - 1, int(math.ceil(n / 2.0 + half)))
+    hi = n - 1 - lo
     return (x[hi] - x[lo]) / 2 <= ci * statistics.median(x)
 
 

@@ -243,6 +243,37 @@ test_sample_less_launch_cost(void)
 	KT_ASSERT(sbx_sample_ms(1, 0, cost, floor_ms) == 0);
 }
 
+/* The adaptive timing's stopping rule (timing.c, and the reference's
+ * baseline by torchref_measure.py's copy of it). */
+static void
+test_median_settled(void)
+{
+	double ten[10] = {3.2257, 3.2280, 3.2290, 3.2300, 3.2304, 3.2306,
+	    3.2310, 3.2315, 3.2320, 3.9721};
+	double two_slow[10] = {3.2257, 3.2280, 3.2290, 3.2300, 3.2304, 3.2306,
+	    3.2310, 3.2315, 3.9000, 3.9721};
+	double fast_one[10] = {2.5000, 3.2280, 3.2290, 3.2300, 3.2304, 3.2306,
+	    3.2310, 3.2315, 3.2320, 3.2330};
+	double twenty[20];
+
+	/* One slow run of ten (the largest): the 2nd and 9th bound the
+	 * median, so it is settled; as with one fast run. */
+	KT_ASSERT(sbx_median_settled(ten, 10, 0.01));
+	KT_ASSERT(sbx_median_settled(fast_one, 10, 0.01));
+	/* Two slow runs of ten: the 9th is one of them. */
+	KT_ASSERT(!sbx_median_settled(two_slow, 10, 0.01));
+	/* Twenty runs: the 6th and 15th; five slow ones are outside them,
+	 * six are not. */
+	for (int i = 0; i < 20; i++)
+		twenty[i] = i < 15 ? 1.0 + i * 1e-4 : 2.0;
+	KT_ASSERT(sbx_median_settled(twenty, 20, 0.01));
+	twenty[14] = 2.0;
+	KT_ASSERT(!sbx_median_settled(twenty, 20, 0.01));
+	/* Too few to say anything, and a spread over ci. */
+	KT_ASSERT(!sbx_median_settled(ten, 1, 0.01));
+	KT_ASSERT(!sbx_median_settled(ten, 10, 0.0001));
+}
+
 int
 main(void)
 {
@@ -254,5 +285,6 @@ main(void)
 	KT_RUN(test_precision_ops);
 	KT_RUN(test_variation_rule);
 	KT_RUN(test_sample_less_launch_cost);
+	KT_RUN(test_median_settled);
 	return 0;
 }
