@@ -12,10 +12,14 @@ e.g. OLD from `git show main:gpu-sandbox/torchref_cuda.py > /tmp/old.py`.
 Exit 1 when any figure differs.
 """
 import importlib.util
+import os
 import sys
 
 import cupy as cp
 import numpy as np
+
+# torchref_cuda imports torchref_common from beside it.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "gpu-sandbox"))
 
 N = 1600 * 1024 * 1024
 
