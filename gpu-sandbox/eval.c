@@ -111,6 +111,10 @@ static const ev_phase ev_protocol[] = {
 static void
 ev_run_protocol(ev *e)
 {
+	/* What an evaluation that stopped early left the reference process
+	 * doing (its prefetched work) is over before this one uses the GPU. */
+	if (e->g->tr != NULL)
+		sbx_torchref_drop(e->g->tr);
 	for (size_t i = 0; i < sizeof(ev_protocol) / sizeof(ev_protocol[0]);
 	     i++) {
 		const ev_phase *ph = &ev_protocol[i];
@@ -279,6 +283,7 @@ ph_prefetch(ev *e)
 			if (e->kinds[i]->prefetch != NULL) {
 				ev_counts(e);
 				e->kinds[i]->prefetch(e);
+				e->prefetched = e->kinds[i];
 			}
 			break;
 		}
@@ -315,10 +320,13 @@ ph_offline(ev *e)
 	return 1;
 }
 
-/* The module loaded; the evaluation's clock starts. */
+/* The prefetched work done (the kind's settle: the GPU is the sandbox's
+ * from here), the module loaded; the evaluation's clock starts. */
 static int
 ph_load(ev *e)
 {
+	if (e->prefetched != NULL && e->prefetched->settle != NULL)
+		e->prefetched->settle(e);
 	e->g->cu.cuCtxSetCurrent(e->g->ctx);
 	e->tp = kc_mono_ns();
 	return ev_prog_load(e, &e->cand);

@@ -186,6 +186,10 @@ typedef struct {
 	const struct ev_ref_ops *ops;
 	void *ref_state;
 	int ref_sent; /* how many requests the kind's prefetch sent */
+	/* The kind whose prefetch ran (its settle comes after the compile),
+	 * and how long settling waited. */
+	const struct ev_ref_ops *prefetched;
+	double ref_settle_ms;
 	/* Per output: the smallest relative difference between the expected
 	 * outputs of two verification trials (the variation rule; 0 when
 	 * unknown), and the candidate's worst relative error. */
@@ -223,6 +227,11 @@ typedef struct ev_ref_ops {
 	 * e->ref_sent counts what went out. Nothing fails here: prepare and
 	 * trial_inputs do what did not happen. */
 	void (*prefetch)(ev *e);
+	/* Optional, after the compile and before the sandbox first uses the
+	 * GPU: waits until the prefetched work is done and keeps its replies,
+	 * so that nothing the other process times (the torch kind's eager
+	 * baseline) runs beside the sandbox's own GPU work. */
+	void (*settle)(ev *e);
 	/* Every verification trial's inputs and expected outputs. */
 	int (*prepare)(ev *e);
 	/* Verification trial k: its inputs; after the candidate ran, the

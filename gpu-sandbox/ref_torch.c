@@ -43,6 +43,12 @@ typedef struct {
 	unsigned calls;
 	/* Serials the reference process drew ahead (torch_staged). */
 	unsigned staged;
+	/* The eager baseline's reply, timed during the compile (the
+	 * prefetch's last request), until the baselines phase uses it. */
+	cJSON *baseline;
+	/* The reference process's peak GPU memory, the largest any reply
+	 * reported. */
+	double peak_bytes;
 	/* The same for the timing's runs alone (their inputs and checks). */
 	int in_timed;
 	double timed_gpu_ms, timed_wait_ms;
@@ -344,6 +350,46 @@ torch_stage_req(const ev *e, unsigned serial, unsigned variant, int keep)
 	return req;
 }
 
+/* The request that times PyTorch in mode (eager, compile, max-autotune),
+ * at precision (NULL: the task's; else a math mode of
+ * sbx_torchref_precision), by the candidate's protocol (NULL: out of
+ * memory). It depends on nothing the candidate does. */
+static cJSON *
+torch_baseline_req(const ev *e, const char *mode, const char *precision)
+{
+	const Kclaw__EvalOptions *o = e->req->options;
+	cJSON *req = torch_req("baseline");
+
+	if (req == NULL)
+		return NULL;
+	cJSON_AddStringToObject(req, "mode", mode);
+	if (precision != NULL)
+		cJSON_AddStringToObject(req, "precision", precision);
+	cJSON_AddNumberToObject(req, "warmup", e->warmup);
+	cJSON_AddNumberToObject(req, "iters", e->iters);
+	/* The candidate's protocol: adaptive unless a count was asked for. */
+	if (e->adaptive) {
+		cJSON_AddNumberToObject(req, "min_iters", EV_ADAPT_MIN);
+		cJSON_AddNumberToObject(req, "batch", EV_ADAPT_BATCH);
+		cJSON_AddNumberToObject(req, "ci", EV_ADAPT_CI);
+		cJSON_AddNumberToObject(req, "budget_ms", EV_ADAPT_BUDGET_MS);
+	}
+	cJSON_AddBoolToObject(req, "flush", !(o && o->no_l2_flush));
+	cJSON_AddNumberToObject(req, "seed", torch_seed(e, 999999));
+	return req;
+}
+
+/* The reference process's peak GPU memory, where a reply says it. */
+static void
+torch_note_peak(ev *e, const cJSON *reply)
+{
+	torch_state *st = torch_st(e);
+	double peak = torch_num(reply, "peak_bytes");
+
+	if (st != NULL && peak > st->peak_bytes)
+		st->peak_bytes = peak;
+}
+
 /* The trials a torch evaluation runs: at least three distributions. */
 static unsigned
 torch_trials(const ev *e)
@@ -366,8 +412,10 @@ torch_send_stages(ev *e, sbx_torchref *tr)
 	                                               : TORCH_STAGED_TIMED,
 	         runs = e->warmup + timed;
 
+	/* One place stays for the baseline (torch_prefetch). */
 	for (unsigned i = 1;
-	     i < trials + runs && e->ref_sent < SBX_TORCHREF_PIPELINE; i++) {
+	     i < trials + runs && e->ref_sent < SBX_TORCHREF_PIPELINE - 1;
+	     i++) {
 		unsigned id = i - trials;
 		cJSON *req = i < trials
 		    ? torch_stage_req(e, i, ev_variant(i), 1)
@@ -392,9 +440,13 @@ torch_send_stages(ev *e, sbx_torchref *tr)
  * draws and forwards run on the GPU while the CPU compiles, into the
  * reference's own tensors, as many as its budget holds. torch_prepare
  * reads the load's reply, trial 0's torch_inputs the next and then the
- * stages' (torch_staged), before the candidate first runs. Where they
- * cannot be sent, those ask again and say why. Replies left over from an
- * evaluation that ended early are dropped first.
+ * stages' (torch_staged), before the candidate first runs. Last goes the
+ * eager baseline (torch_baseline_req: it needs nothing of the candidate),
+ * timed while NVRTC still compiles or right after; torch_settle waits for
+ * it before the sandbox uses the GPU, so no work of the sandbox's runs
+ * beside its timed runs. Where they cannot be sent, those ask again and
+ * say why. (Replies left over from an evaluation that ended early were
+ * dropped before this one began: ev_run_protocol.)
  */
 static void
 torch_prefetch(ev *e)
@@ -402,10 +454,9 @@ torch_prefetch(ev *e)
 	sbx_torchref *tr = torch_client(e);
 	const Kclaw__EvalOptions *o = e->req->options;
 	cJSON *load = tr ? torch_load_req(e) : NULL,
-	      *in = load ? torch_inputs_req(e, 0, ev_variant(0), 1) : NULL;
+	      *in = load ? torch_inputs_req(e, 0, ev_variant(0), 1) : NULL,
+	      *base;
 
-	if (tr != NULL)
-		sbx_torchref_drop(tr);
 	if (load != NULL && sbx_torchref_send(tr, load, TORCH_CALL_MS) == 0) {
 		e->ref_sent = 1;
 		if (in != NULL && sbx_torchref_send(tr, in, TORCH_CALL_MS) == 0)
@@ -413,8 +464,30 @@ torch_prefetch(ev *e)
 	}
 	cJSON_Delete(load);
 	cJSON_Delete(in);
-	if (e->ref_sent == 2 && !(o != NULL && o->reference_only))
-		torch_send_stages(e, tr);
+	if (e->ref_sent != 2 || (o != NULL && o->reference_only))
+		return;
+	torch_send_stages(e, tr);
+	/* Its draws go to tensors of its own: the shared buffers hold trial
+	 * 0's inputs. */
+	if ((base = torch_baseline_req(e, "eager", NULL)) != NULL &&
+	    cJSON_AddBoolToObject(base, "keep_inputs", 1) != NULL &&
+	    sbx_torchref_send(tr, base, TORCH_BASELINE_MS) == 0)
+		e->ref_sent++;
+	cJSON_Delete(base);
+}
+
+/* After the compile: every prefetched request answered (the process is
+ * idle), the replies kept for their readers in order. */
+static void
+torch_settle(ev *e)
+{
+	uint64_t t0 = kc_mono_ns();
+
+	if (e->g->tr == NULL || e->ref_sent == 0)
+		return;
+	sbx_torchref_settle(e->g->tr);
+	e->ref_settle_ms += (double)(kc_mono_ns() - t0) / 1e6;
+	ev_trace(e, t0, "waiting for the reference's prefetched work");
 }
 
 /*
@@ -449,6 +522,17 @@ torch_staged(ev *e)
 		    torch_st(e) != NULL)
 			torch_st(e)->staged++;
 		cJSON_Delete(reply);
+	}
+	/* The eager baseline's, kept for the baselines phase (accounted
+	 * there); a failed one is asked again then. */
+	if (tr != NULL && (p = sbx_torchref_pending(tr)) != NULL &&
+	    strcmp(p, "baseline") == 0) {
+		cJSON *reply = NULL;
+		if (sbx_torchref_receive(tr, &reply) == 0 &&
+		    torch_st(e) != NULL && torch_st(e)->baseline == NULL)
+			torch_st(e)->baseline = reply;
+		else
+			cJSON_Delete(reply);
 	}
 	return 0;
 }
@@ -552,6 +636,7 @@ torch_check(ev *e, unsigned serial, unsigned trial, const char *when, int timed)
 	if (torch_call(e, req, TORCH_CALL_MS, "the torch reference's check",
 	        &reply) != 0)
 		return -1;
+	torch_note_peak(e, reply);
 	outs = cJSON_GetObjectItem(reply, "outputs");
 	for (size_t t = 0; t < e->nt && !bad; t++) {
 		const Kclaw__TensorSpec *ts = e->task->tensors[t];
@@ -633,41 +718,55 @@ torch_sample(const ev *e, double ms)
 	    ms, 1, e->g->launch_cost_ms, e->g->launch_floor_ms);
 }
 
-/* PyTorch timed in mode (eager, compile, max-autotune), at precision
- * (NULL: the task's; else a math mode of sbx_torchref_precision). */
+/* The eager baseline the prefetch asked for (torch_staged kept its
+ * reply): 0 with *reply holding it, accounted, else -1 (none, or it
+ * failed: the caller asks again, and that call's failure is the one
+ * reported). */
+static int
+torch_prefetched_baseline(ev *e, const char *what, cJSON **reply)
+{
+	torch_state *st = torch_st(e);
+
+	if (st == NULL || st->baseline == NULL)
+		return -1;
+	*reply = st->baseline;
+	st->baseline = NULL;
+	torch_account(e, kc_mono_ns(), 0, *reply, what);
+	if (cJSON_IsTrue(cJSON_GetObjectItem(*reply, "ok")))
+		return 0;
+	cJSON_Delete(*reply);
+	*reply = NULL;
+	return -1;
+}
+
+/* PyTorch timed in mode at precision (torch_baseline_req): the eager one
+ * at the task's precision is the prefetch's where it went out. */
 static int
 torch_timing(ev *e, const char *mode, const char *precision,
     Kclaw__Timing **out, double *setup_s)
 {
 	const Kclaw__EvalOptions *o = e->req->options;
-	cJSON *req = torch_req("baseline"), *reply;
+	int eager = strcmp(mode, "eager") == 0 && precision == NULL;
+	cJSON *req, *reply = NULL;
 	Kclaw__Timing *t;
 	char what[96];
 
-	if (req == NULL || (t = malloc(sizeof(*t))) == NULL) {
-		cJSON_Delete(req);
+	snprintf(what, sizeof(what), "timing PyTorch (%s%s%s)", mode,
+	    precision ? ", " : "", precision ? precision : "");
+	if ((t = malloc(sizeof(*t))) == NULL) {
 		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
 		return -1;
 	}
-	snprintf(what, sizeof(what), "timing PyTorch (%s%s%s)", mode,
-	    precision ? ", " : "", precision ? precision : "");
-	cJSON_AddStringToObject(req, "mode", mode);
-	if (precision != NULL)
-		cJSON_AddStringToObject(req, "precision", precision);
-	cJSON_AddNumberToObject(req, "warmup", e->warmup);
-	cJSON_AddNumberToObject(req, "iters", e->iters);
-	/* The candidate's protocol: adaptive unless a count was asked for. */
-	if (e->adaptive) {
-		cJSON_AddNumberToObject(req, "min_iters", EV_ADAPT_MIN);
-		cJSON_AddNumberToObject(req, "batch", EV_ADAPT_BATCH);
-		cJSON_AddNumberToObject(req, "ci", EV_ADAPT_CI);
-		cJSON_AddNumberToObject(req, "budget_ms", EV_ADAPT_BUDGET_MS);
-	}
-	cJSON_AddBoolToObject(req, "flush", !(o && o->no_l2_flush));
-	cJSON_AddNumberToObject(req, "seed", torch_seed(e, 999999));
-	if (torch_call(e, req, TORCH_BASELINE_MS, what, &reply) != 0) {
-		free(t);
-		return -1;
+	if (!eager || torch_prefetched_baseline(e, what, &reply) != 0) {
+		if ((req = torch_baseline_req(e, mode, precision)) == NULL) {
+			free(t);
+			sbx_result_status(e->res, EV_INTERNAL, "out of memory");
+			return -1;
+		}
+		if (torch_call(e, req, TORCH_BASELINE_MS, what, &reply) != 0) {
+			free(t);
+			return -1;
+		}
 	}
 	kclaw__timing__init(t);
 	/* PyTorch's runs are timed by events as the candidate's are, one pair
@@ -680,13 +779,10 @@ torch_timing(ev *e, const char *mode, const char *precision,
 	t->iterations = (uint32_t)torch_num(reply, "iterations");
 	t->l2_flushed = !(o && o->no_l2_flush);
 	*setup_s = torch_num(reply, "setup_s");
-	if (strcmp(mode, "eager") == 0 && precision == NULL) {
+	if (eager)
 		sbx_result_add_metric(e->res, "torch.baseline_runs",
 		    (double)e->warmup + t->iterations, "runs");
-		if (cJSON_IsNumber(cJSON_GetObjectItem(reply, "peak_bytes")))
-			sbx_result_add_metric(e->res, "torch.peak_gpu_bytes",
-			    torch_num(reply, "peak_bytes"), "bytes");
-	}
+	torch_note_peak(e, reply);
 	cJSON_Delete(reply);
 	*out = t;
 	return 0;
@@ -810,11 +906,15 @@ torch_release(ev *e)
 
 	if (st == NULL)
 		return;
+	cJSON_Delete(st->baseline);
+	if (st->peak_bytes > 0)
+		sbx_result_add_metric(
+		    e->res, "torch.peak_gpu_bytes", st->peak_bytes, "bytes");
 	if (st->calls > 0) {
 		sbx_result_add_metric(
 		    e->res, "torch.reference_gpu_ms", st->gpu_ms, "ms");
-		sbx_result_add_metric(
-		    e->res, "torch.reference_wait_ms", st->wait_ms, "ms");
+		sbx_result_add_metric(e->res, "torch.reference_wait_ms",
+		    st->wait_ms + e->ref_settle_ms, "ms");
 		sbx_result_add_metric(
 		    e->res, "torch.reference_calls", st->calls, "calls");
 		sbx_result_add_metric(
@@ -839,6 +939,7 @@ const ev_ref_ops ev_torch_ops = {
     .usable = torch_usable,
     .setup = torch_setup,
     .prefetch = torch_prefetch,
+    .settle = torch_settle,
     .prepare = torch_prepare,
     .trial_inputs = torch_trial_inputs,
     .trial_check = torch_trial_check,

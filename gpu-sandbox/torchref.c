@@ -47,6 +47,16 @@ struct sbx_torchref {
 		uint64_t due;
 	} pending[SBX_TORCHREF_PIPELINE];
 	unsigned npending;
+	/* Replies read ahead by sbx_torchref_settle, oldest first, all older
+	 * than every pending request: each one's op, its reply, or the
+	 * failure that stood for it. */
+	struct {
+		char op[32];
+		cJSON *reply;
+		int rv;
+		char err[256];
+	} ready[SBX_TORCHREF_PIPELINE];
+	unsigned nready;
 };
 
 int
@@ -117,6 +127,8 @@ sbx_torchref_free(sbx_torchref *r)
 	if (r == NULL)
 		return;
 	tr_drop(r, 0);
+	for (unsigned i = 0; i < r->nready; i++)
+		cJSON_Delete(r->ready[i].reply);
 	free(r->buf);
 	free(r);
 }
@@ -660,7 +672,7 @@ tr_start(sbx_torchref *r)
 void
 sbx_torchref_drop(sbx_torchref *r)
 {
-	while (r->npending > 0) {
+	while (r->npending > 0 || r->nready > 0) {
 		cJSON *old = NULL;
 		if (sbx_torchref_receive(r, &old) != 0)
 			KC_INFO("the reply to an earlier request was lost: %s",
@@ -675,11 +687,11 @@ sbx_torchref_send(sbx_torchref *r, const cJSON *req, int timeout_ms)
 	uint64_t due = kc_mono_ns() + (uint64_t)timeout_ms * 1000000;
 	int rv;
 
-	if (r->npending == SBX_TORCHREF_PIPELINE)
+	if (r->npending + r->nready == SBX_TORCHREF_PIPELINE)
 		return kc_seterr(KC_EBUSY,
 		    "%u requests to the PyTorch reference process already "
 		    "wait for their replies",
-		    r->npending);
+		    r->npending + r->nready);
 	if (r->fd < 0 && (rv = tr_start(r)) != 0)
 		return rv;
 	if ((rv = tr_send(r, req, due)) != 0) {
@@ -693,8 +705,9 @@ sbx_torchref_send(sbx_torchref *r, const cJSON *req, int timeout_ms)
 	return 0;
 }
 
-int
-sbx_torchref_receive(sbx_torchref *r, cJSON **reply)
+/* The reply to the oldest pending request, read from the process. */
+static int
+tr_receive(sbx_torchref *r, cJSON **reply)
 {
 	char op[sizeof(r->pending[0].op)];
 	uint64_t due;
@@ -716,10 +729,42 @@ sbx_torchref_receive(sbx_torchref *r, cJSON **reply)
 	return tr_reply(r, 0, op, ms, due, reply);
 }
 
+int
+sbx_torchref_receive(sbx_torchref *r, cJSON **reply)
+{
+	int rv;
+
+	if (r->nready == 0)
+		return tr_receive(r, reply);
+	rv = r->ready[0].rv;
+	*reply = r->ready[0].reply;
+	if (rv != 0)
+		kc_seterr(rv, "%s", r->ready[0].err);
+	r->nready--;
+	memmove(&r->ready[0], &r->ready[1], r->nready * sizeof(r->ready[0]));
+	return rv;
+}
+
+void
+sbx_torchref_settle(sbx_torchref *r)
+{
+	while (r->npending > 0) {
+		unsigned i = r->nready;
+		snprintf(r->ready[i].op, sizeof(r->ready[i].op), "%s",
+		    r->pending[0].op);
+		r->ready[i].rv = tr_receive(r, &r->ready[i].reply);
+		snprintf(r->ready[i].err, sizeof(r->ready[i].err), "%s",
+		    r->ready[i].rv != 0 ? kc_lasterr() : "");
+		r->nready++;
+	}
+}
+
 const char *
 sbx_torchref_pending(const sbx_torchref *r)
 {
-	return r->npending > 0 ? r->pending[0].op : NULL;
+	return r->nready > 0  ? r->ready[0].op
+	    : r->npending > 0 ? r->pending[0].op
+	                      : NULL;
 }
 
 int

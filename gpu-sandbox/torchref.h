@@ -52,13 +52,18 @@ int sbx_torchref_call(
  * sbx_torchref_pending names the op of the oldest (NULL: none).
  * sbx_torchref_drop reads and drops every reply not received (an
  * evaluation that stopped before it needed them), as sbx_torchref_call
- * does first, so the connection stays in step.
+ * does first, so the connection stays in step. sbx_torchref_settle waits
+ * for every reply still due and keeps them, so the process is idle on
+ * return; sbx_torchref_receive then hands them out in order, each with
+ * its own failure (a process that died answering one loses the later
+ * ones, as reading them one by one would).
  */
 #define SBX_TORCHREF_PIPELINE 16
 int sbx_torchref_send(sbx_torchref *r, const cJSON *req, int timeout_ms);
 int sbx_torchref_receive(sbx_torchref *r, cJSON **reply);
 const char *sbx_torchref_pending(const sbx_torchref *r);
 void sbx_torchref_drop(sbx_torchref *r);
+void sbx_torchref_settle(sbx_torchref *r);
 
 /* The hello reply's fields once started ("" before). */
 const char *sbx_torchref_version(const sbx_torchref *r);

@@ -152,7 +152,10 @@ def op_check(st, req):
         st.held = None
         st.held = [b.view.clone() for b in obufs]
     torch.cuda.synchronize()
-    return {"outputs": res, "gpu_ms": clock.ms()}
+    # The process's peak GPU memory so far, as baseline's: the sandbox
+    # reports the largest it was told (torch.peak_gpu_bytes).
+    return {"outputs": res, "gpu_ms": clock.ms(),
+            "peak_bytes": int(torch.cuda.max_memory_allocated()) + t.arena_bytes}
 
 
 def _stats(times, setup_s):
@@ -177,11 +180,13 @@ def _median_settled(times, ci):
     return (x[hi] - x[lo]) / 2 <= ci * statistics.median(x)
 
 
-def _baseline_args(t, drawn):
+def _baseline_args(t, drawn, keep_inputs=False):
     """A timed run's arguments: the drawn values in the shared input
     buffers (the draw is freed), so a baseline needs no second copy of the
-    inputs; private ones for a model that writes its inputs."""
-    return drawn if t.writes_inputs else _to_shared(t, drawn)
+    inputs; private ones for a model that writes its inputs, or where the
+    shared buffers hold a serial's inputs that must stay (keep_inputs: the
+    baseline timed before the candidate runs)."""
+    return drawn if t.writes_inputs or keep_inputs else _to_shared(t, drawn)
 
 
 PRECISIONS = ("f32", "tf32", "f16", "bf16")
@@ -221,6 +226,7 @@ def op_baseline(st, req):
     warmup = _need(req, "warmup", int)
     iters = _need(req, "iters", int)
     flush = bool(req.get("flush", True))
+    keep_inputs = bool(req.get("keep_inputs", False))
     seed = _need(req, "seed", int)
     precision = req.get("precision") or "f32"
     if mode not in ("eager", "compile", "max-autotune"):
@@ -248,7 +254,7 @@ def op_baseline(st, req):
             try:
                 fn = torch.compile(t.model) if mode == "compile" else \
                     torch.compile(t.model, mode="max-autotune")
-                args = _baseline_args(t, _draw(st, seed, 0, into_arena=True))
+                args = _baseline_args(t, _draw(st, seed, 0, into_arena=not keep_inputs), keep_inputs)
                 with torch.no_grad():
                     fn(*args)
                 del args
@@ -283,7 +289,7 @@ def op_baseline(st, req):
         while True:
             while i < goal:
                 clock.start()
-                args = _baseline_args(t, _draw(st, seed + i, 0, into_arena=True))
+                args = _baseline_args(t, _draw(st, seed + i, 0, into_arena=not keep_inputs), keep_inputs)
                 clock.stop()
                 if flush:
                     # A read, as the sandbox's flush (eval.c ev_flush_l2):

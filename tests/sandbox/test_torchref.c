@@ -319,6 +319,80 @@ test_staged_serials(void)
 	}
 }
 
+/* Settling (sbx_torchref_settle): every reply due is read and kept, so
+ * the process may die afterwards and the replies still come, in order;
+ * a process that dies answering one request fails that one and loses the
+ * later ones. */
+static void
+test_settle_keeps_replies(void)
+{
+	sbx_torchref *r = client("ok");
+	cJSON *load = load_req(), *in = inputs_req(0, 7),
+	      *st = inputs_req(1, 8), *a;
+	pid_t pid;
+
+	cJSON_ReplaceItemInObject(st, "op", cJSON_CreateString("stage"));
+	KT_OK(sbx_torchref_send(r, load, 10000));
+	KT_OK(sbx_torchref_send(r, in, 10000));
+	KT_OK(sbx_torchref_send(r, st, 10000));
+	sbx_torchref_settle(r);
+	/* Nothing is left to read from the process: kill it. */
+	pid = sbx_torchref_pid(r);
+	KT_ASSERT(pid > 0);
+	kill(pid, SIGKILL);
+	KT_EQ_STR(sbx_torchref_pending(r), "load");
+	KT_OK(sbx_torchref_receive(r, &a));
+	KT_ASSERT(cJSON_GetObjectItem(a, "buffers") != NULL);
+	cJSON_Delete(a);
+	KT_EQ_STR(sbx_torchref_pending(r), "inputs");
+	KT_OK(sbx_torchref_receive(r, &a));
+	KT_ASSERT(is_ok(a) && cJSON_GetObjectItem(a, "outputs") != NULL);
+	cJSON_Delete(a);
+	KT_EQ_STR(sbx_torchref_pending(r), "stage");
+	KT_OK(sbx_torchref_receive(r, &a));
+	KT_ASSERT(is_ok(a));
+	cJSON_Delete(a);
+	KT_ASSERT(sbx_torchref_pending(r) == NULL);
+	sbx_torchref_free(r);
+
+	/* Settled replies count against the pipeline until read; a drop
+	 * frees them. */
+	r = client("ok");
+	for (int i = 0; i < SBX_TORCHREF_PIPELINE; i++)
+		KT_OK(sbx_torchref_send(r, load, 10000));
+	sbx_torchref_settle(r);
+	KT_EQ_INT(sbx_torchref_send(r, load, 10000), KC_EBUSY);
+	sbx_torchref_drop(r);
+	KT_ASSERT(sbx_torchref_pending(r) == NULL);
+	KT_OK(sbx_torchref_send(r, load, 10000));
+	KT_OK(sbx_torchref_receive(r, &a));
+	cJSON_Delete(a);
+	KT_EQ_INT(sbx_torchref_starts(r), 1);
+	sbx_torchref_free(r);
+
+	unlink(once_path);
+	setenv("KCLAW_STANDIN_ONCE", once_path, 1);
+	r = client("crash_on_inputs");
+	KT_OK(sbx_torchref_send(r, load, 10000));
+	KT_OK(sbx_torchref_send(r, in, 10000));
+	KT_OK(sbx_torchref_send(r, st, 10000));
+	sbx_torchref_settle(r);
+	KT_OK(sbx_torchref_receive(r, &a));
+	KT_ASSERT(cJSON_GetObjectItem(a, "buffers") != NULL);
+	cJSON_Delete(a);
+	KT_EQ_STR(sbx_torchref_pending(r), "inputs");
+	KT_EQ_INT(sbx_torchref_receive(r, &a), KC_ECLOSED);
+	KT_CONTAINS(kc_lasterr(), "exited with status 3");
+	KT_ASSERT(a == NULL);
+	KT_ASSERT(sbx_torchref_pending(r) == NULL);
+	KT_EQ_INT(sbx_torchref_receive(r, &a), KC_EINVAL);
+	unsetenv("KCLAW_STANDIN_ONCE");
+	sbx_torchref_free(r);
+	cJSON_Delete(load);
+	cJSON_Delete(in);
+	cJSON_Delete(st);
+}
+
 /* A reference that dies mid-request is reported with its exit status and
  * replaced by the next call. */
 static void
@@ -721,6 +795,7 @@ main(void)
 	KT_RUN(test_send_then_receive);
 	KT_RUN(test_pipelined_requests);
 	KT_RUN(test_staged_serials);
+	KT_RUN(test_settle_keeps_replies);
 	KT_RUN(test_crash_then_restart);
 	KT_RUN(test_hang_is_killed);
 	KT_RUN(test_garbage_no_torch_no_script);
