@@ -612,6 +612,19 @@ compile_cache_write(const char *dir, const char *key, const sbx_compiled *c)
 }
 
 int
+sbx_compile_is_cached(
+    const char *source, const char *arch, const char *cache_dir)
+{
+	char key[65], path[1200];
+
+	if (cache_dir == NULL)
+		return 0;
+	compile_key(source, arch, key);
+	snprintf(path, sizeof(path), "%s/%s.cubin", cache_dir, key);
+	return access(path, R_OK) == 0;
+}
+
+int
 sbx_compile(const char *source, const char *arch, const char *cache_dir,
     sbx_compiled *out)
 {

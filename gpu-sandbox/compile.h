@@ -44,6 +44,10 @@ typedef struct {
 int sbx_compile(const char *source, const char *arch, const char *cache_dir,
     sbx_compiled *out);
 void sbx_compiled_free(sbx_compiled *c);
+/* Whether sbx_compile would read source's entry from cache_dir (its CUBIN,
+ * written last, is there) rather than run NVRTC: 1 or 0. */
+int sbx_compile_is_cached(
+    const char *source, const char *arch, const char *cache_dir);
 
 /* At most this many compile threads for sbx_compile_many. */
 #define SBX_COMPILE_MAX_THREADS 8

@@ -282,6 +282,10 @@ ph_prefetch(ev *e)
 		if (e->kinds[i]->usable(ref)) {
 			if (e->kinds[i]->prefetch != NULL) {
 				ev_counts(e);
+				e->compile_cached = sbx_compile_is_cached(
+				    e->req->candidate->source, e->arch,
+				    e->g->cache_dir[0] ? e->g->cache_dir
+				                       : NULL);
 				e->kinds[i]->prefetch(e);
 				e->prefetched = e->kinds[i];
 			}

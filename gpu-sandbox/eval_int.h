@@ -190,6 +190,9 @@ typedef struct {
 	 * and how long settling waited. */
 	const struct ev_ref_ops *prefetched;
 	double ref_settle_ms;
+	/* The candidate's compile will be a cache hit (known before the
+	 * prefetch): there is no compile time to fill. */
+	int compile_cached;
 	/* Per output: the smallest relative difference between the expected
 	 * outputs of two verification trials (the variation rule; 0 when
 	 * unknown), and the candidate's worst relative error. */

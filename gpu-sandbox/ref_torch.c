@@ -468,7 +468,11 @@ torch_prefetch(ev *e)
 		return;
 	torch_send_stages(e, tr);
 	/* Its draws go to tensors of its own: the shared buffers hold trial
-	 * 0's inputs. */
+	 * 0's inputs. Only where NVRTC will run: with the compile cached
+	 * there is nothing to fill, and already-loaded problems' overheads
+	 * read 10-18 ms higher with it sent ahead (docs/benchmarks.md). */
+	if (e->compile_cached)
+		return;
 	if ((base = torch_baseline_req(e, "eager", NULL)) != NULL &&
 	    cJSON_AddBoolToObject(base, "keep_inputs", 1) != NULL &&
 	    sbx_torchref_send(tr, base, TORCH_BASELINE_MS) == 0)

@@ -113,8 +113,12 @@ test_cache_by_hash(void)
 	sbx_compiled a, b, d;
 
 	KT_ASSERT(mkdtemp(cache) != NULL);
+	KT_EQ_INT(sbx_compile_is_cached(good, "sm_90", cache), 0);
+	KT_EQ_INT(sbx_compile_is_cached(good, "sm_90", NULL), 0);
 	KT_OK(sbx_compile(good, "sm_90", cache, &a));
 	KT_EQ_INT(a.cached, 0);
+	KT_EQ_INT(sbx_compile_is_cached(good, "sm_90", cache), 1);
+	KT_EQ_INT(sbx_compile_is_cached(good, "sm_80", cache), 0);
 	KT_OK(sbx_compile(good, "sm_90", cache, &b));
 	KT_EQ_INT(b.cached, 1);
 	KT_EQ_INT(a.cubin_len, b.cubin_len);
