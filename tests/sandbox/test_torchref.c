@@ -221,6 +221,25 @@ test_send_then_receive(void)
 	sbx_torchref_free(r);
 }
 
+/* The replies to a load and then trial 0's inputs, read in that order:
+ * the load's names the buffers; the inputs' (ok, with outputs) is
+ * returned for the caller's own checks. */
+static cJSON *
+receive_load_then_inputs(sbx_torchref *r)
+{
+	cJSON *a;
+
+	KT_EQ_STR(sbx_torchref_pending(r), "load");
+	KT_OK(sbx_torchref_receive(r, &a));
+	KT_ASSERT(cJSON_GetObjectItem(a, "buffers") != NULL);
+	cJSON_Delete(a);
+	KT_EQ_STR(sbx_torchref_pending(r), "inputs");
+	KT_OK(sbx_torchref_receive(r, &a));
+	KT_ASSERT(is_ok(a));
+	KT_ASSERT(cJSON_GetObjectItem(a, "outputs") != NULL);
+	return a;
+}
+
 /* Requests sent back to back (the load, then trial 0's inputs, before the
  * candidate compiles): their replies come in the order sent; no more than
  * SBX_TORCHREF_PIPELINE wait at once; sbx_torchref_drop reads and drops
@@ -233,14 +252,7 @@ test_pipelined_requests(void)
 
 	KT_OK(sbx_torchref_send(r, load, 10000));
 	KT_OK(sbx_torchref_send(r, in, 10000));
-	KT_EQ_STR(sbx_torchref_pending(r), "load");
-	KT_OK(sbx_torchref_receive(r, &a));
-	KT_ASSERT(cJSON_GetObjectItem(a, "buffers") != NULL);
-	cJSON_Delete(a);
-	KT_EQ_STR(sbx_torchref_pending(r), "inputs");
-	KT_OK(sbx_torchref_receive(r, &a));
-	KT_ASSERT(is_ok(a));
-	KT_ASSERT(cJSON_GetObjectItem(a, "outputs") != NULL);
+	a = receive_load_then_inputs(r);
 	KT_ASSERT(cJSON_GetObjectItem(a, "buffers") == NULL);
 	cJSON_Delete(a);
 	KT_ASSERT(sbx_torchref_pending(r) == NULL);
@@ -340,14 +352,7 @@ test_settle_keeps_replies(void)
 	pid = sbx_torchref_pid(r);
 	KT_ASSERT(pid > 0);
 	kill(pid, SIGKILL);
-	KT_EQ_STR(sbx_torchref_pending(r), "load");
-	KT_OK(sbx_torchref_receive(r, &a));
-	KT_ASSERT(cJSON_GetObjectItem(a, "buffers") != NULL);
-	cJSON_Delete(a);
-	KT_EQ_STR(sbx_torchref_pending(r), "inputs");
-	KT_OK(sbx_torchref_receive(r, &a));
-	KT_ASSERT(is_ok(a) && cJSON_GetObjectItem(a, "outputs") != NULL);
-	cJSON_Delete(a);
+	cJSON_Delete(receive_load_then_inputs(r));
 	KT_EQ_STR(sbx_torchref_pending(r), "stage");
 	KT_OK(sbx_torchref_receive(r, &a));
 	KT_ASSERT(is_ok(a));
