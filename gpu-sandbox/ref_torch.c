@@ -469,8 +469,8 @@ torch_prefetch(ev *e)
 	torch_send_stages(e, tr);
 	/* Its draws go to tensors of its own: the shared buffers hold trial
 	 * 0's inputs. Only where NVRTC will run: with the compile cached
-	 * there is nothing to fill, and already-loaded problems' overheads
-	 * read 10-18 ms higher with it sent ahead (docs/benchmarks.md). */
+	 * there is nothing to fill, and those private draws would cost a
+	 * second copy of the inputs for nothing. */
 	if (e->compile_cached)
 		return;
 	if ((base = torch_baseline_req(e, "eager", NULL)) != NULL &&
