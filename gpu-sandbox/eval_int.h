@@ -52,6 +52,12 @@
 #define EV_PROFILE_RUNS 9
 /* Empty runs that measure the events' cost around a launch. */
 #define EV_CALIB_RUNS 15
+/* Runs of a plan, under CUPTI, that measure the events' cost around its
+ * own launches (ev_plan_calibrate), for plans whose warm-up run took under
+ * EV_PLAN_CALIB_UNDER_MS: beyond it a microsecond is under 0.1 % of a
+ * run. */
+#define EV_PLAN_CALIB_RUNS 9
+#define EV_PLAN_CALIB_UNDER_MS 1.0
 /* The longest a timed run's hold waits for the host (ev_hold). */
 #define EV_HOLD_MAX_NS 20000000ull
 #define EV_BATCH_RUNS 16

@@ -333,6 +333,28 @@ sbx_sample_ms(double ms, unsigned runs, double cost, double floor_ms)
 	return v > raw ? raw : v;
 }
 
+static int
+sbx_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+double
+sbx_plan_cost(double *over, unsigned n, double child_ms, size_t steps)
+{
+	double med, most = child_ms + (double)steps * SBX_PLAN_COST_SLACK_MS;
+
+	if (n == 0)
+		return child_ms;
+	qsort(over, n, sizeof(*over), sbx_cmp_double);
+	med = n % 2 ? over[n / 2] : (over[n / 2 - 1] + over[n / 2]) / 2;
+	if (!(med > 0))
+		return 0;
+	return med > most ? most : med;
+}
+
 int
 sbx_median_settled(const double *sorted, unsigned n, double ci)
 {

@@ -125,6 +125,18 @@ int sbx_output_degenerate(double var_rel, const Kclaw__Tolerance *tol);
 double sbx_sample_ms(double ms, unsigned runs, double cost, double floor_ms);
 
 /*
+ * The events' cost around one run of a plan of `steps` launches, measured
+ * on that plan (timing.c ev_plan_calibrate): over[] holds n runs' events
+ * less their CUPTI span (sorted in place here). Their median, never below
+ * 0 and never more than the child's calibration for as many launches
+ * (child_ms) plus SBX_PLAN_COST_SLACK_MS per launch: what a plan's own
+ * runs add beyond the calibration's probes is a launch's tail and start,
+ * about a microsecond, not a share of its work. n 0: child_ms.
+ */
+#define SBX_PLAN_COST_SLACK_MS 0.0015
+double sbx_plan_cost(double *over, unsigned n, double child_ms, size_t steps);
+
+/*
  * Whether n timed samples (sorted) pin their median down: its
  * distribution-free 95 % confidence interval lies within ci (a fraction)
  * of it on either side. The interval is the pair of order statistics lo

@@ -656,6 +656,84 @@ ev_trace_times(const double *ms, unsigned n)
 	KC_DEBUG("eval: timed samples in order (ms):%s", line);
 }
 
+/* Whether every step of p is a kernel of its own module (a library
+ * matmul's kernels are cuBLASLt's choice). */
+static int
+ev_plan_kernels_only(const ev_prog *p)
+{
+	for (size_t s = 0; s < p->plan->nsteps; s++)
+		if (p->plan->steps[s].kind != SBX_STEP_KERNEL)
+			return 0;
+	return 1;
+}
+
+/*
+ * The events' cost around one run of p, measured on p (into *cost; 0 or
+ * -1, the result filled). The child's calibration (ev_gpu_calibrate)
+ * measures it on its own probes, and a plan's launches can add to it:
+ * sum_reduce's two-launch plans, a partial sum then one block or a clear
+ * then the sum, read 0.4-0.5 us over CUPTI after the probes' step (3.4-3.5
+ * us against 3.0), 2.0-2.8 % of their 19-20 us, in every run of
+ * timing_agree.py; the probes shaped like them read either no step or 1.1
+ * us. So a plan of kernels whose warm-up run took under
+ * EV_PLAN_CALIB_UNDER_MS runs EV_PLAN_CALIB_RUNS times under CUPTI,
+ * prepared as its timed runs are (ev_held_run: the fresh state, the L2
+ * flush, the hold; each its own inputs where the kind makes them in place,
+ * else the ones in place; the host ahead, one wait at the end), and its
+ * cost is their median of events less span (sbx_plan_cost: at most a
+ * launch's slack over the child's). These runs are not timed samples and
+ * not checked: nothing they compute is kept. Anything else (a longer
+ * plan, a matmul step, no CUPTI, records that do not hold every run):
+ * the child's cost for as many launches (ev_gpu_cost).
+ */
+static int
+ev_plan_calibrate(ev *e, ev_prog *p, int flush, double warm_ms, double *cost)
+{
+	ev_gpu *g = e->g;
+	double span[EV_PLAN_CALIB_RUNS], over[EV_PLAN_CALIB_RUNS];
+	int fresh = e->ops->batchable, cand = p == &e->cand;
+	uint64_t t0 = kc_mono_ns();
+	unsigned r = 0, n;
+	int rv = 0;
+
+	*cost = ev_gpu_cost(g, p->plan->nsteps);
+	if (g->launch_cost_ms <= 0 || warm_ms >= EV_PLAN_CALIB_UNDER_MS ||
+	    !ev_plan_kernels_only(p) || sbx_prof_activity_start() != 0)
+		return 0;
+	e->trace = 1;
+	for (; rv == 0 && r < EV_PLAN_CALIB_RUNS; r++)
+		rv = (fresh &&
+		         e->ops->run_inputs(
+		             e, r % e->trials, e->fresh_serial++) != 0) ||
+		    ev_held_run(e, p, flush, g->ev[2 * r], g->ev[2 * r + 1]) !=
+		        0;
+	e->trace = 0;
+	ev_hold_release(e);
+	if (rv == 0)
+		rv = ev_ok(e, g->cu.cuStreamSynchronize(g->stream),
+		    cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
+		    "measuring the events' cost around the plan");
+	sbx_prof_activity_stop(NULL);
+	if (rv != 0)
+		return -1;
+	n = sbx_prof_runs(span, NULL, EV_PLAN_CALIB_RUNS);
+	if (n != r)
+		return 0;
+	for (unsigned i = 0; i < n; i++) {
+		float ms = 0;
+		if (g->cu.cuEventElapsedTime(
+		        &ms, g->ev[2 * i], g->ev[2 * i + 1]) != CUDA_SUCCESS)
+			return 0;
+		over[i] = ms - span[i];
+	}
+	*cost = sbx_plan_cost(over, n, *cost, p->plan->nsteps);
+	ev_trace(e, t0,
+	    "the events' cost around the %s's runs, measured on %u of them: "
+	    "%.4f ms (the child's calibration: %.4f ms)",
+	    p->what, n, *cost, ev_gpu_cost(g, p->plan->nsteps));
+	return 0;
+}
+
 /*
  * Times p: warm-up, then runs each between two events. Before each run
  * (outside the events): the next inputs (fresh ones where the reference
@@ -676,7 +754,10 @@ ev_trace_times(const double *ms, unsigned n)
  * first runs' times are dropped, and each sample is a batch's time over its
  * runs. Every sample is reported less the events' own cost around its
  * launches, once per pair of events (sbx_sample_ms, ev_gpu_calibrate): a
- * run's, that of its plan's steps (ev_gpu_cost); a batch's, one launch's.
+ * run's, that of its plan measured on it where it is short
+ * (ev_plan_calibrate, after the warm-up; its runs are unchecked as the
+ * warm-up's are, and timed by CUPTI, not reported), else that of its
+ * plan's steps (ev_gpu_cost); a batch's, one launch's.
  */
 int
 ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
@@ -688,10 +769,13 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 	uint64_t t0 = kc_mono_ns();
 	ev_sets sets = {0};
 	Kclaw__Timing *t;
-	double *ms, *sorted;
+	double *ms, *sorted, cost = 0;
+	float warm_ms = 0;
 	int rv;
 
-	for (unsigned i = 0; i < 2 * max + 2; i++)
+	for (unsigned i = 0;
+	     i < 2 * (max > EV_PLAN_CALIB_RUNS ? max : EV_PLAN_CALIB_RUNS) + 2;
+	     i++)
 		if (g->ev[i] == NULL)
 			EV_CU(e,
 			    g->cu.cuEventCreate(&g->ev[i], CU_EVENT_DEFAULT),
@@ -702,14 +786,29 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
 		return -1;
 	}
-	for (unsigned i = 0; i < e->warmup; i++)
+	/* The warm-up; its last run between events, to tell a short plan
+	 * (ev_plan_calibrate) roughly, launch latency included. */
+	for (unsigned i = 0; i < e->warmup; i++) {
+		int last = i + 1 == e->warmup;
 		if (e->ops->run_inputs(e, i % e->trials, e->fresh_serial++) !=
 		        0 ||
-		    ev_fresh_state(e, p) != 0 || ev_prog_enqueue(e, p) != 0)
+		    ev_fresh_state(e, p) != 0 ||
+		    (last &&
+		        g->cu.cuEventRecord(g->ev[0], g->stream) !=
+		            CUDA_SUCCESS) ||
+		    ev_prog_enqueue(e, p) != 0 ||
+		    (last &&
+		        g->cu.cuEventRecord(g->ev[1], g->stream) !=
+		            CUDA_SUCCESS))
 			goto fail;
+	}
 	if (ev_ok(e, g->cu.cuStreamSynchronize(g->stream),
 	        cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
 	        "warm-up") != 0)
+		goto fail;
+	if (e->warmup > 0)
+		g->cu.cuEventElapsedTime(&warm_ms, g->ev[0], g->ev[1]);
+	if (ev_plan_calibrate(e, p, flush, warm_ms, &cost) != 0)
 		goto fail;
 	/* Asked for (EvalOptions.trace_timing): the candidate's timed runs
 	 * traced by CUPTI too, the independent measurement of the same runs
@@ -758,9 +857,7 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 			    : sets.n > 0
 			    ? sbx_sample_ms(f, nrun, g->launch_cost_ms,
 			          g->launch_floor_ms)
-			    : sbx_sample_ms(f, 1,
-			          ev_gpu_cost(g, p->plan->nsteps),
-			          g->launch_floor_ms);
+			    : sbx_sample_ms(f, 1, cost, g->launch_floor_ms);
 		}
 		ev_trace_times(ms + n, sets.n > 0 ? 1 : nrun);
 		runs += nrun;
@@ -819,6 +916,11 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 		    cand ? "sandbox.candidate_batch_runs"
 		         : "sandbox.reference_batch_runs",
 		    sets.n, "runs");
+	else if (g->launch_cost_ms > 0)
+		sbx_result_add_metric(e->res,
+		    cand ? "sandbox.candidate_launch_cost_ms"
+		         : "sandbox.reference_launch_cost_ms",
+		    cost, "ms");
 	ev_sets_free(e, p, &sets);
 	if ((t = malloc(sizeof(*t))) == NULL) {
 		sbx_result_status(e->res, EV_INTERNAL, "out of memory");

@@ -274,6 +274,34 @@ test_median_settled(void)
 	KT_ASSERT(!sbx_median_settled(ten, 10, 0.0001));
 }
 
+/* The events' cost measured on a plan's own runs (timing.c
+ * ev_plan_calibrate): the median, within [0, the child's + a slack per
+ * launch]. */
+static void
+test_plan_cost(void)
+{
+	/* sum_reduce's two launches on the H200: the child's calibration
+	 * said 3.0 us, its own runs 3.4-3.5 us. */
+	double two[5] = {0.0035, 0.0034, 0.0061, 0.0035, 0.0034};
+	double high[3] = {0.5, 0.4, 0.6};
+	double low[3] = {-0.001, -0.002, 0.0001};
+	double nan_run[1] = {NAN};
+
+	KT_ASSERT(sbx_plan_cost(two, 5, 0.0030, 2) == 0.0035);
+	/* Sorted in place. */
+	KT_ASSERT(two[0] == 0.0034 && two[4] == 0.0061);
+	/* Even counts: the middle pair's mean. */
+	KT_ASSERT(fabs(sbx_plan_cost(two, 4, 0.0030, 2) - 0.00345) < 1e-12);
+	/* A cost that is a share of the work is not the events': capped at
+	 * the child's plus the slack per launch. */
+	KT_ASSERT(fabs(sbx_plan_cost(high, 3, 0.0030, 2) -
+	              (0.0030 + 2 * SBX_PLAN_COST_SLACK_MS)) < 1e-12);
+	/* Never below 0; a NaN is 0; nothing measured: the child's. */
+	KT_ASSERT(sbx_plan_cost(low, 3, 0.0030, 1) == 0);
+	KT_ASSERT(sbx_plan_cost(nan_run, 1, 0.0030, 1) == 0);
+	KT_ASSERT(sbx_plan_cost(NULL, 0, 0.0030, 1) == 0.0030);
+}
+
 int
 main(void)
 {
@@ -286,5 +314,6 @@ main(void)
 	KT_RUN(test_variation_rule);
 	KT_RUN(test_sample_less_launch_cost);
 	KT_RUN(test_median_settled);
+	KT_RUN(test_plan_cost);
 	return 0;
 }
