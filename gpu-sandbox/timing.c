@@ -668,45 +668,44 @@ ev_plan_kernels_only(const ev_prog *p)
 }
 
 /*
- * The events' cost around one run of p, measured on p (into *cost; 0 or
- * -1, the result filled). The child's calibration (ev_gpu_calibrate)
- * measures it on its own probes, and a plan's launches can add to it:
- * sum_reduce's two-launch plans, a partial sum then one block or a clear
- * then the sum, read 0.4-0.5 us over CUPTI after the probes' step (3.4-3.5
- * us against 3.0), 2.0-2.8 % of their 19-20 us, in every run of
- * timing_agree.py; the probes shaped like them read either no step or 1.1
- * us. So a plan of kernels whose warm-up run took under
- * EV_PLAN_CALIB_UNDER_MS runs EV_PLAN_CALIB_RUNS times under CUPTI,
- * prepared as its timed runs are (ev_held_run: the fresh state, the L2
- * flush, the hold; each its own inputs where the kind makes them in place,
- * else the ones in place; the host ahead, one wait at the end), and its
- * cost is their median of events less span (sbx_plan_cost: at most a
- * launch's slack over the child's). These runs are not timed samples and
- * not checked: nothing they compute is kept. Anything else (a longer
- * plan, a matmul step, no CUPTI, records that do not hold every run):
+ * The events' cost around one run of p, measured on p (into *cost; 0, 1
+ * when a run was wrong, or -1, the result filled). The child's
+ * calibration (ev_gpu_calibrate) measures it on its own probes, and a
+ * plan's launches can add to it: sum_reduce's two-launch plans, a partial
+ * sum then one block or a clear then the sum, read 0.4-0.5 us over CUPTI
+ * after the probes' step (3.4-3.5 us against 3.0), 2.0-2.8 % of their
+ * 19-20 us, in every run of timing_agree.py; the probes shaped like them
+ * read either no step or 1.1 us. So a plan of kernels whose warm-up run
+ * took under EV_PLAN_CALIB_UNDER_MS, of a kind that makes each run's
+ * inputs in place, runs EV_PLAN_CALIB_RUNS timed runs first under CUPTI,
+ * each as every timed run goes (ev_time_runs: its own inputs, the fresh
+ * state, the flush, the hold, then with check its comparison, read here
+ * like any other); its cost is their median of events less span
+ * (sbx_plan_cost: at most a launch's slack over the child's). Runs without
+ * the comparison between them read 0.2-0.3 us less than the timed runs
+ * do, so they would not do. Their times are not samples: CUPTI's tracing
+ * can slow a kernel. Anything else (a longer plan, a matmul step, inputs
+ * from another process, no CUPTI, records that do not hold every run):
  * the child's cost for as many launches (ev_gpu_cost).
  */
 static int
-ev_plan_calibrate(ev *e, ev_prog *p, int flush, double warm_ms, double *cost)
+ev_plan_calibrate(
+    ev *e, ev_prog *p, int check, int flush, double warm_ms, double *cost)
 {
 	ev_gpu *g = e->g;
 	double span[EV_PLAN_CALIB_RUNS], over[EV_PLAN_CALIB_RUNS];
-	int fresh = e->ops->batchable, cand = p == &e->cand;
+	int cand = p == &e->cand;
 	uint64_t t0 = kc_mono_ns();
-	unsigned r = 0, n;
-	int rv = 0;
+	unsigned n;
+	int rv;
 
 	*cost = ev_gpu_cost(g, p->plan->nsteps);
 	if (g->launch_cost_ms <= 0 || warm_ms >= EV_PLAN_CALIB_UNDER_MS ||
-	    !ev_plan_kernels_only(p) || sbx_prof_activity_start() != 0)
+	    !e->ops->batchable || !ev_plan_kernels_only(p) ||
+	    sbx_prof_activity_start() != 0)
 		return 0;
 	e->trace = 1;
-	for (; rv == 0 && r < EV_PLAN_CALIB_RUNS; r++)
-		rv = (fresh &&
-		         e->ops->run_inputs(
-		             e, r % e->trials, e->fresh_serial++) != 0) ||
-		    ev_held_run(e, p, flush, g->ev[2 * r], g->ev[2 * r + 1]) !=
-		        0;
+	rv = ev_time_runs(e, p, check, flush, 0, EV_PLAN_CALIB_RUNS, 0);
 	e->trace = 0;
 	ev_hold_release(e);
 	if (rv == 0)
@@ -714,10 +713,12 @@ ev_plan_calibrate(ev *e, ev_prog *p, int flush, double warm_ms, double *cost)
 		    cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
 		    "measuring the events' cost around the plan");
 	sbx_prof_activity_stop(NULL);
+	if (rv == 0 && check)
+		rv = ev_read_checks(e, 0, EV_PLAN_CALIB_RUNS);
 	if (rv != 0)
-		return -1;
+		return rv;
 	n = sbx_prof_runs(span, NULL, EV_PLAN_CALIB_RUNS);
-	if (n != r)
+	if (n != EV_PLAN_CALIB_RUNS)
 		return 0;
 	for (unsigned i = 0; i < n; i++) {
 		float ms = 0;
@@ -755,8 +756,8 @@ ev_plan_calibrate(ev *e, ev_prog *p, int flush, double warm_ms, double *cost)
  * runs. Every sample is reported less the events' own cost around its
  * launches, once per pair of events (sbx_sample_ms, ev_gpu_calibrate): a
  * run's, that of its plan measured on it where it is short
- * (ev_plan_calibrate, after the warm-up; its runs are unchecked as the
- * warm-up's are, and timed by CUPTI, not reported), else that of its
+ * (ev_plan_calibrate, after the warm-up; its runs are checked as these
+ * are, and timed by CUPTI, not reported), else that of its
  * plan's steps (ev_gpu_cost); a batch's, one launch's.
  */
 int
@@ -808,8 +809,8 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 		goto fail;
 	if (e->warmup > 0)
 		g->cu.cuEventElapsedTime(&warm_ms, g->ev[0], g->ev[1]);
-	if (ev_plan_calibrate(e, p, flush, warm_ms, &cost) != 0)
-		goto fail;
+	if ((rv = ev_plan_calibrate(e, p, check, flush, warm_ms, &cost)) != 0)
+		goto done;
 	/* Asked for (EvalOptions.trace_timing): the candidate's timed runs
 	 * traced by CUPTI too, the independent measurement of the same runs
 	 * (ev_time_traced). Not by default: tracing slowed one example
