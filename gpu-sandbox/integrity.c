@@ -342,14 +342,22 @@ sbx_cmp_double(const void *a, const void *b)
 }
 
 double
+sbx_median(double *v, unsigned n)
+{
+	if (n == 0)
+		return 0;
+	qsort(v, n, sizeof(*v), sbx_cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double
 sbx_plan_cost(double *over, unsigned n, double child_ms, size_t steps)
 {
 	double med, most = child_ms + (double)steps * SBX_PLAN_COST_SLACK_MS;
 
 	if (n == 0)
 		return child_ms;
-	qsort(over, n, sizeof(*over), sbx_cmp_double);
-	med = n % 2 ? over[n / 2] : (over[n / 2 - 1] + over[n / 2]) / 2;
+	med = sbx_median(over, n);
 	if (!(med > 0))
 		return 0;
 	return med > most ? most : med;

@@ -124,6 +124,9 @@ int sbx_output_degenerate(double var_rel, const Kclaw__Tolerance *tol);
  */
 double sbx_sample_ms(double ms, unsigned runs, double cost, double floor_ms);
 
+/* The median of n doubles (sorted in place); 0 for none. */
+double sbx_median(double *v, unsigned n);
+
 /*
  * The events' cost around one run of a plan of `steps` launches, measured
  * on that plan (timing.c ev_plan_calibrate): over[] holds n runs' events

@@ -33,14 +33,6 @@ ev_sorted_median(const double *v, unsigned n)
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* The median of n doubles (sorted in place); 0 for none. */
-static double
-ev_median(double *v, unsigned n)
-{
-	qsort(v, n, sizeof(*v), ev_cmp_double);
-	return ev_sorted_median(v, n);
-}
-
 /* A kernel that does nothing, one block per SM (kc_mark or kc_probe). */
 static CUresult
 ev_gpu_launch_empty(ev_gpu *g, CUfunction f)
@@ -200,16 +192,16 @@ ev_gpu_calibrate(ev_gpu *g)
 		two[2 * i] = by_form[READ_SMALL][i];
 		two[2 * i + 1] = by_form[SMALL_READ][i];
 	}
-	g->launch_cost_ms = ev_median(by_form[READ], EV_CALIB_RUNS);
-	g->launch_empty_ms = ev_median(by_form[EMPTY], EV_CALIB_RUNS);
-	g->launch_floor_ms = ev_median(least, EV_CALIB_RUNS);
+	g->launch_cost_ms = sbx_median(by_form[READ], EV_CALIB_RUNS);
+	g->launch_empty_ms = sbx_median(by_form[EMPTY], EV_CALIB_RUNS);
+	g->launch_floor_ms = sbx_median(least, EV_CALIB_RUNS);
 	g->launch_step_ms =
-	    ev_median(two, 2 * EV_CALIB_RUNS) - g->launch_cost_ms;
+	    sbx_median(two, 2 * EV_CALIB_RUNS) - g->launch_cost_ms;
 	KC_INFO("events' cost: read %.4f ms, empty %.4f ms, read then small "
 	        "%.4f ms, small then read %.4f ms",
 	    g->launch_cost_ms, g->launch_empty_ms,
-	    ev_median(by_form[READ_SMALL], EV_CALIB_RUNS),
-	    ev_median(by_form[SMALL_READ], EV_CALIB_RUNS));
+	    sbx_median(by_form[READ_SMALL], EV_CALIB_RUNS),
+	    sbx_median(by_form[SMALL_READ], EV_CALIB_RUNS));
 	if (g->launch_step_ms < 0)
 		g->launch_step_ms = 0;
 	if (g->launch_cost_ms < 0 || g->launch_floor_ms <= 0)
@@ -634,7 +626,7 @@ ev_time_traced(ev *e, unsigned samples, unsigned per, unsigned cap)
 		for (unsigned i = 0; i < samples; i++)
 			kept[i] /= per;
 		sbx_result_add_metric(e->res, "profile.timed_cupti_ms",
-		    ev_median(kept, samples), "ms");
+		    sbx_median(kept, samples), "ms");
 		sbx_result_add_metric(
 		    e->res, "profile.timed_cupti_samples", samples, "samples");
 	}
@@ -1004,11 +996,11 @@ ev_profile(ev *e)
 		for (unsigned i = 0; i < n; i++)
 			over[i] = evms[i] - spans[i];
 		sbx_result_add_metric(
-		    res, "profile.cupti_span_ms", ev_median(spans, n), "ms");
+		    res, "profile.cupti_span_ms", sbx_median(spans, n), "ms");
 		sbx_result_add_metric(
-		    res, "profile.events_ms", ev_median(evms, n), "ms");
-		sbx_result_add_metric(
-		    res, "profile.event_overhead_ms", ev_median(over, n), "ms");
+		    res, "profile.events_ms", sbx_median(evms, n), "ms");
+		sbx_result_add_metric(res, "profile.event_overhead_ms",
+		    sbx_median(over, n), "ms");
 	}
 	if (*e->fatal || res->status != KCLAW__EVAL_STATUS__OK)
 		return;
