@@ -99,11 +99,12 @@ ev_gpu_hold_release(ev_gpu *g)
  * What CUDA events add to a run they time, measured the way a timed run
  * goes (ev_held_run) under CUPTI: after an L2 flush, the hold, then a
  * probe between two events, the hold released once they are enqueued,
- * the host ahead of the GPU (as it is within a batch of timed runs, read
- * only at the batch's end). EV_CALIB_RUNS times each of four probes,
+ * then the host waits for the stop event (as after every timed run,
+ * ev_time_runs). EV_CALIB_RUNS times each of four probes,
  * interleaved, after as many of each unmeasured, to let the GPU settle
  * (children that measured their first runs read 3.5-3.9 us where others
- * read 3.1-3.4, and their one-kernel plans 0.6-1.2 % low against CUPTI).
+ * read 3.1-3.4, and their one-kernel plans 0.6-1.2 % low against CUPTI,
+ * both before the wait; with it every cost reads 2.3-2.6 us).
  * The probes: the empty kernel kc_probe; a read of the flush buffer
  * (kc_read_sweep, every SM busy for about 30 us on the H200, as the
  * kernels timed are); and two launches, the read then a read of 4 KiB
@@ -114,7 +115,8 @@ ev_gpu_hold_release(ev_gpu *g)
  * to the stop event. launch_step_ms is what each launch after the first
  * adds to that (the two-launch probes' median cost less launch_cost_ms;
  * the span holds the gap between the launches, so this is beyond it: the
- * two-kernel sum_reduce plans read 0.4-0.7 us over CUPTI without it).
+ * two-kernel sum_reduce plans read 0.4-0.7 us over CUPTI without it
+ * before the wait, and 1.0-1.9 % under with it: ev_plan_calibrate).
  * launch_empty_ms is the cost around the empty kernel (reported beside),
  * launch_floor_ms the empty kernel's CUPTI duration, the least any run
  * takes. Every timed sample is reported less the cost of its plan's
@@ -165,6 +167,8 @@ ev_gpu_calibrate(ev_gpu *g)
 		        CUDA_SUCCESS ||
 		    ev_gpu_launch_empty(g, g->mark_end) != CUDA_SUCCESS;
 		ev_gpu_hold_release(g);
+		bad = bad ||
+		    g->cu.cuEventSynchronize(ev[2 * n + 1]) != CUDA_SUCCESS;
 	}
 	if (made == 2 * total) {
 		bad =
@@ -579,15 +583,22 @@ ev_held_run(ev *e, ev_prog *p, int flush, CUevent a, CUevent b)
 
 /*
  * Runs lo..hi-1 of p, each held between its own pair of events (2 i,
- * 2 i + 1: ev_held_run), then with check its comparison with the
- * reference into chk slots from `slot`. 0, 1 (wrong: the result is
- * filled) or -1.
+ * 2 i + 1: ev_held_run), the host waiting for its stop event before it
+ * goes on, then with check its comparison with the reference into chk
+ * slots from `slot`. 0, 1 (wrong: the result is filled) or -1. Without the
+ * wait the host enqueued the next run's inputs and this one's comparison
+ * while this one ran, and its events read -0.7 to +0.8 us off its CUPTI
+ * span, by its place in the batch (sum_reduce and layernorm on the H200):
+ * the two medians of a plan of two modes apart by up to 3.6 %, its own
+ * cost (ev_plan_calibrate) off by one mode's 0.9 us. With it, -0.2 to
+ * +1.1 us, standard deviation 0.2 us.
  */
 static int
 ev_time_runs(ev *e, ev_prog *p, int check, int flush, unsigned lo, unsigned hi,
     unsigned slot)
 {
 	ev_gpu *g = e->g;
+	int cand = p == &e->cand;
 	int rv;
 
 	for (unsigned i = lo; i < hi; i++) {
@@ -595,13 +606,31 @@ ev_time_runs(ev *e, ev_prog *p, int check, int flush, unsigned lo, unsigned hi,
 
 		if (e->ops->run_inputs(e, k, id) != 0 ||
 		    ev_held_run(e, p, flush, g->ev[2 * i], g->ev[2 * i + 1]) !=
-		        0)
+		        0 ||
+		    ev_ok(e, g->cu.cuEventSynchronize(g->ev[2 * i + 1]),
+		        cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
+		        "waiting for a timed run") != 0)
 			return -1;
 		if (check &&
 		    (rv = e->ops->run_check(e, k, id, slot + i - lo)) != 0)
 			return rv;
 	}
 	return 0;
+}
+
+/* The step log (debug): per-run figures (what) in the order they ran, so
+ * a slow run can be placed. */
+static void
+ev_trace_times(const char *what, const double *ms, unsigned n)
+{
+	char line[400];
+	size_t len = 0;
+
+	for (unsigned i = 0; i < n && len + 12 < sizeof(line); i++)
+		len += (size_t)snprintf(
+		    line + len, sizeof(line) - len, " %.4f", ms[i]);
+	line[len] = '\0';
+	KC_DEBUG("eval: %s in order (ms):%s", what, line);
 }
 
 /*
@@ -613,39 +642,31 @@ ev_time_runs(ev *e, ev_prog *p, int check, int flush, unsigned lo, unsigned hi,
  * not hold them all (the profiler's buffer full).
  */
 static void
-ev_time_traced(ev *e, unsigned samples, unsigned per, unsigned cap)
+ev_time_traced(
+    ev *e, const double *ms, unsigned samples, unsigned per, unsigned cap)
 {
-	double *span = calloc(cap, sizeof(*span));
+	double *span = calloc(2 * (size_t)cap, sizeof(*span));
 	unsigned n;
 
 	e->trace = 0;
 	sbx_prof_activity_stop(NULL);
 	n = span != NULL ? sbx_prof_runs(span, NULL, cap) : 0;
 	if (samples > 0 && n >= samples) {
-		double *kept = span + (n - samples);
-		for (unsigned i = 0; i < samples; i++)
+		double *kept = span + (n - samples), *excess = span + cap;
+		for (unsigned i = 0; i < samples; i++) {
 			kept[i] /= per;
+			excess[i] = ms[i * per] - kept[i];
+		}
+		ev_trace_times(
+		    "timed samples less their CUPTI span", excess, samples);
+		sbx_result_add_metric(e->res, "profile.timed_excess_ms",
+		    sbx_median(excess, samples), "ms");
 		sbx_result_add_metric(e->res, "profile.timed_cupti_ms",
 		    sbx_median(kept, samples), "ms");
 		sbx_result_add_metric(
 		    e->res, "profile.timed_cupti_samples", samples, "samples");
 	}
 	free(span);
-}
-
-/* The step log (debug): a batch's samples in the order they ran, so a
- * slow run can be placed. */
-static void
-ev_trace_times(const double *ms, unsigned n)
-{
-	char line[160];
-	size_t len = 0;
-
-	for (unsigned i = 0; i < n && len + 12 < sizeof(line); i++)
-		len += (size_t)snprintf(
-		    line + len, sizeof(line) - len, " %.4f", ms[i]);
-	line[len] = '\0';
-	KC_DEBUG("eval: timed samples in order (ms):%s", line);
 }
 
 /* Whether every step of p is a kernel of its own module (a library
@@ -663,22 +684,21 @@ ev_plan_kernels_only(const ev_prog *p)
  * The events' cost around one run of p, measured on p (into *cost; 0, 1
  * when a run was wrong, or -1, the result filled). The child's
  * calibration (ev_gpu_calibrate) measures it on its own probes, and a
- * plan's launches can add to it: sum_reduce's two-launch plans, a partial
- * sum then one block or a clear then the sum, read 0.4-0.5 us over CUPTI
- * after the probes' step (3.4-3.5 us against 3.0), 2.0-2.8 % of their
- * 19-20 us, in every run of timing_agree.py; the probes shaped like them
- * read either no step or 1.1 us. So a plan of kernels whose warm-up run
- * took under EV_PLAN_CALIB_UNDER_MS, of a kind that makes each run's
- * inputs in place, runs EV_PLAN_CALIB_RUNS timed runs first under CUPTI,
- * each as every timed run goes (ev_time_runs: its own inputs, the fresh
- * state, the flush, the hold, then with check its comparison, read here
- * like any other); its cost is their median of events less span
- * (sbx_plan_cost: at most a launch's slack over the child's). Runs without
- * the comparison between them read 0.2-0.3 us less than the timed runs
- * do, so they would not do. Their times are not samples: CUPTI's tracing
- * can slow a kernel. Anything else (a longer plan, a matmul step, inputs
- * from another process, no CUPTI, records that do not hold every run):
- * the child's cost for as many launches (ev_gpu_cost).
+ * plan's launches need not cost what the probes' do: sum_reduce's
+ * two-launch plans, a partial sum then one block or a clear then the
+ * sum, cost 2.3-2.5 us, as one launch does, and with the child's cost
+ * for two launches (its step included) read 1.0-1.9 % under CUPTI on the
+ * H200. So a plan of kernels whose warm-up run took under
+ * EV_PLAN_CALIB_UNDER_MS, of a kind that makes each run's inputs in
+ * place, runs EV_PLAN_CALIB_RUNS timed runs first under CUPTI, each as
+ * every timed run goes (ev_time_runs: its own inputs, the fresh state,
+ * the flush, the hold, the wait for its stop event, then with check its
+ * comparison, read here like any other); its cost is their median of
+ * events less span (sbx_plan_cost: at most a launch's slack over the
+ * child's). Their times are not samples: CUPTI's tracing can slow a
+ * kernel. Anything else (a longer plan, a matmul step, inputs from
+ * another process, no CUPTI, records that do not hold every run): the
+ * child's cost for as many launches (ev_gpu_cost).
  */
 static int
 ev_plan_calibrate(
@@ -719,6 +739,8 @@ ev_plan_calibrate(
 			return 0;
 		over[i] = ms - span[i];
 	}
+	ev_trace_times(
+	    "calibration runs' events less their CUPTI span", over, n);
 	*cost = sbx_plan_cost(over, n, *cost, p->plan->nsteps);
 	ev_trace(e, t0,
 	    "the events' cost around the %s's runs, measured on %u of them: "
@@ -733,10 +755,11 @@ ev_plan_calibrate(
  * can compute them, else the next trial's), a fresh state (the poison in
  * outputs and scratch, the module's variables reset), the L2 flushed,
  * then the hold (ev_hold), released once the run is enqueued through its
- * stop event. With check, every timed run's outputs are then compared
- * with the reference's on the same inputs, after the candidate finished and
- * outside the events, the same work after every run: no run can tell
- * whether it is checked, because all are, and none can reuse what an
+ * stop event, and the host waits for that event before it goes on
+ * (ev_time_runs says why). With check, every timed run's outputs are then
+ * compared with the reference's on the same inputs, after the candidate
+ * finished and outside the events, the same work after every run: no run can
+ * tell whether it is checked, because all are, and none can reuse what an
  * earlier one left.
  *
  * The runs go in batches, each read (its times and its checks) before the
@@ -852,7 +875,7 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 			          g->launch_floor_ms)
 			    : sbx_sample_ms(f, 1, cost, g->launch_floor_ms);
 		}
-		ev_trace_times(ms + n, sets.n > 0 ? 1 : nrun);
+		ev_trace_times("timed samples", ms + n, sets.n > 0 ? 1 : nrun);
 		runs += nrun;
 		n += nrun;
 		if (sets.n > 0)
@@ -884,7 +907,7 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 	if (sets.n > 0 && cand)
 		e->cand_batched = 1;
 	if (e->trace)
-		ev_time_traced(e, sets.n > 0 ? samples : n,
+		ev_time_traced(e, ms, sets.n > 0 ? samples : n,
 		    sets.n > 0 ? sets.n : 1, 2 * max + 2);
 	{
 		uint32_t expired = ev_hold_expired(e);

@@ -95,6 +95,11 @@ def main(argv):
             # under CUPTI where it is short (timing.c ev_plan_calibrate).
             if metrics.get("sandbox.candidate_launch_cost_ms") is not None:
                 extra += " (this plan's %.4f ms)" % metrics["sandbox.candidate_launch_cost_ms"]
+            # The median over the timed runs of each one's reported time
+            # less its own span: the per-run difference, where `diff`
+            # compares the two medians.
+            if metrics.get("profile.timed_excess_ms") is not None:
+                extra += ", per run %+.4f ms" % metrics["profile.timed_excess_ms"]
             if timed and metrics.get("profile.cupti_span_ms"):
                 extra += ", profiled runs' span %.4f ms" % metrics["profile.cupti_span_ms"]
             if metrics.get("profile.events_ms"):
