@@ -333,7 +333,7 @@ sbx_sample_ms(double ms, unsigned runs, double cost, double floor_ms)
 	return v > raw ? raw : v;
 }
 
-static int
+int
 sbx_cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -342,12 +342,18 @@ sbx_cmp_double(const void *a, const void *b)
 }
 
 double
-sbx_median(double *v, unsigned n)
+sbx_sorted_median(const double *v, unsigned n)
 {
 	if (n == 0)
 		return 0;
-	qsort(v, n, sizeof(*v), sbx_cmp_double);
 	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double
+sbx_median(double *v, unsigned n)
+{
+	qsort(v, n, sizeof(*v), sbx_cmp_double);
+	return sbx_sorted_median(v, n);
 }
 
 double

@@ -124,6 +124,12 @@ int sbx_output_degenerate(double var_rel, const Kclaw__Tolerance *tol);
  */
 double sbx_sample_ms(double ms, unsigned runs, double cost, double floor_ms);
 
+/* qsort's order of doubles, ascending. */
+int sbx_cmp_double(const void *a, const void *b);
+
+/* The median of n sorted doubles; 0 for none. */
+double sbx_sorted_median(const double *v, unsigned n);
+
 /* The median of n doubles (sorted in place); 0 for none. */
 double sbx_median(double *v, unsigned n);
 

@@ -16,23 +16,6 @@
 
 #include "eval_int.h"
 
-static int
-ev_cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* The median of n sorted doubles; 0 for none. */
-static double
-ev_sorted_median(const double *v, unsigned n)
-{
-	if (n == 0)
-		return 0;
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* A kernel that does nothing, one block per SM (kc_mark or kc_probe). */
 static CUresult
 ev_gpu_launch_empty(ev_gpu *g, CUfunction f)
@@ -332,14 +315,14 @@ ev_stats(double *ms, unsigned n, Kclaw__Timing *t)
 {
 	double sum = 0, sq = 0;
 
-	qsort(ms, n, sizeof(*ms), ev_cmp_double);
+	qsort(ms, n, sizeof(*ms), sbx_cmp_double);
 	for (unsigned i = 0; i < n; i++)
 		sum += ms[i];
 	t->iterations = n;
 	t->min_ms = ms[0];
 	t->max_ms = ms[n - 1];
 	t->mean_ms = sum / n;
-	t->median_ms = ev_sorted_median(ms, n);
+	t->median_ms = sbx_sorted_median(ms, n);
 	for (unsigned i = 0; i < n; i++)
 		sq += (ms[i] - t->mean_ms) * (ms[i] - t->mean_ms);
 	t->stddev_ms = n > 1 ? sqrt(sq / (n - 1)) : 0;
@@ -883,7 +866,7 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 		if (!e->adaptive)
 			break;
 		memcpy(sorted, ms, n * sizeof(*ms));
-		qsort(sorted, n, sizeof(*sorted), ev_cmp_double);
+		qsort(sorted, n, sizeof(*sorted), sbx_cmp_double);
 		/* The reference is timed back to back exactly when the
 		 * candidate was, so a speedup compares like with like. */
 		if (sets.n == 0 && lo == 0 && ev_batch_eligible(e, p) &&
