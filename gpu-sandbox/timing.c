@@ -83,7 +83,7 @@ ev_gpu_hold_release(ev_gpu *g)
  * goes (ev_held_run) under CUPTI: after an L2 flush, the hold, then a
  * probe between two events, the hold released once they are enqueued,
  * then the host waits for the stop event (as after every timed run,
- * ev_time_runs). EV_CALIB_RUNS times each of four probes,
+ * ev_held_run). EV_CALIB_RUNS times each of four probes,
  * interleaved, after as many of each unmeasured, to let the GPU settle
  * (children that measured their first runs read 3.5-3.9 us where others
  * read 3.1-3.4, and their one-kernel plans 0.6-1.2 % low against CUPTI,
@@ -543,7 +543,14 @@ ev_time_batch(ev *e, ev_prog *p, const ev_sets *sets, int check, int flush,
 /*
  * One run of p, its inputs in place, prepared as every timed run is: a
  * fresh state, the L2 flush, the hold, then the run between events a and
- * b, the hold released once it is enqueued. 0 or -1 (result filled).
+ * b, the hold released once it is enqueued, then the host waiting for b
+ * before it goes on. 0 or -1 (result filled). Without the wait the host
+ * enqueued the next run's inputs and this one's comparison while this one
+ * ran, and its events read -0.7 to +0.8 us off its CUPTI span, by its
+ * place in the batch (sum_reduce and layernorm on the H200): the two
+ * medians of a plan of two modes apart by up to 3.6 %, its own cost
+ * (ev_plan_calibrate) off by one mode's 0.9 us. With it, -0.2 to +1.1 us,
+ * standard deviation 0.2 us.
  */
 static int
 ev_held_run(ev *e, ev_prog *p, int flush, CUevent a, CUevent b)
@@ -561,27 +568,27 @@ ev_held_run(ev *e, ev_prog *p, int flush, CUevent a, CUevent b)
 	    : 0;
 
 	ev_hold_release(e);
+	if (rv == 0)
+		rv = ev_ok(e, g->cu.cuEventSynchronize(b),
+		         p == &e->cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR
+		                       : EV_INTERNAL,
+		         "waiting for a timed run") != 0
+		    ? -1
+		    : 0;
 	return rv;
 }
 
 /*
  * Runs lo..hi-1 of p, each held between its own pair of events (2 i,
- * 2 i + 1: ev_held_run), the host waiting for its stop event before it
- * goes on, then with check its comparison with the reference into chk
- * slots from `slot`. 0, 1 (wrong: the result is filled) or -1. Without the
- * wait the host enqueued the next run's inputs and this one's comparison
- * while this one ran, and its events read -0.7 to +0.8 us off its CUPTI
- * span, by its place in the batch (sum_reduce and layernorm on the H200):
- * the two medians of a plan of two modes apart by up to 3.6 %, its own
- * cost (ev_plan_calibrate) off by one mode's 0.9 us. With it, -0.2 to
- * +1.1 us, standard deviation 0.2 us.
+ * 2 i + 1: ev_held_run), then with check its comparison with the
+ * reference into chk slots from `slot`. 0, 1 (wrong: the result is
+ * filled) or -1.
  */
 static int
 ev_time_runs(ev *e, ev_prog *p, int check, int flush, unsigned lo, unsigned hi,
     unsigned slot)
 {
 	ev_gpu *g = e->g;
-	int cand = p == &e->cand;
 	int rv;
 
 	for (unsigned i = lo; i < hi; i++) {
@@ -589,10 +596,7 @@ ev_time_runs(ev *e, ev_prog *p, int check, int flush, unsigned lo, unsigned hi,
 
 		if (e->ops->run_inputs(e, k, id) != 0 ||
 		    ev_held_run(e, p, flush, g->ev[2 * i], g->ev[2 * i + 1]) !=
-		        0 ||
-		    ev_ok(e, g->cu.cuEventSynchronize(g->ev[2 * i + 1]),
-		        cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR : EV_INTERNAL,
-		        "waiting for a timed run") != 0)
+		        0)
 			return -1;
 		if (check &&
 		    (rv = e->ops->run_check(e, k, id, slot + i - lo)) != 0)
@@ -739,7 +743,7 @@ ev_plan_calibrate(
  * outputs and scratch, the module's variables reset), the L2 flushed,
  * then the hold (ev_hold), released once the run is enqueued through its
  * stop event, and the host waits for that event before it goes on
- * (ev_time_runs says why). With check, every timed run's outputs are then
+ * (ev_held_run says why). With check, every timed run's outputs are then
  * compared with the reference's on the same inputs, after the candidate
  * finished and outside the events, the same work after every run: no run can
  * tell whether it is checked, because all are, and none can reuse what an
