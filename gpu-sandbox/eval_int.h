@@ -55,10 +55,8 @@
 /* Runs of a plan, under CUPTI, that measure the events' cost around its
  * own launches (ev_plan_calibrate), for plans whose warm-up run took under
  * EV_PLAN_CALIB_UNDER_MS: beyond it a microsecond is under 0.1 % of a
- * run. 19, not 9: the median of 9 runs of 0.2-0.3 us spread moved the
- * one-kernel plans' readings against CUPTI by a mean 0.20 %, of 19 by
- * 0.15 % (docs/benchmarks.md). */
-#define EV_PLAN_CALIB_RUNS 19
+ * run. */
+#define EV_PLAN_CALIB_RUNS 9
 #define EV_PLAN_CALIB_UNDER_MS 1.0
 /* The longest a timed run's hold waits for the host (ev_hold). */
 #define EV_HOLD_MAX_NS 20000000ull

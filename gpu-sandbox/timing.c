@@ -48,11 +48,26 @@ ev_gpu_sweep(ev_gpu *g, CUfunction f, CUdeviceptr buf, size_t bytes)
 	return ev_gpu_read(g, f, buf, bytes, (unsigned)g->sms * 8, 256);
 }
 
-/* The L2 flush before a timed run (ev_flush_l2). */
+/*
+ * The L2 flush before a timed run (ev_flush_l2): the flush buffer read
+ * twice. Read once, it left the L2 in one of two states, flush after
+ * flush: on the H200 sum_reduce 2 and 3's runs took 19.3-19.9 us after
+ * one flush and 19.9-20.6 us after the next (the "two modes" of their
+ * spans), and the one-kernel plans' events carried 0.15-0.2 us more than
+ * CUPTI saw on every other run. Read twice, both are gone (sum_reduce's
+ * runs 18.8-19.5 us whatever their place; the one-kernel plans' events
+ * less their spans spread 0.05-0.10 us, not 0.17-0.22), for about 25 us
+ * more per run, outside the events. sum_reduce's events still carry
+ * 0.2-0.3 us more on every other run (docs/benchmarks.md).
+ */
 static CUresult
 ev_gpu_flush_l2(ev_gpu *g)
 {
-	return ev_gpu_sweep(g, g->flush_read, g->flush, g->flush_bytes);
+	CUresult r = ev_gpu_sweep(g, g->flush_read, g->flush, g->flush_bytes);
+
+	return r != CUDA_SUCCESS
+	    ? r
+	    : ev_gpu_sweep(g, g->flush_read, g->flush, g->flush_bytes);
 }
 
 /* The hold (ev_hold) on the device's stream; none without its flag. */
@@ -134,7 +149,7 @@ ev_gpu_calibrate(ev_gpu *g)
 		bad = ev_gpu_launch_empty(g, g->mark) != CUDA_SUCCESS ||
 		    ev_gpu_flush_l2(g) != CUDA_SUCCESS ||
 		    ev_gpu_hold(g) != CUDA_SUCCESS ||
-		    g->cu.cuEventRecord(ev[2 * n], g->stream) != CUDA_SUCCESS ||
+		    g->cu.cuEventRecord(ev[0], g->stream) != CUDA_SUCCESS ||
 		    (form == EMPTY &&
 		        ev_gpu_launch_empty(g, g->probe) != CUDA_SUCCESS) ||
 		    (form == SMALL_READ &&
@@ -146,23 +161,21 @@ ev_gpu_calibrate(ev_gpu *g)
 		    (form == READ_SMALL &&
 		        ev_gpu_read(g, g->read_sweep, g->flush, 4096, 1,
 		            1024) != CUDA_SUCCESS) ||
-		    g->cu.cuEventRecord(ev[2 * n + 1], g->stream) !=
-		        CUDA_SUCCESS ||
+		    g->cu.cuEventRecord(ev[1], g->stream) != CUDA_SUCCESS ||
 		    ev_gpu_launch_empty(g, g->mark_end) != CUDA_SUCCESS;
 		ev_gpu_hold_release(g);
-		bad = bad ||
-		    g->cu.cuEventSynchronize(ev[2 * n + 1]) != CUDA_SUCCESS;
+		if (!bad) {
+			float ms = 0;
+			bad = g->cu.cuEventSynchronize(ev[1]) != CUDA_SUCCESS ||
+			    g->cu.cuEventElapsedTime(&ms, ev[0], ev[1]) !=
+			        CUDA_SUCCESS;
+			cost[n] = ms;
+		}
 	}
 	if (made == 2 * total) {
 		bad =
 		    bad || g->cu.cuStreamSynchronize(g->stream) != CUDA_SUCCESS;
 		sbx_prof_activity_stop(NULL);
-	}
-	for (unsigned i = 0; !bad && i < n; i++) {
-		float ms = 0;
-		bad = g->cu.cuEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]) !=
-		    CUDA_SUCCESS;
-		cost[i] = ms;
 	}
 	if (bad || n < total || sbx_prof_runs(NULL, probe, total) != total) {
 		KC_WARN("the events' cost around a launch could not be "
@@ -542,26 +555,29 @@ ev_time_batch(ev *e, ev_prog *p, const ev_sets *sets, int check, int flush,
 
 /*
  * One run of p, its inputs in place, prepared as every timed run is: a
- * fresh state, the L2 flush, the hold, then the run between events a and
- * b, the hold released once it is enqueued, then the host waiting for b
- * before it goes on. 0 or -1 (result filled). Without the wait the host
- * enqueued the next run's inputs and this one's comparison while this one
- * ran, and its events read -0.7 to +0.8 us off its CUPTI span, by its
- * place in the batch (sum_reduce and layernorm on the H200): the two
- * medians of a plan of two modes apart by up to 3.6 %, its own cost
- * (ev_plan_calibrate) off by one mode's 0.9 us. With it, -0.2 to +1.1 us,
- * standard deviation 0.2 us.
+ * fresh state, the L2 flush, the hold, then the run between the events
+ * ev[0] and ev[1], the hold released once it is enqueued, then the host
+ * waiting for ev[1] before it goes on; *ms is the events' time. 0 or -1
+ * (result filled). Without the wait the host enqueued the next run's
+ * inputs and this one's comparison while this one ran, and its events
+ * read -0.7 to +0.8 us off its CUPTI span, by its place in the batch
+ * (sum_reduce and layernorm on the H200): the two medians of a plan of
+ * two modes apart by up to 3.6 %, its own cost (ev_plan_calibrate) off by
+ * one mode's 0.9 us. With it, -0.2 to +1.1 us, standard deviation 0.2 us.
+ * Every held run uses the same pair, read as soon as the host has waited
+ * for it.
  */
 static int
-ev_held_run(ev *e, ev_prog *p, int flush, CUevent a, CUevent b)
+ev_held_run(ev *e, ev_prog *p, int flush, double *ms)
 {
 	ev_gpu *g = e->g;
+	float f = 0;
 	int rv = ev_fresh_state(e, p) != 0 || ev_mark(e, g->mark) != 0 ||
 	        (flush && ev_flush_l2(e) != 0) || ev_hold(e) != 0 ||
-	        ev_ok(e, g->cu.cuEventRecord(a, g->stream), EV_INTERNAL,
+	        ev_ok(e, g->cu.cuEventRecord(g->ev[0], g->stream), EV_INTERNAL,
 	            "recording an event") != 0 ||
 	        ev_prog_enqueue(e, p) != 0 ||
-	        ev_ok(e, g->cu.cuEventRecord(b, g->stream), EV_INTERNAL,
+	        ev_ok(e, g->cu.cuEventRecord(g->ev[1], g->stream), EV_INTERNAL,
 	            "recording an event") != 0 ||
 	        ev_mark(e, g->mark_end) != 0
 	    ? -1
@@ -569,34 +585,35 @@ ev_held_run(ev *e, ev_prog *p, int flush, CUevent a, CUevent b)
 
 	ev_hold_release(e);
 	if (rv == 0)
-		rv = ev_ok(e, g->cu.cuEventSynchronize(b),
+		rv = ev_ok(e, g->cu.cuEventSynchronize(g->ev[1]),
 		         p == &e->cand ? KCLAW__EVAL_STATUS__LAUNCH_ERROR
 		                       : EV_INTERNAL,
-		         "waiting for a timed run") != 0
+		         "waiting for a timed run") != 0 ||
+		        ev_ok(e,
+		            g->cu.cuEventElapsedTime(&f, g->ev[0], g->ev[1]),
+		            EV_INTERNAL, "reading a timed run's events") != 0
 		    ? -1
 		    : 0;
+	*ms = f;
 	return rv;
 }
 
 /*
- * Runs lo..hi-1 of p, each held between its own pair of events (2 i,
- * 2 i + 1: ev_held_run), then with check its comparison with the
- * reference into chk slots from `slot`. 0, 1 (wrong: the result is
- * filled) or -1.
+ * Runs lo..hi-1 of p, each held and timed by the events (ev_held_run,
+ * into ms[i - lo]), then with check its comparison with the reference
+ * into chk slots from `slot`. 0, 1 (wrong: the result is filled) or -1.
  */
 static int
 ev_time_runs(ev *e, ev_prog *p, int check, int flush, unsigned lo, unsigned hi,
-    unsigned slot)
+    unsigned slot, double *ms)
 {
-	ev_gpu *g = e->g;
 	int rv;
 
 	for (unsigned i = lo; i < hi; i++) {
 		unsigned k = i % e->trials, id = e->fresh_serial++;
 
 		if (e->ops->run_inputs(e, k, id) != 0 ||
-		    ev_held_run(e, p, flush, g->ev[2 * i], g->ev[2 * i + 1]) !=
-		        0)
+		    ev_held_run(e, p, flush, &ms[i - lo]) != 0)
 			return -1;
 		if (check &&
 		    (rv = e->ops->run_check(e, k, id, slot + i - lo)) != 0)
@@ -606,16 +623,16 @@ ev_time_runs(ev *e, ev_prog *p, int check, int flush, unsigned lo, unsigned hi,
 }
 
 /* The step log (debug): per-run figures (what) in the order they ran, so
- * a slow run can be placed. */
+ * a slow run can be placed; to 10 ns, the events' noise is 0.2 us. */
 static void
 ev_trace_times(const char *what, const double *ms, unsigned n)
 {
-	char line[400];
+	char line[2000];
 	size_t len = 0;
 
-	for (unsigned i = 0; i < n && len + 12 < sizeof(line); i++)
+	for (unsigned i = 0; i < n && len + 14 < sizeof(line); i++)
 		len += (size_t)snprintf(
-		    line + len, sizeof(line) - len, " %.4f", ms[i]);
+		    line + len, sizeof(line) - len, " %.5f", ms[i]);
 	line[len] = '\0';
 	KC_DEBUG("eval: %s in order (ms):%s", what, line);
 }
@@ -692,7 +709,8 @@ ev_plan_calibrate(
     ev *e, ev_prog *p, int check, int flush, double warm_ms, double *cost)
 {
 	ev_gpu *g = e->g;
-	double span[EV_PLAN_CALIB_RUNS], over[EV_PLAN_CALIB_RUNS];
+	double span[EV_PLAN_CALIB_RUNS], over[EV_PLAN_CALIB_RUNS],
+	    raw[EV_PLAN_CALIB_RUNS];
 	int cand = p == &e->cand;
 	uint64_t t0 = kc_mono_ns();
 	unsigned n;
@@ -704,7 +722,7 @@ ev_plan_calibrate(
 	    sbx_prof_activity_start() != 0)
 		return 0;
 	e->trace = 1;
-	rv = ev_time_runs(e, p, check, flush, 0, EV_PLAN_CALIB_RUNS, 0);
+	rv = ev_time_runs(e, p, check, flush, 0, EV_PLAN_CALIB_RUNS, 0, raw);
 	e->trace = 0;
 	ev_hold_release(e);
 	if (rv == 0)
@@ -719,19 +737,14 @@ ev_plan_calibrate(
 	n = sbx_prof_runs(span, NULL, EV_PLAN_CALIB_RUNS);
 	if (n != EV_PLAN_CALIB_RUNS)
 		return 0;
-	for (unsigned i = 0; i < n; i++) {
-		float ms = 0;
-		if (g->cu.cuEventElapsedTime(
-		        &ms, g->ev[2 * i], g->ev[2 * i + 1]) != CUDA_SUCCESS)
-			return 0;
-		over[i] = ms - span[i];
-	}
+	for (unsigned i = 0; i < n; i++)
+		over[i] = raw[i] - span[i];
 	ev_trace_times(
 	    "calibration runs' events less their CUPTI span", over, n);
 	*cost = sbx_plan_cost(over, n, *cost, p->plan->nsteps);
 	ev_trace(e, t0,
 	    "the events' cost around the %s's runs, measured on %u of them: "
-	    "%.4f ms (the child's calibration: %.4f ms)",
+	    "%.5f ms (the child's calibration: %.5f ms)",
 	    p->what, n, *cost, ev_gpu_cost(g, p->plan->nsteps));
 	return 0;
 }
@@ -772,7 +785,7 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 	uint64_t t0 = kc_mono_ns();
 	ev_sets sets = {0};
 	Kclaw__Timing *t;
-	double *ms, *sorted, cost = 0;
+	double *ms, *sorted, *raw, cost = 0;
 	float warm_ms = 0;
 	int rv;
 
@@ -783,12 +796,13 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 			EV_CU(e,
 			    g->cu.cuEventCreate(&g->ev[i], CU_EVENT_DEFAULT),
 			    EV_INTERNAL, "creating events");
-	if ((ms = calloc(max, sizeof(*ms))) == NULL ||
-	    (sorted = calloc(max, sizeof(*sorted))) == NULL) {
-		free(ms);
+	/* Each sample, the same sorted, each run's events' time. */
+	if ((ms = calloc(3 * (size_t)max, sizeof(*ms))) == NULL) {
 		sbx_result_status(e->res, EV_INTERNAL, "out of memory");
 		return -1;
 	}
+	sorted = ms + max;
+	raw = ms + 2 * (size_t)max;
 	/* The warm-up; its last run between events, to tell a short plan
 	 * (ev_plan_calibrate) roughly, launch latency included. */
 	for (unsigned i = 0; i < e->warmup; i++) {
@@ -837,7 +851,8 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 			rv = ev_time_batch(e, p, &sets, check, flush, b, runs);
 		} else {
 			nrun = hi - lo;
-			rv = ev_time_runs(e, p, check, flush, lo, hi, runs);
+			rv = ev_time_runs(
+			    e, p, check, flush, lo, hi, runs, raw + lo);
 			batches = hi;
 		}
 		if (rv != 0)
@@ -851,16 +866,18 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 		ev_trace(e, tb, "%u timed run(s) of the %s", nrun, p->what);
 		for (unsigned j = 0; j < nrun; j++) {
 			/* A batch's runs share its time; a run has its own. */
-			unsigned k = sets.n > 0 ? b : lo + j;
-			float f = 0;
-			if (sets.n == 0 || j == 0)
+			if (sets.n == 0)
+				ms[n + j] = sbx_sample_ms(
+				    raw[lo + j], 1, cost, g->launch_floor_ms);
+			else if (j > 0)
+				ms[n + j] = ms[n];
+			else {
+				float f = 0;
 				g->cu.cuEventElapsedTime(
-				    &f, g->ev[2 * k], g->ev[2 * k + 1]);
-			ms[n + j] = sets.n > 0 && j > 0 ? ms[n]
-			    : sets.n > 0
-			    ? sbx_sample_ms(f, nrun, g->launch_cost_ms,
-			          g->launch_floor_ms)
-			    : sbx_sample_ms(f, 1, cost, g->launch_floor_ms);
+				    &f, g->ev[2 * b], g->ev[2 * b + 1]);
+				ms[n] = sbx_sample_ms(f, nrun,
+				    g->launch_cost_ms, g->launch_floor_ms);
+			}
 		}
 		ev_trace_times("timed samples", ms + n, sets.n > 0 ? 1 : nrun);
 		runs += nrun;
@@ -932,7 +949,6 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 	kclaw__timing__init(t);
 	ev_stats(ms, n, t);
 	free(ms);
-	free(sorted);
 	t->l2_flushed = flush;
 	t->spot_checks = check ? runs : 0;
 	*out = t;
@@ -950,7 +966,6 @@ done:
 		ev_sets_free(e, p, &sets);
 	}
 	free(ms);
-	free(sorted);
 	return rv;
 }
 
@@ -987,17 +1002,14 @@ ev_profile(ev *e)
 		return;
 	e->trace = 1;
 	for (; r < EV_PROFILE_RUNS; r++) {
-		float ms = 0;
 		if (e->ops->profile_inputs(e) != 0 ||
-		    ev_held_run(e, &e->cand, flush, g->ev[0], g->ev[1]) != 0 ||
+		    ev_held_run(e, &e->cand, flush, &evms[r]) != 0 ||
 		    ev_ok(e, g->cu.cuStreamSynchronize(g->stream),
 		        KCLAW__EVAL_STATUS__LAUNCH_ERROR, "profiling") != 0) {
 			e->trace = 0;
 			sbx_prof_activity_stop(NULL);
 			return;
 		}
-		g->cu.cuEventElapsedTime(&ms, g->ev[0], g->ev[1]);
-		evms[r] = ms;
 	}
 	e->trace = 0;
 	sbx_prof_activity_stop(res);
