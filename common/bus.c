@@ -3,11 +3,11 @@
  */
 #include "bus.h"
 #include "bus_gate.h"
+#include "bus_sp.h"
 
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/pub.h>
 #include <nng/protocol/reqrep0/rep.h>
-#include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/util/platform.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -18,7 +18,7 @@
 #include "kc_log.h"
 #include "kc_util.h"
 
-static int
+int
 bus_err(int nrv, const char *what, const char *url)
 {
 	return kc_seterr(nrv == NNG_ETIMEDOUT ? KC_ETIMEDOUT
@@ -76,7 +76,7 @@ bus_listen(
 	return 0;
 }
 
-static int
+int
 bus_dial(nng_socket sock, const char *url)
 {
 	int nrv;
@@ -87,7 +87,7 @@ bus_dial(nng_socket sock, const char *url)
 	return 0;
 }
 
-static void
+void
 bus_limits(nng_socket sock, size_t max_msg)
 {
 	nng_socket_set_size(
@@ -710,87 +710,4 @@ bus_call_drop(bus_call *c)
 		nng_pipe_close(c->pipe);
 	}
 	bus_call_recv(c);
-}
-
-struct bus_client {
-	nng_socket sock;
-	char url[256];
-};
-
-int
-bus_client_open(bus_client **out, const char *url, size_t max_msg)
-{
-	bus_client *c;
-	int nrv, rv;
-
-	if ((c = calloc(1, sizeof(*c))) == NULL)
-		return KC_ENOMEM;
-	snprintf(c->url, sizeof(c->url), "%s", url);
-	if ((nrv = nng_req0_open(&c->sock)) != 0) {
-		free(c);
-		return bus_err(nrv, "cannot open REQ for", url);
-	}
-	bus_limits(c->sock, max_msg);
-	/* The server may hold a request for a long time (work by pull); the
-	 * request is resent only when its connection breaks. */
-	nng_socket_set_ms(
-	    c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-	if ((rv = bus_dial(c->sock, url)) != 0) {
-		nng_close(c->sock);
-		free(c);
-		return rv;
-	}
-	*out = c;
-	return 0;
-}
-
-int
-bus_client_call(bus_client *c, const void *req, size_t len, int timeout_ms,
-    void **reply, size_t *rlen)
-{
-	nng_msg *m;
-	int nrv;
-	nng_duration to = timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms;
-
-	nng_socket_set_ms(c->sock, NNG_OPT_SENDTIMEO, to);
-	nng_socket_set_ms(c->sock, NNG_OPT_RECVTIMEO, to);
-	/* A connection reset before the reply is asked once more, as REQ
-	 * itself resends on a new pipe: a server's accept gate refuses a
-	 * wrong token and hangs up, and an NNG client that finds the hang-up
-	 * before it read the refusal (or a request sent on that connection
-	 * after it) reports a reset rather than the answer. */
-	for (int attempt = 0;; attempt++) {
-		nng_msg *q;
-		if ((nrv = nng_msg_alloc(&q, len)) != 0)
-			return bus_err(
-			    nrv, "cannot allocate request for", c->url);
-		if (len > 0)
-			memcpy(nng_msg_body(q), req, len);
-		if ((nrv = nng_sendmsg(c->sock, q, 0)) != 0) {
-			nng_msg_free(q);
-			return bus_err(nrv, "cannot send request to", c->url);
-		}
-		if ((nrv = nng_recvmsg(c->sock, &m, 0)) == 0)
-			break;
-		if (nrv != NNG_ECONNRESET || attempt > 0)
-			return bus_err(nrv, "no reply from", c->url);
-	}
-	*rlen = nng_msg_len(m);
-	if ((*reply = malloc(*rlen + 1)) == NULL) {
-		nng_msg_free(m);
-		return KC_ENOMEM;
-	}
-	memcpy(*reply, nng_msg_body(m), *rlen);
-	((char *)*reply)[*rlen] = '\0';
-	nng_msg_free(m);
-	return 0;
-}
-
-void
-bus_client_close(bus_client *c)
-{
-	if (c == NULL)
-		return;
-	nng_close(c->sock);
-	free(c);
 }

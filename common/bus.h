@@ -6,7 +6,8 @@
  *    prefix subscription filters on topic prefixes ("task.<id>.").
  *    PUB/SUB drops messages; subscribers recover gaps from the event log.
  *  - Request/response with one context per waiting peer: bus_server
- *    (REP, listens) and bus_client (REQ, dials). Used both for work by pull
+ *    (REP, listens) and bus_client (REQ, dials; on ipc:// and tcp:// it
+ *    speaks SP itself, bus_req.c says why). Used both for work by pull
  *    (a worker's request is held until there is a job for it) and for the
  *    API. The server's callback runs on an NNG thread and must not block: it
  *    only hands the bus_call to its owner, who replies later from any thread.
@@ -202,16 +203,16 @@ void bus_call_reject(bus_call *c);
 
 typedef struct bus_client bus_client;
 
-/* Dials url (in the background; the first call waits for the connection). */
+/* A client of url; it dials at its first call (NNG's, on inproc://, in
+ * the background), which waits for the connection. */
 int bus_client_open(bus_client **out, const char *url, size_t max_msg);
 /*
  * Sends req and waits up to timeout_ms (-1: forever) for the reply. If the
- * connection breaks while the call waits (the server restarted), NNG 1.5
- * does not resend: the call fails with KC_EBUS ("Connection reset") and
- * the caller sends again. A client whose server restarted many times may
- * stop redialling (seen with NNG 1.5.2 over ipc://): long-lived callers
- * reopen the client after a failure (kc_worker does). On success *reply is
- * malloc'd (caller frees). One call at a time per client.
+ * connection breaks while the call waits (the server restarted, or its
+ * gate hung up), the request is sent once more on a new connection; a
+ * second break fails the call with KC_EBUS and the caller sends again.
+ * KC_ETIMEDOUT when no reply came in time. On success *reply is malloc'd
+ * (caller frees). Calls on one client are serialised.
  */
 int bus_client_call(bus_client *c, const void *req, size_t len, int timeout_ms,
     void **reply, size_t *rlen);

@@ -26,11 +26,9 @@
  */
 #include "bus.h"
 #include "bus_gate.h"
+#include "bus_sp.h"
 
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/sub.h>
 #include <poll.h>
@@ -38,7 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "kc_err.h"
@@ -52,10 +49,8 @@
 struct bus_sub {
 	bool nng; /* not ipc:// or tcp://: NNG's SUB */
 	nng_socket sock;
-	bool tcp;
+	bus_sp_addr addr;
 	char url[256];
-	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-	char host[256], port[16];
 	int fd;         /* -1 while down */
 	bool connected; /* connect(2) finished and our header is out */
 	uint8_t peer[8];
@@ -103,54 +98,19 @@ sub_hello(bus_sub *s)
 static void
 sub_dial(bus_sub *s)
 {
-	int rv, err;
+	int rv = bus_sp_connect(&s->addr, &s->fd);
 
-	if (!s->tcp) {
-		struct sockaddr_un sa = {.sun_family = AF_UNIX};
-		memcpy(sa.sun_path, s->path, strlen(s->path) + 1);
-		s->fd = socket(
-		    AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (s->fd < 0) {
-			sub_down(s);
-			return;
-		}
-		rv = connect(s->fd, (struct sockaddr *)&sa, sizeof(sa));
-		err = errno;
-	} else {
-		struct addrinfo hints = {
-		    .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
-		struct addrinfo *ai = NULL;
-		int one = 1;
-		if (getaddrinfo(s->host, s->port, &hints, &ai) != 0) {
-			sub_down(s);
-			return;
-		}
-		s->fd = socket(ai->ai_family,
-		    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (s->fd < 0) {
-			freeaddrinfo(ai);
-			sub_down(s);
-			return;
-		}
-		setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		rv = connect(s->fd, ai->ai_addr, ai->ai_addrlen);
-		err = errno;
-		freeaddrinfo(ai);
-	}
 	if (rv == 0)
 		sub_hello(s);
-	else if (err != EINPROGRESS)
-		sub_down(s); /* not there yet, or its backlog is full */
+	else if (rv < 0)
+		sub_down(s);
 }
 
 /* A connect(2) in progress finished: refused, or ours. */
 static void
 sub_finish_dial(bus_sub *s)
 {
-	int err = 0;
-	socklen_t el = sizeof(err);
-
-	if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err != 0)
+	if (!bus_sp_finished(s->fd))
 		sub_down(s);
 	else
 		sub_hello(s);
@@ -177,7 +137,7 @@ static int
 sub_take(bus_sub *s, char **topic, void **data, size_t *len)
 {
 	static const uint8_t sp[8] = {0, 'S', 'P', 0, 0x00, 0x20, 0, 0};
-	size_t hl = s->tcp ? 8 : 9;
+	size_t hl = s->addr.tcp ? 8 : 9;
 
 	while (s->pgot < 8 && s->inoff < s->inlen)
 		s->peer[s->pgot++] = s->in[s->inoff++];
@@ -273,36 +233,6 @@ sub_read(bus_sub *s)
 /* ------------------------------------------------------------- API */
 
 static int
-sub_parse(bus_sub *s, const char *url)
-{
-	nng_url *u = NULL;
-	int rv = 0;
-
-	if (strncmp(url, "ipc://", 6) == 0) {
-		if (strlen(url + 6) == 0 || strlen(url + 6) >= sizeof(s->path))
-			return kc_seterr(KC_EINVAL,
-			    "bus: cannot dial %s: not a unix socket path "
-			    "(at most %zu bytes)",
-			    url, sizeof(s->path) - 1);
-		kc_strlcpy(s->path, url + 6, sizeof(s->path));
-		return 0;
-	}
-	s->tcp = true;
-	if (nng_url_parse(&u, url) != 0 || u->u_hostname == NULL ||
-	    u->u_hostname[0] == '\0' || u->u_port == NULL ||
-	    u->u_port[0] == '\0' || strlen(u->u_hostname) >= sizeof(s->host) ||
-	    strlen(u->u_port) >= sizeof(s->port))
-		rv = kc_seterr(
-		    KC_EINVAL, "bus: cannot dial %s: not tcp://HOST:PORT", url);
-	else {
-		kc_strlcpy(s->host, u->u_hostname, sizeof(s->host));
-		kc_strlcpy(s->port, u->u_port, sizeof(s->port));
-	}
-	nng_url_free(u);
-	return rv;
-}
-
-static int
 sub_open_nng(bus_sub *s, const char *url, size_t max_msg)
 {
 	int nrv;
@@ -345,7 +275,7 @@ bus_sub_open(bus_sub **out, const char *url, size_t max_msg)
 	}
 	s->max = max_msg ? max_msg : BUS_DEFAULT_MAX_MSG;
 	s->backoff_ms = SUB_RETRY_MIN_MS;
-	if ((rv = sub_parse(s, url)) != 0) {
+	if ((rv = bus_sp_parse(&s->addr, url)) != 0) {
 		free(s);
 		return rv;
 	}

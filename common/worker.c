@@ -198,9 +198,8 @@ kc_worker_next(kc_worker *w, const Kclaw__AgentReply *agent_reply,
 	if (rv == KC_ETIMEDOUT) {
 		/*
 		 * The orchestrator went away mid-call (it restarted), or the
-		 * bound passed. NNG 1.5 does not resend, and a client that
-		 * saw many restarts may stop redialling: the socket is fresh
-		 * now; tell the caller to send its result again, as after a
+		 * bound passed: the client is fresh now (kc_worker_call);
+		 * tell the caller to send its result again, as after a
 		 * timeout.
 		 */
 		kc_sleep_ms(100);

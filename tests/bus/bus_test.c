@@ -79,11 +79,9 @@ child_sub(const char *url, const char *prefix, uint64_t until)
 }
 
 /*
- * One call, retried a few times when its connection broke (KC_EBUS,
- * "Connection reset": NNG 1.5 does not resend). The same client is kept:
- * closing it while its NNG redials could hang up during a handshake
- * (docs/DESIGN.md "NNG 1.5.2 loses an ipc:// listener"). Says why on
- * stderr when a call fails.
+ * One call, retried a few times when it failed (KC_EBUS: its connection
+ * broke twice). The same client is kept. Says why on stderr when a call
+ * fails.
  */
 static int
 call_retry(bus_client *c, const char *who, const char *req, int timeout_ms,
