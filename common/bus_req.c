@@ -64,6 +64,20 @@ struct bus_client {
 
 /* ------------------------------------------------------- connection */
 
+/* Gives back what a large reply grew the read buffer to, once it is
+ * empty, so an idle client holds REQ_BUF. */
+static void
+req_shrink(bus_client *c)
+{
+	uint8_t *p;
+
+	if (c->inlen > 0 || c->incap <= REQ_BUF ||
+	    (p = realloc(c->in, REQ_BUF)) == NULL)
+		return;
+	c->in = p;
+	c->incap = REQ_BUF;
+}
+
 static void
 req_down(bus_client *c)
 {
@@ -72,13 +86,7 @@ req_down(bus_client *c)
 	c->fd = -1;
 	c->connected = c->peer_ok = false;
 	c->inlen = 0;
-	if (c->incap > REQ_BUF) {
-		uint8_t *p = realloc(c->in, REQ_BUF);
-		if (p != NULL) {
-			c->in = p;
-			c->incap = REQ_BUF;
-		}
-	}
+	req_shrink(c);
 	c->retry_at = kc_mono_ms() + (uint64_t)c->backoff_ms;
 	c->backoff_ms = c->backoff_ms * 2 > REQ_RETRY_MAX_MS
 	    ? REQ_RETRY_MAX_MS
@@ -327,6 +335,7 @@ req_call(bus_client *c, const void *req, size_t len, int timeout_ms,
 		c->retry_at = 0;
 	}
 	free(frame);
+	req_shrink(c);
 	return rv;
 }
 
