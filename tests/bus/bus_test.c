@@ -622,6 +622,74 @@ test_api(const char *url)
 	bus_client_close(cl);
 }
 
+/* Echoes every request but "HOLD", which it keeps for the test to
+ * answer later. */
+static bus_call *held_call;
+
+static void
+hold_on_request(void *arg, bus_call *call)
+{
+	size_t len;
+	const char *d = bus_call_data(call, &len);
+
+	(void)arg;
+	if (len == 4 && memcmp(d, "HOLD", 4) == 0) {
+		__atomic_store_n(&held_call, call, __ATOMIC_RELEASE);
+		return;
+	}
+	bus_call_reply(call, d, len);
+}
+
+/* One echo call that must come back as sent. */
+static void
+echo_ok(bus_client *cl, const char *msg, int timeout_ms)
+{
+	void *rep = NULL;
+	size_t rlen = 0;
+
+	KT_OK(bus_client_call(cl, msg, strlen(msg), timeout_ms, &rep, &rlen));
+	KT_EQ_INT(rlen, strlen(msg));
+	KT_ASSERT(memcmp(rep, msg, rlen) == 0);
+	free(rep);
+}
+
+/*
+ * The client keeps its connection and its calls apart: a call that timed
+ * out gets its reply later, and the next call on the same client still
+ * gets its own; the server restarts between two calls, and the next one
+ * dials again and is answered.
+ */
+static void
+test_client(const char *url)
+{
+	bus_server *srv;
+	bus_client *cl;
+	bus_call *held = NULL;
+	void *rep = NULL;
+	size_t rlen;
+
+	held_call = NULL;
+	KT_OK(bus_server_open(&srv, url, 4, 1 << 20, hold_on_request, NULL));
+	KT_OK(bus_client_open(&cl, url, 0));
+	echo_ok(cl, "first", 5000);
+	KT_EQ_INT(
+	    bus_client_call(cl, "HOLD", 4, 300, &rep, &rlen), KC_ETIMEDOUT);
+	KT_ASSERT(rep == NULL);
+	for (int i = 0; i < 200 && held == NULL; i++) {
+		held = __atomic_load_n(&held_call, __ATOMIC_ACQUIRE);
+		if (held == NULL)
+			kc_sleep_ms(10);
+	}
+	KT_ASSERT(held != NULL);
+	bus_call_reply(held, "LATE", 4);
+	echo_ok(cl, "second", 5000);
+	bus_server_close(srv);
+	KT_OK(bus_server_open(&srv, url, 4, 1 << 20, hold_on_request, NULL));
+	echo_ok(cl, "after the restart", 5000);
+	bus_client_close(cl);
+	bus_server_close(srv);
+}
+
 /* Proves the connection of a "GOOD" request, as kclawd does for a
  * request whose token matched; answers every request. */
 static void
@@ -712,8 +780,8 @@ main(int argc, char **argv)
 
 	snprintf(tmpdir, sizeof(tmpdir), "/tmp/kc-bus-XXXXXX");
 	KT_ASSERT(mkdtemp(tmpdir) != NULL);
-	int port[7];
-	kt_free_ports(port, 7);
+	int port[8];
+	kt_free_ports(port, 8);
 
 	/* Test-only: `bus_test repeat work N` runs the work section N
 	 * times (to chase a race under load). */
@@ -758,6 +826,13 @@ main(int argc, char **argv)
 	fprintf(stderr, "-- api tcp\n");
 	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port[2]);
 	test_api(url);
+
+	fprintf(stderr, "-- client ipc\n");
+	snprintf(url, sizeof(url), "ipc://%s/client.ipc", tmpdir);
+	test_client(url);
+	fprintf(stderr, "-- client tcp\n");
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port[7]);
+	test_client(url);
 
 	fprintf(stderr, "-- prove tcp\n");
 	snprintf(url, sizeof(url), "tcp://127.0.0.1:%d", port[3]);
