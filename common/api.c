@@ -214,6 +214,14 @@ kc_api_call(bus_client *c, const char *method, const ProtobufCMessage *req,
 	free(payload);
 	if (rv != 0)
 		return rv;
+	if (blen > KC_API_MAX_MSG) {
+		free(buf);
+		return kc_seterr(KC_EINVAL,
+		    "%s: the request is %zu bytes, over the API's %zu-byte "
+		    "limit; large data travels as blobs (`kclaw submit` "
+		    "uploads a spec's tensors with PutBlob)",
+		    method, blen, KC_API_MAX_MSG);
+	}
 	rv = bus_client_call(c, buf, blen, timeout_ms, &rbuf, &rlen);
 	free(buf);
 	if (rv == KC_ETIMEDOUT)

@@ -12,12 +12,18 @@
 #include "bus.h"
 #include "kclaw.pb-c.h"
 
+/* The API socket's receive limit (kclawd's ORCH_API_MAX_MSG): a request
+ * envelope over it is refused before it is sent. */
+#define KC_API_MAX_MSG ((size_t)4 << 20)
+
 /*
  * Calls method with req and waits up to timeout_ms. On success *resp is the
  * unpacked response of type resp_desc (free with
  * protobuf_c_message_free_unpacked). When the server answers with an error,
  * returns KC_EINVAL / KC_ENOENT / KC_EPERM / ... with the server's message in
- * kc_lasterr(). KC_ETIMEDOUT when no orchestrator answered.
+ * kc_lasterr(). KC_ETIMEDOUT when no orchestrator answered. A request over
+ * KC_API_MAX_MSG is KC_EINVAL at once (kclawd would drop its connection
+ * unanswered).
  */
 int kc_api_call(bus_client *c, const char *method, const ProtobufCMessage *req,
     const char *token, int timeout_ms,

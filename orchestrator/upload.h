@@ -28,6 +28,7 @@
 
 #include <stdint.h>
 
+#include "api.h"
 #include "blobput.h"
 #include "bus.h"
 #include "store.h"
@@ -35,7 +36,7 @@
 /* The API socket's receive limit: a PutBlob piece and its envelope, or a
  * spec without large tensors, fit; an unproven peer can make NNG hold at
  * most this much per connection (BUS_MAX_NEW_CONNS of them). */
-#define ORCH_API_MAX_MSG ((size_t)4 << 20)
+#define ORCH_API_MAX_MSG KC_API_MAX_MSG
 #define ORCH_UPLOAD_CHUNK_MAX KC_BLOB_PUT_CHUNK
 #define ORCH_UPLOAD_MAX_OPEN 16
 #define ORCH_UPLOAD_QUEUE 64

@@ -611,6 +611,22 @@ test_api(const char *url)
 	KT_EQ_INT(kc_api_call(cl, "Bogus", &sr.base, NULL, 5000,
 	              &kclaw__status_response__descriptor, &resp),
 	    KC_ENOTSUP);
+	/* Over the API's limit: refused before it is sent, saying why. */
+	{
+		char *big = malloc(KC_API_MAX_MSG + 1);
+		uint64_t t0 = kc_mono_ms();
+		KT_ASSERT(big != NULL);
+		memset(big, 'x', KC_API_MAX_MSG);
+		big[KC_API_MAX_MSG] = '\0';
+		sr.task_id = big;
+		KT_EQ_INT(kc_api_call(cl, "Status", &sr.base, NULL, 5000,
+		              &kclaw__status_response__descriptor, &resp),
+		    KC_EINVAL);
+		KT_CONTAINS(kc_lasterr(), "over the API's 4194304-byte limit");
+		KT_ASSERT(kc_mono_ms() - t0 < 1000);
+		sr.task_id = "t1";
+		free(big);
+	}
 	bus_client_close(cl);
 	bus_server_close(srv);
 	/* Nobody listening: a clear timeout. */
