@@ -41,8 +41,6 @@
 #include "kc_err.h"
 #include "kc_util.h"
 
-#define REQ_RETRY_MIN_MS 20
-#define REQ_RETRY_MAX_MS 1000
 #define REQ_BUF (64u << 10) /* the read buffer it shrinks back to */
 
 struct bus_client {
@@ -87,19 +85,14 @@ req_down(bus_client *c)
 	c->connected = c->peer_ok = false;
 	c->inlen = 0;
 	req_shrink(c);
-	c->retry_at = kc_mono_ms() + (uint64_t)c->backoff_ms;
-	c->backoff_ms = c->backoff_ms * 2 > REQ_RETRY_MAX_MS
-	    ? REQ_RETRY_MAX_MS
-	    : c->backoff_ms * 2;
+	bus_sp_backoff(&c->backoff_ms, &c->retry_at);
 }
 
-/* Sends our SP header (REQ 0x30); a fresh socket takes 8 bytes whole. */
+/* Sends our SP header. */
 static void
 req_hello(bus_client *c)
 {
-	static const uint8_t hello[8] = {0, 'S', 'P', 0, 0x00, 0x30, 0, 0};
-
-	if (send(c->fd, hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello))
+	if (!bus_sp_hello(c->fd, BUS_SP_REQ))
 		req_down(c);
 	else
 		c->connected = true;
@@ -215,30 +208,27 @@ req_consume(bus_client *c, size_t n)
 static int
 req_take(bus_client *c, uint32_t id, void **reply, size_t *rlen, size_t *need)
 {
-	static const uint8_t rep[8] = {0, 'S', 'P', 0, 0x00, 0x31, 0, 0};
-	size_t hl = c->addr.tcp ? 8 : 9;
-
 	if (!c->peer_ok) {
-		if (c->inlen < sizeof(rep)) {
-			*need = sizeof(rep);
+		if (c->inlen < 8) {
+			*need = 8;
 			return 0;
 		}
-		if (memcmp(c->in, rep, sizeof(rep)) != 0)
+		if (!bus_sp_is_peer(c->in, BUS_SP_REP))
 			return 2;
-		req_consume(c, sizeof(rep));
+		req_consume(c, 8);
 		c->peer_ok = true;
-		c->backoff_ms = REQ_RETRY_MIN_MS;
+		c->backoff_ms = BUS_SP_RETRY_MIN_MS;
 	}
 	for (;;) {
 		uint64_t fl = 0;
 		uint32_t rid = 0;
-		if (c->inlen < hl) {
-			*need = hl;
+		int got = bus_sp_frame_len(c->addr.tcp, c->in, c->inlen, &fl);
+		size_t hl = (size_t)got;
+		if (got == 0) {
+			*need = c->addr.tcp ? 8 : 9;
 			return 0;
 		}
-		for (size_t i = hl - 8; i < hl; i++)
-			fl = fl << 8 | c->in[i];
-		if ((hl == 9 && c->in[0] != 1) || fl < 4 || fl - 4 > c->max)
+		if (got < 0 || fl < 4 || fl - 4 > c->max)
 			return 2;
 		if (c->inlen < hl + fl) {
 			*need = hl + (size_t)fl;
@@ -413,7 +403,7 @@ bus_client_open(bus_client **out, const char *url, size_t max_msg)
 		rv = req_open_nng(c, url, max_msg);
 	} else if ((rv = bus_sp_parse(&c->addr, url)) == 0) {
 		c->max = max_msg ? max_msg : BUS_DEFAULT_MAX_MSG;
-		c->backoff_ms = REQ_RETRY_MIN_MS;
+		c->backoff_ms = BUS_SP_RETRY_MIN_MS;
 		if ((c->in = malloc(REQ_BUF)) == NULL)
 			rv = KC_ENOMEM;
 		c->incap = REQ_BUF;

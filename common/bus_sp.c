@@ -99,6 +99,46 @@ bus_sp_finished(int fd)
 	return getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0;
 }
 
+bool
+bus_sp_hello(int fd, uint8_t proto)
+{
+	const uint8_t hello[8] = {0, 'S', 'P', 0, 0x00, proto, 0, 0};
+
+	return send(fd, hello, sizeof(hello), MSG_NOSIGNAL) == sizeof(hello);
+}
+
+bool
+bus_sp_is_peer(const uint8_t hdr[8], uint8_t proto)
+{
+	const uint8_t want[8] = {0, 'S', 'P', 0, 0x00, proto, 0, 0};
+
+	return memcmp(hdr, want, sizeof(want)) == 0;
+}
+
+void
+bus_sp_backoff(int *backoff_ms, uint64_t *retry_at)
+{
+	*retry_at = kc_mono_ms() + (uint64_t)*backoff_ms;
+	*backoff_ms = *backoff_ms * 2 > BUS_SP_RETRY_MAX_MS
+	    ? BUS_SP_RETRY_MAX_MS
+	    : *backoff_ms * 2;
+}
+
+int
+bus_sp_frame_len(bool tcp, const uint8_t *p, size_t avail, uint64_t *len)
+{
+	size_t hl = tcp ? 8 : 9;
+
+	if (avail < hl)
+		return 0;
+	if (!tcp && p[0] != 1)
+		return -1;
+	*len = 0;
+	for (size_t i = hl - 8; i < hl; i++)
+		*len = *len << 8 | p[i];
+	return (int)hl;
+}
+
 size_t
 bus_sp_frame_header(bool tcp, uint64_t len, uint8_t out[9])
 {

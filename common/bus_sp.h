@@ -31,6 +31,27 @@ bool bus_sp_finished(int fd);
 /* A frame's header for a body of len bytes: 9 bytes on ipc:// (a 1 then
  * the length), 8 on tcp://; returns its size. */
 size_t bus_sp_frame_header(bool tcp, uint64_t len, uint8_t out[9]);
+/* The header at p (avail bytes): its size with the body's length in *len,
+ * 0 when it is not all there, -1 when it is not one. */
+int bus_sp_frame_len(bool tcp, const uint8_t *p, size_t avail, uint64_t *len);
+
+/* SP's protocol numbers, and the 8-byte header each side sends first. */
+enum {
+	BUS_SP_REQ = 0x30,
+	BUS_SP_REP = 0x31,
+	BUS_SP_PUB = 0x20,
+	BUS_SP_SUB = 0x21
+};
+/* Sends our header on a fresh connection (it takes 8 bytes whole). */
+bool bus_sp_hello(int fd, uint8_t proto);
+/* Whether hdr is a peer's header for protocol proto. */
+bool bus_sp_is_peer(const uint8_t hdr[8], uint8_t proto);
+
+/* The redial backoff of kclaw's own peers, as bus_limits sets NNG's: the
+ * next try at *retry_at, then twice as long, 20 ms up to 1 s. */
+#define BUS_SP_RETRY_MIN_MS 20
+#define BUS_SP_RETRY_MAX_MS 1000
+void bus_sp_backoff(int *backoff_ms, uint64_t *retry_at);
 
 /* bus.c's NNG helpers: an NNG error as kclaw's (said), a dial that NNG
  * retries, a socket's receive limit and redial backoff (20 ms to 1 s). */

@@ -42,9 +42,7 @@
 #include "kc_util.h"
 
 #define SUB_BUF (64u << 10) /* the read buffer it shrinks back to */
-#define SUB_RETRY_MIN_MS 20
-#define SUB_RETRY_MAX_MS 1000
-#define SUB_OPEN_MS 200 /* bus_sub_open waits for a tcp connection */
+#define SUB_OPEN_MS 200     /* bus_sub_open waits for a tcp connection */
 
 struct bus_sub {
 	bool nng; /* not ipc:// or tcp://: NNG's SUB */
@@ -75,19 +73,14 @@ sub_down(bus_sub *s)
 	s->connected = false;
 	s->pgot = 0;
 	s->inoff = s->inlen = 0;
-	s->retry_at = kc_mono_ms() + (uint64_t)s->backoff_ms;
-	s->backoff_ms = s->backoff_ms * 2 > SUB_RETRY_MAX_MS
-	    ? SUB_RETRY_MAX_MS
-	    : s->backoff_ms * 2;
+	bus_sp_backoff(&s->backoff_ms, &s->retry_at);
 }
 
-/* Sends our SP header (SUB 0x21); a fresh socket takes 8 bytes whole. */
+/* Sends our SP header. */
 static void
 sub_hello(bus_sub *s)
 {
-	static const uint8_t hello[8] = {0, 'S', 'P', 0, 0x00, 0x21, 0, 0};
-
-	if (send(s->fd, hello, sizeof(hello), MSG_NOSIGNAL) != sizeof(hello)) {
+	if (!bus_sp_hello(s->fd, BUS_SP_SUB)) {
 		sub_down(s);
 		return;
 	}
@@ -136,27 +129,24 @@ sub_matches(const bus_sub *s, const uint8_t *body, size_t len)
 static int
 sub_take(bus_sub *s, char **topic, void **data, size_t *len)
 {
-	static const uint8_t sp[8] = {0, 'S', 'P', 0, 0x00, 0x20, 0, 0};
-	size_t hl = s->addr.tcp ? 8 : 9;
-
 	while (s->pgot < 8 && s->inoff < s->inlen)
 		s->peer[s->pgot++] = s->in[s->inoff++];
 	if (s->pgot < 8)
 		return 0;
-	if (memcmp(s->peer, sp, 8) != 0) {
+	if (!bus_sp_is_peer(s->peer, BUS_SP_PUB)) {
 		sub_down(s);
 		return 0;
 	}
-	s->backoff_ms = SUB_RETRY_MIN_MS;
+	s->backoff_ms = BUS_SP_RETRY_MIN_MS;
 	for (;;) {
 		const uint8_t *f = s->in + s->inoff;
 		size_t avail = s->inlen - s->inoff;
 		uint64_t fl = 0;
-		if (avail < hl)
+		int got = bus_sp_frame_len(s->addr.tcp, f, avail, &fl);
+		size_t hl = (size_t)got;
+		if (got == 0)
 			return 0;
-		for (size_t i = hl - 8; i < hl; i++)
-			fl = fl << 8 | f[i];
-		if ((hl == 9 && f[0] != 1) || fl > s->max) {
+		if (got < 0 || fl > s->max) {
 			sub_down(s);
 			return 0;
 		}
@@ -242,8 +232,8 @@ sub_open_nng(bus_sub *s, const char *url, size_t max_msg)
 		    url, nng_strerror(nrv));
 	nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ,
 	    max_msg ? max_msg : BUS_DEFAULT_MAX_MSG);
-	nng_socket_set_ms(s->sock, NNG_OPT_RECONNMINT, SUB_RETRY_MIN_MS);
-	nng_socket_set_ms(s->sock, NNG_OPT_RECONNMAXT, SUB_RETRY_MAX_MS);
+	nng_socket_set_ms(s->sock, NNG_OPT_RECONNMINT, BUS_SP_RETRY_MIN_MS);
+	nng_socket_set_ms(s->sock, NNG_OPT_RECONNMAXT, BUS_SP_RETRY_MAX_MS);
 	nng_socket_set_int(s->sock, NNG_OPT_RECVBUF, 1024);
 	/* NNG_FLAG_NONBLOCK: the publisher may not be up yet. */
 	if ((nrv = nng_dial(s->sock, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
@@ -274,7 +264,7 @@ bus_sub_open(bus_sub **out, const char *url, size_t max_msg)
 		return 0;
 	}
 	s->max = max_msg ? max_msg : BUS_DEFAULT_MAX_MSG;
-	s->backoff_ms = SUB_RETRY_MIN_MS;
+	s->backoff_ms = BUS_SP_RETRY_MIN_MS;
 	if ((rv = bus_sp_parse(&s->addr, url)) != 0) {
 		free(s);
 		return rv;
