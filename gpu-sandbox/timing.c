@@ -789,9 +789,9 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 	float warm_ms = 0;
 	int rv;
 
-	for (unsigned i = 0;
-	     i < 2 * (max > EV_PLAN_CALIB_RUNS ? max : EV_PLAN_CALIB_RUNS) + 2;
-	     i++)
+	/* ev[0] and ev[1] time every held run; a back-to-back batch b has
+	 * ev[2 b] and ev[2 b + 1]. */
+	for (unsigned i = 0; i < 2 * max + 2; i++)
 		if (g->ev[i] == NULL)
 			EV_CU(e,
 			    g->cu.cuEventCreate(&g->ev[i], CU_EVENT_DEFAULT),
@@ -853,7 +853,6 @@ ev_time(ev *e, ev_prog *p, int check, Kclaw__Timing **out)
 			nrun = hi - lo;
 			rv = ev_time_runs(
 			    e, p, check, flush, lo, hi, runs, raw + lo);
-			batches = hi;
 		}
 		if (rv != 0)
 			goto done;
