@@ -53,10 +53,10 @@ ev_gpu_sweep(ev_gpu *g, CUfunction f, CUdeviceptr buf, size_t bytes)
  * twice. Read once, it left the L2 in one of two states, flush after
  * flush: on the H200 sum_reduce 2 and 3's runs took 19.3-19.9 us after
  * one flush and 19.9-20.6 us after the next (the "two modes" of their
- * spans), and the one-kernel plans' events carried 0.15-0.2 us more than
- * CUPTI saw on every other run. Read twice, both are gone (sum_reduce's
- * runs 18.8-19.5 us whatever their place; the one-kernel plans' events
- * less their spans spread 0.05-0.11 us, not 0.14-0.24). The second read
+ * spans), and layernorm 2's and softmax_rows 2's events carried 0.15-0.2
+ * us more than CUPTI saw on every other run. Read twice, both are gone
+ * (sum_reduce's runs 18.8-19.5 us whatever their place; those two plans'
+ * events less their spans spread 0.05-0.11 us, not 0.14-0.24). The second read
  * costs about 28 us a run, outside the events (on the H200, 120 MiB at
  * the 4.45 TB/s its child measured). sum_reduce's
  * events still carry 0.2-0.3 us more on every other run
