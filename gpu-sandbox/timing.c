@@ -56,11 +56,10 @@ ev_gpu_sweep(ev_gpu *g, CUfunction f, CUdeviceptr buf, size_t bytes)
  * spans), and layernorm 2's and softmax_rows 2's events carried 0.15-0.2
  * us more than CUPTI saw on every other run. Read twice, both are gone
  * (sum_reduce's runs 18.8-19.5 us whatever their place; those two plans'
- * events less their spans spread 0.05-0.11 us, not 0.14-0.24). The second read
- * costs about 28 us a run, outside the events (on the H200, 120 MiB at
- * the 4.45 TB/s its child measured). sum_reduce's
- * events still carry 0.2-0.3 us more on every other run
- * (docs/benchmarks.md).
+ * events less their spans spread 0.05-0.11 us, not 0.14-0.24). The
+ * second read costs about 28 us a run, outside the events (on the H200,
+ * 120 MiB at the 4.45 TB/s its child measured). sum_reduce's events
+ * still carry 0.2-0.3 us more on every other run (docs/benchmarks.md).
  */
 static CUresult
 ev_gpu_flush_l2(ev_gpu *g)
