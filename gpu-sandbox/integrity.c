@@ -359,14 +359,28 @@ sbx_median(double *v, unsigned n)
 double
 sbx_plan_cost(double *over, unsigned n, double child_ms, size_t steps)
 {
-	double med, most = child_ms + (double)steps * SBX_PLAN_COST_SLACK_MS;
+	double med, sum = 0, cost,
+	            most = child_ms + (double)steps * SBX_PLAN_COST_SLACK_MS;
+	unsigned kept = 0;
 
 	if (n == 0)
 		return child_ms;
 	med = sbx_median(over, n);
 	if (!(med > 0))
 		return 0;
-	return med > most ? most : med;
+	/* The mean, not the median: a timed sample is its span plus the
+	 * events' excess, and over samples far more spread than that excess
+	 * the median moves by the excess's mean. An interrupted run (beyond
+	 * a launch's slack from the median) is not the events' cost. */
+	for (unsigned i = 0; i < n; i++)
+		if (fabs(over[i] - med) <= SBX_PLAN_COST_SLACK_MS) {
+			sum += over[i];
+			kept++;
+		}
+	cost = kept > 0 ? sum / kept : med;
+	if (!(cost > 0))
+		return 0;
+	return cost > most ? most : cost;
 }
 
 int

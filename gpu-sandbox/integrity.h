@@ -136,11 +136,16 @@ double sbx_median(double *v, unsigned n);
 /*
  * The events' cost around one run of a plan of `steps` launches, measured
  * on that plan (timing.c ev_plan_calibrate): over[] holds n runs' events
- * less their CUPTI span (sorted in place here). Their median, never below
- * 0 and never more than the child's calibration for as many launches
- * (child_ms) plus SBX_PLAN_COST_SLACK_MS per launch: what a plan's own
- * runs add beyond the calibration's probes is a launch's tail and start,
- * about a microsecond, not a share of its work. n 0: child_ms.
+ * less their CUPTI span (sorted in place here). Their mean, less the runs
+ * more than SBX_PLAN_COST_SLACK_MS from their median (interrupted ones),
+ * never below 0 and never more than the child's calibration for as many
+ * launches (child_ms) plus SBX_PLAN_COST_SLACK_MS per launch: what a
+ * plan's own runs add beyond the calibration's probes is a launch's tail
+ * and start, about a microsecond, not a share of its work. The mean: a
+ * timed sample is its span plus this excess, and where the spans spread
+ * far wider than the excess, their median moves by the excess's mean
+ * (sum_reduce on the H200: the excess's median 0, its mean +0.1 us, the
+ * medians +0.5 to +1.3 % apart). n 0: child_ms.
  */
 #define SBX_PLAN_COST_SLACK_MS 0.0015
 double sbx_plan_cost(double *over, unsigned n, double child_ms, size_t steps);

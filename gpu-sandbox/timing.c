@@ -698,10 +698,10 @@ ev_plan_kernels_only(const ev_prog *p)
  * place, runs EV_PLAN_CALIB_RUNS timed runs first under CUPTI, each as
  * every timed run goes (ev_time_runs: its own inputs, the fresh state,
  * the flush, the hold, the wait for its stop event, then with check its
- * comparison, read here like any other); its cost is their median of
- * events less span (sbx_plan_cost: at most a launch's slack over the
- * child's). Their times are not samples: CUPTI's tracing can slow a
- * kernel. Anything else (a longer plan, a matmul step, inputs from
+ * comparison, read here like any other); its cost is their mean of
+ * events less span (sbx_plan_cost says why the mean; at most a launch's
+ * slack over the child's). Their times are not samples: CUPTI's tracing can
+ * slow a kernel. Anything else (a longer plan, a matmul step, inputs from
  * another process, no CUPTI, records that do not hold every run): the
  * child's cost for as many launches (ev_gpu_cost).
  */
