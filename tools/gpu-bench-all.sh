@@ -38,7 +38,7 @@ export KCLAW_PYTHON=${KCLAW_PYTHON:-python3}
 W="$P/with-env"
 S="$O/summary.txt"
 {
-	echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo ?) date $(date -u +%Y-%m-%dT%H:%MZ)"
+	echo "commit $(cat "$P/COMMIT" 2>/dev/null || echo ?) (the pack's; the tree here: $(git rev-parse --short HEAD 2>/dev/null || echo ?)) date $(date -u +%Y-%m-%dT%H:%MZ)"
 	nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1
 	"$KCLAW_PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
 } >"$S"

@@ -63,6 +63,10 @@ export KCLAW_BIN="$here/bin" PATH="$here/bin:$PATH"
 exec "$@"
 ENV
 chmod +x "$out/with-env"
+# The commit the binaries were built from ("-dirty": with uncommitted
+# changes), which the GPU machine's copy of the tree need not be at.
+git describe --always --dirty --abbrev=7 >"$out/COMMIT" 2>/dev/null ||
+	echo unknown >"$out/COMMIT"
 cp -r examples "$out/examples"
 cp tests/gpu/timing/timing_agree.py "$out/"
 mkdir -p "$out/adversarial"
@@ -79,6 +83,8 @@ export LD_LIBRARY_PATH="$cuda/lib64:$cuda/extras/CUPTI/lib64:${LD_LIBRARY_PATH:-
 export KCLAW_BIN="$here/bin" KCLAW_HOME="${KCLAW_HOME:-$here/.kclaw}"
 export KCLAW_GPU_LOG="$logs/gpu-suite.jsonl"
 nvidia-smi -L >"$logs/nvidia-smi.txt" 2>&1 || true
+echo "pack built from $(cat "$here/COMMIT" 2>/dev/null || echo unknown)" |
+	tee "$logs/commit.txt"
 rc=0
 if [ "${SKIP_GPU_SUITE:-0}" != 1 ]; then
 	"$here/bin/sbx_gpu_suite" >"$logs/gpu-suite.log" 2>&1 || rc=1

@@ -44,7 +44,7 @@ cleanup() { # both parts' services (the resumed runs keep theirs up)
 }
 trap cleanup EXIT
 : >"$O/bench.txt"
-say "commit $(git rev-parse --short HEAD 2>/dev/null || echo ?) date $(date -u +%Y-%m-%dT%H:%MZ) host $(hostname)"
+say "commit $(cat "$BIN/../COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo ?) date $(date -u +%Y-%m-%dT%H:%MZ) host $(hostname)"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu /' | tee -a "$O/bench.txt"
 
 # ---- 1. all problems, one converter process
