@@ -56,7 +56,7 @@
  * own launches (ev_plan_calibrate), for plans whose warm-up run took under
  * EV_PLAN_CALIB_UNDER_MS: beyond it a microsecond is under 0.1 % of a
  * run. As many as a batch of timed runs, so that runs which alternate
- * (sum_reduce's events on the H200: 0.2-0.3 us more on every other run)
+ * (sum_reduce's events on the H200: 0.1-0.3 us more on every other run)
  * weigh in it as they do in the batches. */
 #define EV_PLAN_CALIB_RUNS EV_ADAPT_BATCH
 #define EV_PLAN_CALIB_UNDER_MS 1.0
